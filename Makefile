@@ -1,0 +1,51 @@
+# det-airflow developer commands (GNU make). `make quickstart` runs Airflow and the example;
+# `make test` runs the test suite. Both create .venv first, and reuse what is already there.
+
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+AIRFLOW_HOME_DIR := $(CURDIR)/.airflow
+AIRFLOW_PORT ?= 8080
+LOCALAIRFLOW := $(PY) -m det_airflow.localairflow --home $(AIRFLOW_HOME_DIR)
+DET := $(VENV)/bin/det
+export DET_MASTER ?= http://127.0.0.1:$(AIRFLOW_PORT)
+
+# ---- The quickstart's experiment (finished by the lead: the det CLI's command line) ----
+QUICKSTART_EXPERIMENT = $(DET) experiment create examples/mnist_pytorch/const.yaml examples/mnist_pytorch -f
+
+.PHONY: venv airflow-up stop test lint quickstart quickstart-experiment
+
+venv: $(VENV)/.installed
+
+# Re-installs when pyproject.toml changes; `pip install torch==2.13.0` takes the CPU wheel on disk.
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -e '.[airflow,torch,dev]'
+	touch $@
+
+# Airflow (SQLite, LocalExecutor) in .airflow/, parsing dags/; started in the background, on
+# 127.0.0.1 only. Reuses the database, secrets and admin password already there.
+airflow-up: venv
+	$(LOCALAIRFLOW) init --dags-folder $(CURDIR)/dags --port $(AIRFLOW_PORT)
+	$(LOCALAIRFLOW) start
+
+stop:
+	@if [ -f $(AIRFLOW_HOME_DIR)/airflow.cfg ]; then $(LOCALAIRFLOW) stop; else echo "nothing started"; fi
+
+test: venv
+	$(VENV)/bin/pytest -q tests
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+quickstart-experiment: airflow-up
+	$(QUICKSTART_EXPERIMENT)
+
+quickstart: quickstart-experiment
+	@echo
+	@echo "Airflow UI:  http://127.0.0.1:$(AIRFLOW_PORT)"
+	@echo "user:        admin"
+	@echo "password:    $$($(PY) -c 'import json, sys; print(json.load(open(sys.argv[1]))["admin"])' $(AIRFLOW_HOME_DIR)/simple_auth_manager_passwords.json)"
+	@echo "Stop it with 'make stop'."

@@ -1,0 +1,111 @@
+"""The one HTTP session every client of the master uses (CLI, operators, triggers, training code)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+
+from det_airflow.errors import APIError
+
+API_PREFIX = "/det/api/v1"
+DEFAULT_MASTER = "localhost:8080"
+# Connection errors are retried this many times with backoff: the API server may be restarting.
+_CONNECT_RETRIES = 5
+
+
+def normalize_master_url(address: str | None) -> str:
+    """`host:port` → `http://host:port`; a URL is kept; trailing slashes dropped."""
+    address = (address or DEFAULT_MASTER).strip()
+    if "://" not in address:
+        address = f"http://{address}"
+    return address.rstrip("/")
+
+
+def _error_message(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text.strip() or response.reason_phrase
+    detail = body.get("detail") if isinstance(body, dict) else None
+    if isinstance(detail, list):  # FastAPI validation errors
+        return "; ".join(
+            f"{'.'.join(str(p) for p in item.get('loc', []))}: {item.get('msg')}" for item in detail
+        )
+    return str(detail or body)
+
+
+class Session:
+    """Synchronous session against the master's API, authenticated with one bearer token."""
+
+    def __init__(self, master: str | None, token: str | None = None, *, timeout: float = 30.0) -> None:
+        self.master = normalize_master_url(master)
+        self.token = token
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._client = httpx.Client(base_url=self.master + API_PREFIX, headers=headers, timeout=timeout)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """Send a request; map failures to APIError with the master's own message."""
+        for attempt in range(_CONNECT_RETRIES + 1):
+            try:
+                response = self._client.request(method, path, **kwargs)
+                break
+            except (httpx.ConnectError, httpx.RemoteProtocolError) as exc:
+                if attempt == _CONNECT_RETRIES:
+                    raise APIError(f"cannot reach the master at {self.master}: {exc}") from None
+                time.sleep(min(0.25 * 2**attempt, 4.0))
+            except httpx.TimeoutException:
+                raise APIError(f"the master at {self.master} did not answer in time") from None
+        if response.status_code == 401:
+            raise APIError(
+                f"not logged in to {self.master} (or the session expired): run `det user login`",
+                status_code=401,
+            )
+        if response.status_code >= 400:
+            raise APIError(_error_message(response), status_code=response.status_code)
+        return response
+
+    def get(self, path: str, **kwargs: Any) -> Any:
+        return self.request("GET", path, **kwargs).json()
+
+    def post(self, path: str, json: Any = None, **kwargs: Any) -> Any:
+        response = self.request("POST", path, json=json, **kwargs)
+        return response.json() if response.content else None
+
+    def delete(self, path: str, **kwargs: Any) -> Any:
+        response = self.request("DELETE", path, **kwargs)
+        return response.json() if response.content else None
+
+
+class AsyncSession:
+    """Asynchronous twin of Session, for Airflow triggers."""
+
+    def __init__(self, master: str, token: str | None = None, *, timeout: float = 30.0) -> None:
+        self.master = normalize_master_url(master)
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._client = httpx.AsyncClient(base_url=self.master + API_PREFIX, headers=headers, timeout=timeout)
+
+    async def __aenter__(self) -> AsyncSession:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._client.aclose()
+
+    async def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = await self._client.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            raise APIError(f"cannot reach the master at {self.master}: {exc}") from None
+        if response.status_code >= 400:
+            raise APIError(_error_message(response), status_code=response.status_code)
+        return response.json() if response.content else None

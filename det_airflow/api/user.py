@@ -1,0 +1,394 @@
+"""The master's API for people (the CLI, scripts): one method per "People" route of docs/master-api.md.
+
+Also the login: Airflow's own ``POST /auth/token`` gives the bearer token, stored per master in
+``~/.det-airflow/auth.json`` (mode 0600; the folder can be moved with ``DET_AIRFLOW_CONFIG_DIR``).
+As with Determined's CLI, ``DET_USER`` / ``DET_PASS`` log in automatically when no token is stored.
+
+Example:
+    >>> client = connect("localhost:8080")
+    >>> [e["id"] for e in client.list_experiments()]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypedDict
+
+import httpx
+
+from det_airflow.api._http import Session, _error_message, normalize_master_url
+from det_airflow.errors import APIError
+
+CONFIG_DIR_ENV = "DET_AIRFLOW_CONFIG_DIR"
+USER_ENV = "DET_USER"
+PASSWORD_ENV = "DET_PASS"
+_AUTH_FILE = "auth.json"
+
+
+# --- the objects the People routes answer (docs/master-api.md, "Objects") ------------------------
+
+
+class Experiment(TypedDict, total=False):
+    id: int
+    name: str
+    owner: str | None
+    description: str | None
+    labels: list[str]
+    state: str
+    progress: float | None
+    start_time: str | None
+    end_time: str | None
+    parent_id: int | None
+    resource_pool: str | None
+    searcher: str
+    archived: bool
+    dag_id: str | None
+    dag_run_id: str | None
+    error: str | None
+    num_trials: int | None
+
+
+class Trial(TypedDict, total=False):
+    id: int
+    experiment_id: int
+    request_id: int
+    slot: int | None
+    state: str
+    hparams: dict[str, Any]
+    trial_seed: int
+    start_time: str | None
+    end_time: str | None
+    total_batches: int
+    restarts: int
+    progress: float | None
+    latest_checkpoint: str | None
+    best_validation: dict[str, Any] | None
+    summary_metrics: dict[str, dict[str, Any]]
+
+
+class Metrics(TypedDict, total=False):
+    trial_id: int
+    group: str
+    steps_completed: int
+    metrics: dict[str, Any]
+    report_time: str | None
+
+
+class Checkpoint(TypedDict, total=False):
+    uuid: str
+    trial_id: int
+    experiment_id: int
+    steps_completed: int
+    state: str
+    metadata: dict[str, Any]
+    resources: dict[str, int]
+    size: int
+    storage: dict[str, Any]
+    report_time: str | None
+    validation_metric: float | None
+
+
+class LogLine(TypedDict, total=False):
+    id: int
+    trial_id: int
+    timestamp: str | None
+    container_id: str | None
+    rank: int | None
+    level: str | None
+    stdtype: str | None
+    message: str
+
+
+class LogsPage(TypedDict):
+    logs: list[LogLine]
+    trial_state: str
+
+
+class ExperimentDetail(TypedDict):
+    experiment: Experiment
+    trials: list[Trial]
+    config: dict[str, Any]
+
+
+# --- stored logins ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StoredLogin:
+    username: str
+    token: str
+
+
+def config_dir() -> Path:
+    """The folder of the CLI's own files: ``$DET_AIRFLOW_CONFIG_DIR`` or ``~/.det-airflow``."""
+    override = os.environ.get(CONFIG_DIR_ENV)
+    return Path(override).expanduser() if override else Path.home() / ".det-airflow"
+
+
+def auth_file() -> Path:
+    return config_dir() / _AUTH_FILE
+
+
+def _read_logins() -> dict[str, Any]:
+    try:
+        data = json.loads(auth_file().read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError):
+        # A damaged file only costs a new login; the next write replaces it.
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write_logins(logins: dict[str, Any]) -> None:
+    path = auth_file()
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    # Created 0600 from the start, so the token is never readable by others, not even briefly.
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(logins, f, indent=2, sort_keys=True)
+            f.write("\n")
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def load_login(master: str | None) -> StoredLogin | None:
+    """The login stored for ``master``, if any."""
+    entry = _read_logins().get(normalize_master_url(master))
+    if not isinstance(entry, dict) or not entry.get("token"):
+        return None
+    return StoredLogin(username=str(entry.get("username") or ""), token=str(entry["token"]))
+
+
+def store_login(master: str | None, username: str, token: str) -> None:
+    logins = _read_logins()
+    logins[normalize_master_url(master)] = {"username": username, "token": token}
+    _write_logins(logins)
+
+
+def forget_login(master: str | None) -> bool:
+    """Drops the login stored for ``master``; False when there was none."""
+    logins = _read_logins()
+    if logins.pop(normalize_master_url(master), None) is None:
+        return False
+    _write_logins(logins)
+    return True
+
+
+def login(master: str | None, username: str, password: str, *, timeout: float = 30.0) -> str:
+    """Logs in with Airflow's ``POST /auth/token`` and returns the bearer token (not stored).
+
+    Raises:
+        APIError: Wrong credentials, or the master cannot be reached.
+    """
+    base = normalize_master_url(master)
+    try:
+        response = httpx.post(
+            f"{base}/auth/token", json={"username": username, "password": password}, timeout=timeout
+        )
+    except httpx.TimeoutException:
+        raise APIError(f"the master at {base} did not answer in time") from None
+    except httpx.TransportError as exc:
+        raise APIError(f"cannot reach the master at {base}: {exc}") from None
+    if response.status_code in (401, 403):
+        raise APIError(
+            f"login to {base} failed for user {username!r}: invalid username or password", status_code=401
+        )
+    if response.status_code >= 400:
+        raise APIError(
+            f"login to {base} failed: {_error_message(response)}", status_code=response.status_code
+        )
+    try:
+        token = response.json()["access_token"]
+    except (ValueError, KeyError, TypeError):
+        raise APIError(f"login to {base} failed: the answer of /auth/token has no access_token") from None
+    return str(token)
+
+
+def _env_login(master: str) -> Callable[[], str] | None:
+    """Logs in from ``DET_USER`` / ``DET_PASS`` and stores the token, when both are set."""
+    username, password = os.environ.get(USER_ENV), os.environ.get(PASSWORD_ENV)
+    if not username or password is None:
+        return None
+
+    def relogin() -> str:
+        token = login(master, username, password)
+        store_login(master, username, token)
+        return token
+
+    return relogin
+
+
+def connect(master: str | None) -> UserClient:
+    """A client for ``master`` with the stored login, or one made from ``DET_USER`` / ``DET_PASS``.
+
+    Without either, requests go out unauthenticated and a master that needs a login answers
+    "not logged in ... run `det user login`".
+    """
+    master = normalize_master_url(master)
+    relogin = _env_login(master)
+    stored = load_login(master)
+    if stored is not None:
+        return UserClient(master, stored.token, relogin=relogin)
+    return UserClient(master, relogin() if relogin is not None else None, relogin=relogin)
+
+
+# --- the client --------------------------------------------------------------------------------------
+
+
+class UserClient:
+    """The People routes of the master, over the one HTTP :class:`Session`.
+
+    Args:
+        master: ``host:port`` or a URL.
+        token: Bearer token from :func:`login`, or None.
+        relogin: Called for a fresh token when the master answers 401 (expired token); the
+            request is then sent once more.
+    """
+
+    def __init__(
+        self, master: str | None, token: str | None = None, *, relogin: Callable[[], str] | None = None
+    ) -> None:
+        self.master = normalize_master_url(master)
+        self._session = Session(self.master, token)
+        self._relogin = relogin
+
+    def close(self) -> None:
+        self._session.close()
+
+    def __enter__(self) -> UserClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            return self._session.request(method, path, **kwargs)
+        except APIError as exc:
+            if exc.status_code != 401 or self._relogin is None:
+                raise
+            relogin, self._relogin = self._relogin, None  # only once
+            self._session.close()
+            self._session = Session(self.master, relogin())
+            return self._session.request(method, path, **kwargs)
+
+    def _json(self, method: str, path: str, **kwargs: Any) -> Any:
+        response = self._request(method, path, **kwargs)
+        if not response.content:
+            return {}
+        try:
+            return response.json()
+        except ValueError:
+            raise APIError(
+                f"the master at {self.master} answered {path} with something other than JSON"
+            ) from None
+
+    # --- experiments ---
+
+    def create_experiment(
+        self, config: str, context: str | None, *, paused: bool = False, parent_id: int | None = None
+    ) -> Experiment:
+        """``config``: the YAML text; ``context``: the base64 tar.gz of the context directory, or None."""
+        body: dict[str, Any] = {"config": config, "context": context, "paused": paused}
+        if parent_id is not None:
+            body["parent_id"] = parent_id
+        return self._json("POST", "/experiments", json=body)["experiment"]
+
+    def list_experiments(self, *, all: bool = False) -> list[Experiment]:  # noqa: A002 - the route's own name
+        params = {"all": "true"} if all else {}
+        return self._json("GET", "/experiments", params=params)["experiments"]
+
+    def get_experiment(self, experiment_id: int) -> ExperimentDetail:
+        return self._json("GET", f"/experiments/{experiment_id}")
+
+    def get_experiment_config(self, experiment_id: int) -> dict[str, Any]:
+        return self._json("GET", f"/experiments/{experiment_id}/config")["config"]
+
+    def list_trials(self, experiment_id: int) -> list[Trial]:
+        return self._json("GET", f"/experiments/{experiment_id}/trials")["trials"]
+
+    def list_checkpoints(self, experiment_id: int) -> list[Checkpoint]:
+        return self._json("GET", f"/experiments/{experiment_id}/checkpoints")["checkpoints"]
+
+    def get_experiment_context(self, experiment_id: int) -> bytes:
+        """The context tar.gz the experiment was created with."""
+        return self._request("GET", f"/experiments/{experiment_id}/context").content
+
+    def _experiment_action(self, experiment_id: int, action: str) -> Experiment:
+        return self._json("POST", f"/experiments/{experiment_id}/{action}")["experiment"]
+
+    def pause_experiment(self, experiment_id: int) -> Experiment:
+        return self._experiment_action(experiment_id, "pause")
+
+    def activate_experiment(self, experiment_id: int) -> Experiment:
+        return self._experiment_action(experiment_id, "activate")
+
+    def cancel_experiment(self, experiment_id: int) -> Experiment:
+        return self._experiment_action(experiment_id, "cancel")
+
+    def kill_experiment(self, experiment_id: int) -> Experiment:
+        return self._experiment_action(experiment_id, "kill")
+
+    def archive_experiment(self, experiment_id: int) -> Experiment:
+        return self._experiment_action(experiment_id, "archive")
+
+    def unarchive_experiment(self, experiment_id: int) -> Experiment:
+        return self._experiment_action(experiment_id, "unarchive")
+
+    def delete_experiment(self, experiment_id: int) -> None:
+        self._request("DELETE", f"/experiments/{experiment_id}")
+
+    # --- trials ---
+
+    def get_trial(self, trial_id: int) -> Trial:
+        return self._json("GET", f"/trials/{trial_id}")["trial"]
+
+    def trial_metrics(self, trial_id: int, *, group: str | None = None) -> list[Metrics]:
+        params = {"group": group} if group else {}
+        return self._json("GET", f"/trials/{trial_id}/metrics", params=params)["metrics"]
+
+    def trial_logs(
+        self, trial_id: int, *, after: int | None = None, limit: int | None = None, tail: int | None = None
+    ) -> LogsPage:
+        """One page of a trial's logs, ascending by id: after ``after``, at most ``limit``, or the last ``tail``."""
+        params = {k: v for k, v in (("after", after), ("limit", limit), ("tail", tail)) if v is not None}
+        return self._json("GET", f"/trials/{trial_id}/logs", params=params)
+
+    # --- checkpoints and identity ---
+
+    def get_checkpoint(self, uuid: str) -> Checkpoint:
+        return self._json("GET", f"/checkpoints/{uuid}")["checkpoint"]
+
+    def whoami(self) -> str:
+        """The username the master knows this client's token as (``GET /me``)."""
+        return str(self._json("GET", "/me")["username"])
+
+
+__all__ = [
+    "Checkpoint",
+    "Experiment",
+    "ExperimentDetail",
+    "LogLine",
+    "LogsPage",
+    "Metrics",
+    "StoredLogin",
+    "Trial",
+    "UserClient",
+    "auth_file",
+    "config_dir",
+    "connect",
+    "forget_login",
+    "load_login",
+    "login",
+    "store_login",
+]

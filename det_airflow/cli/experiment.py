@@ -1,0 +1,409 @@
+"""``det experiment|e ...``: create, list, describe, follow and change experiments."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+from det_airflow.cli import render
+from det_airflow.cli.logs import add_log_arguments, show_logs_from_args, show_trial_logs
+from det_airflow.errors import DetError
+from det_airflow.states import TERMINAL_EXPERIMENT_STATES, ExperimentState
+
+if TYPE_CHECKING:
+    from det_airflow.api.user import Experiment, Trial, UserClient
+
+# Seconds between two looks at an experiment while following it; tests shorten it.
+POLL_INTERVAL = 1.0
+
+LIST_HEADERS = ("ID", "Owner", "Name", "Parent ID", "State", "Progress", "Started", "Ended", "Resource Pool")
+LIST_TRIALS_HEADERS = ("Trial ID", "State", "H-Params", "Started", "Ended", "# of Batches")
+DESCRIBE_HEADERS = (
+    "Experiment ID",
+    "State",
+    "Progress",
+    "Started",
+    "Ended",
+    "Name",
+    "Description",
+    "Archived",
+    "Resource Pool",
+    "Labels",
+)
+DESCRIBE_TRIAL_HEADERS = (
+    "Trial ID",
+    "Experiment ID",
+    "State",
+    "Started",
+    "Ended",
+    "H-Params",
+    "# of Batches",
+)
+
+# verb -> (UserClient method, what the CLI prints)
+_LIFECYCLE = {
+    "pause": ("pause_experiment", "Paused"),
+    "activate": ("activate_experiment", "Activated"),
+    "cancel": ("cancel_experiment", "Canceled"),
+    "kill": ("kill_experiment", "Killed"),
+    "archive": ("archive_experiment", "Archived"),
+    "unarchive": ("unarchive_experiment", "Unarchived"),
+}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    noun = subparsers.add_parser("experiment", aliases=["e"], help="manage experiments")
+    verbs = noun.add_subparsers(dest="verb", metavar="VERB", required=True)
+
+    create = verbs.add_parser("create", help="create an experiment")
+    create.add_argument("config_file", metavar="CONFIG", help="experiment configuration (YAML)")
+    create.add_argument("context", metavar="CONTEXT", nargs="?", help="folder of the training code")
+    create.add_argument(
+        "-f", "--follow-first-trial", action="store_true", help="stream the first trial's logs until it ends"
+    )
+    create.add_argument("--paused", action="store_true", help="create the experiment paused")
+    create.add_argument(
+        "-t", "--test-mode", "--test", dest="test_mode", action="store_true", help="compressed test run"
+    )
+    create.add_argument(
+        "--local", action="store_true", help="with --test-mode: run one trial on this machine, no master"
+    )
+    create.add_argument(
+        "--config",
+        dest="config_overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config field, e.g. searcher.max_trials=4 (repeatable)",
+    )
+    create.add_argument(
+        "-i",
+        "--include",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="also send this file or folder with the context (repeatable)",
+    )
+    create.add_argument("--template", help="(not supported by det-airflow)")
+    create.set_defaults(func=_create)
+
+    ls = verbs.add_parser("list", aliases=["ls"], help="list experiments")
+    ls.add_argument("--all", "-a", action="store_true", help="include archived experiments")
+    _add_output_flags(ls)
+    ls.set_defaults(func=_list)
+
+    lt = verbs.add_parser("list-trials", aliases=["lt"], help="list an experiment's trials")
+    _add_id(lt)
+    _add_output_flags(lt)
+    lt.set_defaults(func=_list_trials)
+
+    describe = verbs.add_parser("describe", help="show an experiment and its trials")
+    _add_id(describe)
+    describe.add_argument("--metrics", action="store_true", help="add the trials' latest metrics")
+    _add_output_flags(describe)
+    describe.set_defaults(func=_describe)
+
+    config = verbs.add_parser("config", help="show the experiment's configuration (defaults filled)")
+    _add_id(config)
+    config.set_defaults(func=_config)
+
+    wait = verbs.add_parser("wait", help="wait until the experiment ends; exit 1 unless COMPLETED")
+    _add_id(wait)
+    wait.add_argument(
+        "--polling-interval", type=float, default=5.0, metavar="SECONDS", help="seconds between checks"
+    )
+    wait.set_defaults(func=_wait)
+
+    logs = verbs.add_parser("logs", help="show the logs of the experiment's first trial")
+    _add_id(logs)
+    add_log_arguments(logs)
+    logs.set_defaults(func=_logs)
+
+    for verb in _LIFECYCLE:
+        parser = verbs.add_parser(verb, help=f"{verb} an experiment")
+        _add_id(parser)
+        parser.set_defaults(func=_lifecycle, action=verb)
+
+    delete = verbs.add_parser("delete", help="delete an experiment with its logs, metrics and checkpoints")
+    _add_id(delete)
+    delete.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+    delete.set_defaults(func=_delete)
+
+
+def _add_id(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("experiment_id", metavar="ID", type=int, help="experiment ID")
+
+
+def _add_output_flags(parser: argparse.ArgumentParser) -> None:
+    out = parser.add_mutually_exclusive_group()
+    out.add_argument("--csv", action="store_true", help="print CSV")
+    out.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _connect(args: argparse.Namespace) -> UserClient:
+    from det_airflow.api.user import connect
+
+    return connect(args.master)
+
+
+# --- create ----------------------------------------------------------------------------------------
+
+
+def _create(args: argparse.Namespace) -> int:
+    if args.template:
+        raise DetError("templates are not supported by det-airflow: put the settings in the config file")
+    if args.local and not args.test_mode:
+        raise DetError("--local requires --test-mode")
+    if args.test_mode and not args.local:
+        raise DetError("--test-mode runs on this machine only: use --local --test-mode")
+    if args.follow_first_trial and args.paused:
+        raise DetError("--follow-first-trial cannot be used with --paused: the first trial would never start")
+    if args.include and not args.context:
+        raise DetError("--include needs a context directory (the CONTEXT argument)")
+
+    import yaml
+
+    from det_airflow.config import load_config
+
+    cfg = load_config(args.config_file, overrides=args.config_overrides)
+
+    if args.local:
+        from det_airflow.cli.local_test_mode import run_local_test
+
+        return run_local_test(cfg, args.context, includes=args.include)
+
+    context = None
+    if args.context:
+        import base64
+
+        from det_airflow.context_archive import format_size, pack_context
+
+        packed = pack_context(args.context, includes=args.include)
+        print(
+            f"Preparing files ({packed.directory.absolute()}) to send to master... "
+            f"{format_size(packed.size)} and {packed.file_count} files",
+            flush=True,
+        )
+        context = base64.b64encode(packed.data).decode("ascii")
+
+    if args.config_overrides:
+        config_text = yaml.safe_dump(cfg.raw, sort_keys=False)
+    else:
+        with open(args.config_file, encoding="utf-8") as f:  # as written, comments included
+            config_text = f.read()
+
+    client = _connect(args)
+    experiment = client.create_experiment(config_text, context, paused=args.paused)
+    print(f"Created experiment {experiment['id']}", flush=True)
+    if args.follow_first_trial:
+        return follow_first_trial(client, experiment["id"])
+    return 0
+
+
+def follow_first_trial(client: UserClient, experiment_id: int) -> int:
+    """Streams the first trial's logs until it ends, then waits for the experiment to end.
+
+    Returns the exit status: 0 only when the experiment COMPLETED.
+    """
+    print("Waiting for first trial to begin...", flush=True)
+    while True:
+        detail = client.get_experiment(experiment_id)
+        if detail["trials"]:
+            break
+        if detail["experiment"]["state"] in TERMINAL_EXPERIMENT_STATES:
+            return _report_end(detail["experiment"])
+        time.sleep(POLL_INTERVAL)
+    first = min(trial["id"] for trial in detail["trials"])
+    print(f"Following first trial with ID {first}", flush=True)
+    show_trial_logs(client, first, follow=True)
+    return _report_end(wait_for_experiment(client, experiment_id, POLL_INTERVAL))
+
+
+def wait_for_experiment(client: UserClient, experiment_id: int, interval: float) -> Experiment:
+    """Polls until the experiment reaches a terminal state; returns it."""
+    while True:
+        experiment = client.get_experiment(experiment_id)["experiment"]
+        if experiment["state"] in TERMINAL_EXPERIMENT_STATES:
+            return experiment
+        time.sleep(interval)
+
+
+def _report_end(experiment: Experiment) -> int:
+    state = render.format_state(experiment["state"])
+    print(f"Experiment {experiment['id']} ended in state {state}", flush=True)
+    if state == ExperimentState.COMPLETED:
+        return 0
+    if experiment.get("error"):
+        print(f"Error: {experiment['error']}", file=sys.stderr)
+    return 1
+
+
+# --- reading ---------------------------------------------------------------------------------------
+
+
+def _list(args: argparse.Namespace) -> None:
+    experiments = sorted(_connect(args).list_experiments(all=args.all), key=lambda e: e["id"])
+    if args.json:
+        render.print_json(experiments)
+        return
+    headers = list(LIST_HEADERS)
+    if args.all:
+        headers.append("Archived")
+    rows = []
+    for e in experiments:
+        row: list[Any] = [
+            e["id"],
+            e.get("owner"),
+            e.get("name"),
+            e.get("parent_id"),
+            render.format_state(e.get("state")),
+            render.format_percent(e.get("progress")),
+            render.format_time(e.get("start_time")),
+            render.format_time(e.get("end_time")),
+            e.get("resource_pool"),
+        ]
+        if args.all:
+            row.append(e.get("archived"))
+        rows.append(row)
+    render.print_table(headers, rows, csv=args.csv)
+
+
+def _trial_rows(trials: list[Trial]) -> list[list[Any]]:
+    return [
+        [
+            t["id"],
+            render.format_state(t.get("state")),
+            render.format_json_cell(t.get("hparams") or {}),
+            render.format_time(t.get("start_time")),
+            render.format_time(t.get("end_time")),
+            t.get("total_batches"),
+        ]
+        for t in sorted(trials, key=lambda t: t["id"])
+    ]
+
+
+def _list_trials(args: argparse.Namespace) -> None:
+    trials = _connect(args).list_trials(args.experiment_id)
+    if args.json:
+        render.print_json(sorted(trials, key=lambda t: t["id"]))
+        return
+    render.print_table(LIST_TRIALS_HEADERS, _trial_rows(trials), csv=args.csv)
+
+
+def _describe(args: argparse.Namespace) -> None:
+    detail = _connect(args).get_experiment(args.experiment_id)
+    if args.json:
+        render.print_json(detail)
+        return
+    e = detail["experiment"]
+    if not args.csv:
+        print("Experiment:")
+    render.print_table(
+        DESCRIBE_HEADERS,
+        [
+            [
+                e["id"],
+                render.format_state(e.get("state")),
+                render.format_percent(e.get("progress")),
+                render.format_time(e.get("start_time")),
+                render.format_time(e.get("end_time")),
+                e.get("name"),
+                e.get("description"),
+                e.get("archived"),
+                e.get("resource_pool"),
+                ", ".join(sorted(e.get("labels") or [])),
+            ]
+        ],
+        csv=args.csv,
+    )
+
+    trials = sorted(detail["trials"], key=lambda t: t["id"])
+    headers = list(DESCRIBE_TRIAL_HEADERS)
+    training_names: list[str] = []
+    validation_names: list[str] = []
+    if args.metrics:
+        training_names = _metric_names(trials, "training")
+        validation_names = _metric_names(trials, "validation")
+        headers += [f"Training Metric: {name}" for name in training_names]
+        headers += [f"Validation Metric: {name}" for name in validation_names]
+    rows = []
+    for t in trials:
+        row: list[Any] = [
+            t["id"],
+            t.get("experiment_id", e["id"]),
+            render.format_state(t.get("state")),
+            render.format_time(t.get("start_time")),
+            render.format_time(t.get("end_time")),
+            render.format_json_cell(t.get("hparams") or {}),
+            t.get("total_batches"),
+        ]
+        row += [_summary_value(t, "training", name) for name in training_names]
+        row += [_summary_value(t, "validation", name) for name in validation_names]
+        rows.append(row)
+    if not args.csv:
+        print("\nTrials:")
+    render.print_table(headers, rows, csv=args.csv)
+
+
+def _metric_names(trials: list[Trial], group: str) -> list[str]:
+    names: set[str] = set()
+    for t in trials:
+        names.update((t.get("summary_metrics") or {}).get(group) or {})
+    # The master's summary of a group is {steps_completed, **latest metrics}.
+    names.discard("steps_completed")
+    return sorted(names)
+
+
+def _summary_value(trial: Trial, group: str, name: str) -> Any:
+    value = ((trial.get("summary_metrics") or {}).get(group) or {}).get(name)
+    # Determined-style summaries hold {min, max, last, ...}; ours may hold the latest value only.
+    if isinstance(value, dict):
+        return value.get("last")
+    return value
+
+
+def _config(args: argparse.Namespace) -> None:
+    import yaml
+
+    config = _connect(args).get_experiment_config(args.experiment_id)
+    sys.stdout.write(yaml.safe_dump(config, default_flow_style=False, sort_keys=False))
+
+
+def _wait(args: argparse.Namespace) -> int:
+    return _report_end(wait_for_experiment(_connect(args), args.experiment_id, args.polling_interval))
+
+
+def _logs(args: argparse.Namespace) -> None:
+    client = _connect(args)
+    trials = client.list_trials(args.experiment_id)
+    if not trials:
+        raise DetError(f"experiment {args.experiment_id} has no trials yet")
+    show_logs_from_args(client, min(t["id"] for t in trials), args)
+
+
+# --- changing --------------------------------------------------------------------------------------
+
+
+def _lifecycle(args: argparse.Namespace) -> None:
+    method, done = _LIFECYCLE[args.action]
+    getattr(_connect(args), method)(args.experiment_id)
+    print(f"{done} experiment {args.experiment_id}")
+
+
+def _delete(args: argparse.Namespace) -> int:
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise DetError(f"not deleting experiment {args.experiment_id} without confirmation: pass --yes")
+        answer = input(
+            "Deleting an experiment removes its logs, metrics, checkpoints and other records for good.\n"
+            "For a recoverable alternative, see `det e archive`. Delete experiment "
+            f"{args.experiment_id}? [y/N] "
+        )
+        if answer.strip().lower() not in ("y", "yes"):
+            print("Aborting experiment deletion.")
+            return 0
+    _connect(args).delete_experiment(args.experiment_id)
+    print(f"Deleted experiment {args.experiment_id}")
+    return 0

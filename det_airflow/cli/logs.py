@@ -1,0 +1,212 @@
+"""Showing a trial's logs: the flags of ``det trial logs`` / ``det e logs``, paging, filtering, following."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TextIO
+
+from det_airflow.states import TERMINAL_TRIAL_STATES
+
+if TYPE_CHECKING:
+    from det_airflow.api.user import LogLine, LogsPage, UserClient
+
+LEVELS = ("TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+# Seconds between two looks at a followed trial; tests shorten it.
+POLL_INTERVAL = 1.0
+PAGE_SIZE = 1000
+
+
+def add_log_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags shared by ``det trial logs`` and ``det experiment logs``."""
+    parser.add_argument(
+        "-f", "--follow", action="store_true", help="keep printing new lines until the trial ends"
+    )
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--head", type=_non_negative, metavar="N", help="only the first N lines")
+    which.add_argument("--tail", type=_non_negative, metavar="N", help="only the last N lines")
+    parser.add_argument(
+        "--rank-id",
+        dest="rank_ids",
+        type=int,
+        action="append",
+        metavar="N",
+        help="only lines of this rank (repeatable)",
+    )
+    parser.add_argument("--level", type=str.upper, choices=LEVELS, help="only lines of this level or higher")
+    parser.add_argument("--json", action="store_true", help="one JSON object per line")
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text}")
+    return value
+
+
+@dataclass(frozen=True)
+class LogFilter:
+    """Which lines to show; applied here since the master's log route does not filter."""
+
+    rank_ids: frozenset[int] | None = None
+    min_level: str | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.rank_ids is not None or self.min_level is not None
+
+    def matches(self, line: LogLine) -> bool:
+        if self.rank_ids is not None and line.get("rank") not in self.rank_ids:
+            return False
+        if self.min_level is not None:
+            level = _level_name(line.get("level"))
+            if level not in LEVELS or LEVELS.index(level) < LEVELS.index(self.min_level):
+                return False
+        return True
+
+
+def _level_name(level: str | None) -> str:
+    return (level or "").upper().removeprefix("LOG_LEVEL_")
+
+
+def format_log_line(line: LogLine) -> str:
+    """``[timestamp] <container-id> [rank=N] || LEVEL: message``; parts that are unknown are left out."""
+    parts = []
+    if line.get("timestamp"):
+        parts.append(f"[{line['timestamp']}]")
+    if line.get("container_id"):
+        parts.append(str(line["container_id"]))
+    if line.get("rank") is not None:
+        parts.append(f"[rank={line['rank']}]")
+    level = _level_name(line.get("level"))
+    message = (line.get("message") or "").rstrip("\r\n")
+    parts.append(f"|| {level}: {message}" if level else f"|| {message}")
+    return " ".join(parts)
+
+
+class _Printer:
+    def __init__(self, as_json: bool, out: TextIO | None) -> None:
+        self.as_json = as_json
+        self.out = out or sys.stdout
+
+    def __call__(self, line: LogLine) -> None:
+        text = json.dumps(line, sort_keys=True) if self.as_json else format_log_line(line)
+        self.out.write(text + "\n")
+        self.out.flush()
+
+
+def _pages(client: UserClient, trial_id: int, after: int | None) -> Iterator[LogsPage]:
+    """Pages of the trial's log after ``after`` until the first empty one (which is yielded too)."""
+    while True:
+        page = client.trial_logs(trial_id, after=after, limit=PAGE_SIZE)
+        yield page
+        if not page["logs"]:
+            return
+        after = page["logs"][-1]["id"]
+
+
+def show_trial_logs(
+    client: UserClient,
+    trial_id: int,
+    *,
+    follow: bool = False,
+    head: int | None = None,
+    tail: int | None = None,
+    log_filter: LogFilter | None = None,
+    as_json: bool = False,
+    out: TextIO | None = None,
+) -> None:
+    """Prints the trial's logs; with ``follow``, keeps going until the trial ends and no lines come.
+
+    ``head`` prints the first N matching lines and stops, even when following.
+    """
+    log_filter = log_filter or LogFilter()
+    emit = _Printer(as_json, out)
+    after: int | None = None
+
+    if head is not None:
+        remaining = head
+        if remaining == 0:
+            return
+        for page in _pages(client, trial_id, None):
+            for line in page["logs"]:
+                if log_filter.matches(line):
+                    emit(line)
+                    remaining -= 1
+                    if remaining == 0:
+                        return
+        return
+
+    if tail is not None and not log_filter.active:
+        lines = client.trial_logs(trial_id, tail=tail)["logs"] if tail else []
+        for line in lines:
+            emit(line)
+        after = lines[-1]["id"] if lines else None
+        if follow and after is None:
+            # Nothing printed (tail 0 or an empty log): follow from the current end.
+            last = client.trial_logs(trial_id, tail=1)["logs"]
+            after = last[-1]["id"] if last else None
+    else:
+        kept: deque[LogLine] | None = deque(maxlen=tail) if tail is not None else None
+        for page in _pages(client, trial_id, None):
+            for line in page["logs"]:
+                if not log_filter.matches(line):
+                    continue
+                if kept is not None:
+                    kept.append(line)
+                else:
+                    emit(line)
+            if page["logs"]:
+                after = page["logs"][-1]["id"]
+        for line in kept or ():
+            emit(line)
+
+    if follow:
+        _follow(client, trial_id, after, log_filter, emit)
+
+
+def _follow(
+    client: UserClient, trial_id: int, after: int | None, log_filter: LogFilter, emit: _Printer
+) -> None:
+    ended_and_quiet = False
+    while True:
+        page = client.trial_logs(trial_id, after=after, limit=PAGE_SIZE)
+        lines = page["logs"]
+        for line in lines:
+            if log_filter.matches(line):
+                emit(line)
+        if lines:
+            after = lines[-1]["id"]
+            ended_and_quiet = False
+            if len(lines) >= PAGE_SIZE:
+                continue
+        elif page.get("trial_state") in TERMINAL_TRIAL_STATES:
+            # One more look after the trial ended: lines written just before its state changed.
+            if ended_and_quiet:
+                return
+            ended_and_quiet = True
+        time.sleep(POLL_INTERVAL)
+
+
+def log_filter_from_args(args: argparse.Namespace) -> LogFilter:
+    return LogFilter(
+        rank_ids=frozenset(args.rank_ids) if args.rank_ids else None,
+        min_level=args.level,
+    )
+
+
+def show_logs_from_args(client: UserClient, trial_id: int, args: argparse.Namespace) -> None:
+    show_trial_logs(
+        client,
+        trial_id,
+        follow=args.follow,
+        head=args.head,
+        tail=args.tail,
+        log_filter=log_filter_from_args(args),
+        as_json=args.json,
+    )

@@ -1,0 +1,96 @@
+"""The ``det`` console script: parse, run one command, turn our errors into one clear line."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from det_airflow.cli import admin, experiment, trial, user
+from det_airflow.errors import ConfigError, DetError
+
+MASTER_ENV = "DET_MASTER"
+# Exit statuses: our errors, argparse usage errors (argparse's own), Ctrl-C (128 + SIGINT).
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+class _VersionAction(argparse.Action):
+    """``--version``, reading the installed version only when asked (importlib.metadata is slow)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object, **kwargs: object) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            text = version("det-airflow")
+        except PackageNotFoundError:
+            text = "unknown"
+        parser.exit(message=f"det-airflow {text}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="det", description="Determined AI experiments on Apache Airflow (det-airflow)."
+    )
+    parser.add_argument(
+        "-m",
+        "--master",
+        help=f"master address, host:port or URL (default: ${MASTER_ENV}, else localhost:8080)",
+    )
+    parser.add_argument("-v", "--version", action=_VersionAction)
+    nouns = parser.add_subparsers(dest="noun", metavar="COMMAND", required=True)
+    for module in (experiment, trial, user, admin):
+        module.register(nouns)
+    return parser
+
+
+def _print_error(exc: DetError) -> None:
+    if isinstance(exc, ConfigError) and len(exc.problems) > 1:
+        where = f" in {exc.source}" if exc.source else ""
+        print(
+            f"Error: the experiment configuration{where} has {len(exc.problems)} problems:", file=sys.stderr
+        )
+        for path, message in exc.problems:
+            print(f"  {path}: {message}" if path else f"  {message}", file=sys.stderr)
+        return
+    print(f"Error: {exc}", file=sys.stderr)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs one ``det`` command; returns the exit status."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, usage errors
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    from det_airflow.api._http import DEFAULT_MASTER, normalize_master_url
+
+    args.master = normalize_master_url(args.master or os.environ.get(MASTER_ENV) or DEFAULT_MASTER)
+    try:
+        return args.func(args) or 0
+    except DetError as exc:
+        _print_error(exc)
+        return EXIT_ERROR
+    except OSError as exc:
+        if isinstance(exc, BrokenPipeError):  # `det e list | head`: the reader left, nothing to say
+            _silence_stdout()
+            return EXIT_ERROR
+        print(f"Error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+def _silence_stdout() -> None:
+    # Python flushes stdout at exit; pointing it at /dev/null avoids a second BrokenPipeError there.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

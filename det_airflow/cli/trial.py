@@ -1,0 +1,95 @@
+"""``det trial|t ...``: a trial's logs and description."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Any
+
+from det_airflow.cli import render
+from det_airflow.cli.logs import add_log_arguments, show_logs_from_args
+
+if TYPE_CHECKING:
+    from det_airflow.api.user import UserClient
+
+DESCRIBE_HEADERS = (
+    "Trial ID",
+    "Experiment ID",
+    "State",
+    "H-Params",
+    "Started",
+    "Ended",
+    "# of Batches",
+    "Restarts",
+    "Latest Checkpoint",
+)
+METRICS_HEADERS = ("# of Batches", "Group", "Report Time", "Metrics")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    noun = subparsers.add_parser("trial", aliases=["t"], help="inspect trials")
+    verbs = noun.add_subparsers(dest="verb", metavar="VERB", required=True)
+
+    logs = verbs.add_parser("logs", help="show a trial's logs")
+    _add_id(logs)
+    add_log_arguments(logs)
+    logs.set_defaults(func=_logs)
+
+    describe = verbs.add_parser("describe", help="show a trial")
+    _add_id(describe)
+    describe.add_argument("--metrics", action="store_true", help="also list every metrics report")
+    out = describe.add_mutually_exclusive_group()
+    out.add_argument("--csv", action="store_true", help="print CSV")
+    out.add_argument("--json", action="store_true", help="print JSON")
+    describe.set_defaults(func=_describe)
+
+
+def _add_id(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("trial_id", metavar="ID", type=int, help="trial ID")
+
+
+def _connect(args: argparse.Namespace) -> UserClient:
+    from det_airflow.api.user import connect
+
+    return connect(args.master)
+
+
+def _logs(args: argparse.Namespace) -> None:
+    show_logs_from_args(_connect(args), args.trial_id, args)
+
+
+def _describe(args: argparse.Namespace) -> None:
+    client = _connect(args)
+    trial = client.get_trial(args.trial_id)
+    metrics = client.trial_metrics(args.trial_id) if args.metrics else None
+    if args.json:
+        render.print_json({"trial": trial, "metrics": metrics} if metrics is not None else {"trial": trial})
+        return
+    row: list[Any] = [
+        trial["id"],
+        trial.get("experiment_id"),
+        render.format_state(trial.get("state")),
+        render.format_json_cell(trial.get("hparams") or {}),
+        render.format_time(trial.get("start_time")),
+        render.format_time(trial.get("end_time")),
+        trial.get("total_batches"),
+        trial.get("restarts"),
+        trial.get("latest_checkpoint"),
+    ]
+    render.print_table(DESCRIBE_HEADERS, [row], csv=args.csv)
+    if metrics is None:
+        return
+    if not args.csv:
+        print("\nMetrics:")
+    render.print_table(
+        METRICS_HEADERS,
+        [
+            [
+                m.get("steps_completed"),
+                m.get("group"),
+                render.format_time(m.get("report_time")),
+                render.format_json_cell(m.get("metrics") or {}),
+            ]
+            for m in metrics
+        ],
+        csv=args.csv,
+    )

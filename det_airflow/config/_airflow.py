@@ -1,0 +1,53 @@
+"""The ``airflow`` section: det-airflow's own settings, over defaults from ``airflow.cfg [det]``."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from det_airflow.config._fields import Fields, Problems, report_unknown, show
+from det_airflow.config._types import AirflowSection
+
+EXECUTORS = ("local", "docker", "kubernetes")
+_FIELDS = tuple(f.name for f in dataclasses.fields(AirflowSection))
+_PATH = "airflow"
+
+
+def read_airflow(value: Any, problems: Problems, defaults: Mapping[str, Any] | None) -> AirflowSection:
+    """Reads the section; keys it does not set come from ``defaults``.
+
+    ``defaults`` may be the whole ``[det]`` section: keys that are not AirflowSection fields are
+    ignored, and empty strings count as unset (airflow.cfg cannot write null).
+    """
+    if value is None:
+        value = {}
+    if not isinstance(value, Mapping):
+        problems.add(_PATH, f"expected a mapping, got {show(value)}")
+        value = {}
+    fallback = {k: v for k, v in (defaults or {}).items() if k in _FIELDS and v not in ("", None)}
+    merged = {**fallback, **{k: v for k, v in value.items() if v is not None}}
+    report_unknown(value, _PATH, problems, _FIELDS)
+    before = len(problems)
+    f = Fields(merged, _PATH, problems)
+    d = AirflowSection()
+    section = AirflowSection(
+        executor=f.choice("executor", EXECUTORS, d.executor),
+        pool=f.string("pool", d.pool, nonempty=True),
+        queue=f.string("queue", d.queue, nonempty=True),
+        master_conn_id=f.string("master_conn_id", d.master_conn_id, nonempty=True),
+        docker_conn_id=f.string("docker_conn_id", d.docker_conn_id, nonempty=True),
+        kubernetes_conn_id=f.string("kubernetes_conn_id", d.kubernetes_conn_id, nonempty=True),
+        namespace=f.string("namespace", d.namespace, nonempty=True),
+    )
+    # A bad default is the platform's mistake, not the YAML author's: say where to fix it.
+    for i in range(before, len(problems)):
+        path, message = problems.items[i]
+        key = path.rpartition(".")[2]
+        if key in fallback and key not in value:
+            problems.items[i] = (path, f"{message} (the default set in airflow.cfg [det])")
+    return section
+
+
+def airflow_to_dict(section: AirflowSection) -> dict[str, Any]:
+    return dataclasses.asdict(section)

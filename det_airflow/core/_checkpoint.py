@@ -1,0 +1,146 @@
+"""Saving and restoring checkpoints: files in checkpoint storage, registered once complete."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import uuid as uuidlib
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from det_airflow.core._backend import Backend
+from det_airflow.core._distributed import DistributedContext
+from det_airflow.core._jsonable import jsonable
+from det_airflow.core._storage import CheckpointStorage, resources_of
+from det_airflow.core._train import TrainContext
+from det_airflow.errors import DetError
+
+METADATA_FILE = "metadata.json"
+
+
+class CheckpointContext:
+    """Checkpoints of a trial, identified by their ``storage_id`` (a uuid).
+
+    A checkpoint is written into a temporary folder beside its final one, renamed into place, and
+    only then registered with the master; a crash midway leaves nothing registered. Saving is the
+    chief's job; every worker may restore.
+    """
+
+    def __init__(
+        self,
+        distributed: DistributedContext,
+        storage: CheckpointStorage | None,
+        backend: Backend,
+        train: TrainContext,
+    ) -> None:
+        self._dist = distributed
+        self._storage_or_none = storage
+        self._backend = backend
+        self._train = train
+
+    @property
+    def _storage(self) -> CheckpointStorage:
+        # Checked on use, not at init: a trial that never checkpoints needs no storage.
+        if self._storage_or_none is None:
+            raise DetError(
+                "the experiment config has no checkpoint_storage; set one (shared_fs or directory)"
+            )
+        return self._storage_or_none
+
+    @contextlib.contextmanager
+    def store_path(self, metadata: Mapping[str, Any]) -> Iterator[tuple[Path, str]]:
+        """Yield ``(path, storage_id)``: write the checkpoint's files under ``path``.
+
+        ``metadata`` must hold ``steps_completed`` (batches trained); it is saved as
+        ``metadata.json`` beside the files and registered with the checkpoint. Chief only.
+
+        Example::
+
+            with core_context.checkpoint.store_path({"steps_completed": batches}) as (path, uuid):
+                torch.save(model.state_dict(), path / "model.pt")
+        """
+        if not self._dist.is_chief:
+            raise DetError("checkpoint.store_path is for the chief (rank 0) only")
+        clean, steps_completed = _check_metadata(metadata)
+        storage_id = str(uuidlib.uuid4())
+        with self._storage.writing(storage_id) as path:
+            yield path, storage_id
+            (path / METADATA_FILE).write_text(json.dumps(clean, indent=2, sort_keys=True), encoding="utf-8")
+            resources = resources_of(path)
+        # Metrics up to this checkpoint reach the master before it does.
+        self._train.flush()
+        self._backend.register_checkpoint(
+            storage_id, steps_completed, clean, resources, self._storage.describe(storage_id)
+        )
+
+    @contextlib.contextmanager
+    def restore_path(self, storage_id: str) -> Iterator[Path]:
+        """Yield the folder holding checkpoint ``storage_id``'s files (read them, do not change them)."""
+        yield self._find(storage_id)
+
+    def upload(self, ckpt_dir: Path | str | None, metadata: Mapping[str, Any] | None = None) -> str:
+        """Copy a folder into a new checkpoint; answers its storage_id.
+
+        Every worker calls it (the chief copies, the others may pass ``ckpt_dir=None``); all get the id.
+        """
+        storage_id = None
+        if self._dist.is_chief:
+            if ckpt_dir is None or not Path(ckpt_dir).is_dir():
+                raise DetError(f"checkpoint.upload: {ckpt_dir} is not a folder")
+            with self.store_path(metadata or {}) as (path, storage_id):
+                shutil.copytree(ckpt_dir, path, dirs_exist_ok=True)
+        return str(self._dist.broadcast(storage_id))
+
+    def download(self, storage_id: str, ckpt_dir: Path | str) -> None:
+        """Copy checkpoint ``storage_id``'s files into ``ckpt_dir``."""
+        shutil.copytree(self._find(storage_id), ckpt_dir, dirs_exist_ok=True)
+
+    def get_metadata(self, storage_id: str) -> dict[str, Any]:
+        """The metadata a checkpoint was saved with."""
+        with contextlib.suppress(DetError):
+            metadata_file = self._find(storage_id) / METADATA_FILE
+            if metadata_file.is_file():
+                return dict(json.loads(metadata_file.read_text(encoding="utf-8")))
+        record = self._backend.get_checkpoint(storage_id)
+        if record is None:
+            raise DetError(f"checkpoint {storage_id} not found")
+        return dict(record.get("metadata") or {})
+
+    def delete(self, storage_id: str) -> None:
+        """Delete a checkpoint's files and tell the master. Chief only."""
+        if not self._dist.is_chief:
+            raise DetError("checkpoint.delete is for the chief (rank 0) only")
+        self._storage.delete(storage_id)
+        self._backend.delete_checkpoint(storage_id)
+
+    def _find(self, storage_id: str) -> Path:
+        path = self._storage.path(storage_id)
+        if path.is_dir():
+            return path
+        # Saved elsewhere (another storage setting): the registered record knows where.
+        record = self._backend.get_checkpoint(storage_id)
+        recorded = ((record or {}).get("storage") or {}).get("path")
+        if recorded and Path(recorded).is_dir():
+            return Path(recorded)
+        where = f"{path}" + (f" or {recorded}" if recorded else "")
+        raise DetError(f"checkpoint {storage_id}: its files are not at {where}")
+
+
+def _check_metadata(metadata: Mapping[str, Any]) -> tuple[dict[str, Any], int]:
+    if not isinstance(metadata, Mapping) or "steps_completed" not in metadata:
+        raise DetError(
+            "checkpoint metadata must include 'steps_completed' (the batches trained so far), "
+            "e.g. store_path({'steps_completed': 1000})"
+        )
+    steps = metadata["steps_completed"]
+    try:
+        steps_completed = int(steps)
+    except (TypeError, ValueError):
+        steps_completed = -1
+    if steps_completed < 0 or isinstance(steps, bool):
+        raise DetError(f"checkpoint metadata steps_completed: expected an integer >= 0, got {steps!r}")
+    clean = jsonable(dict(metadata), where="checkpoint metadata")
+    clean["steps_completed"] = steps_completed
+    return clean, steps_completed

@@ -1,0 +1,48 @@
+"""Whether the trial should checkpoint and exit now (pause, cancel, scheduler preemption, searcher stop)."""
+
+from __future__ import annotations
+
+import time
+
+from det_airflow.core._backend import Backend
+from det_airflow.core._distributed import DistributedContext
+
+
+class PreemptContext:
+    """Asks the master whether to stop; cheap enough to call at every reporting boundary.
+
+    The chief asks at most once per ``min_interval`` seconds (the answer is cached between), and
+    once the answer is yes it stays yes. With several workers it is a collective: every worker
+    calls it, the chief asks and broadcasts the answer.
+    """
+
+    def __init__(
+        self, distributed: DistributedContext, backend: Backend, *, min_interval: float = 1.0
+    ) -> None:
+        self._dist = distributed
+        self._backend = backend
+        self._min_interval = min_interval
+        self._preempt = False
+        self._asked_at: float | None = None
+        self._acknowledged = False
+
+    def should_preempt(self, auto_ack: bool = True) -> bool:
+        """True once the trial should checkpoint and exit 0; it will be resumed from that checkpoint."""
+        answer = self._ask() if self._dist.is_chief else None
+        answer = bool(self._dist.broadcast(answer))
+        if answer and auto_ack:
+            self.acknowledge_preemption_signal()
+        return answer
+
+    def acknowledge_preemption_signal(self) -> None:
+        """Promise to exit 0 soon after a checkpoint (``should_preempt()`` does it by default)."""
+        if self._dist.is_chief and not self._acknowledged:
+            self._acknowledged = True
+            self._backend.acknowledge_preemption()
+
+    def _ask(self) -> bool:
+        now = time.monotonic()
+        if not self._preempt and (self._asked_at is None or now - self._asked_at >= self._min_interval):
+            self._preempt = self._backend.should_preempt()
+            self._asked_at = now
+        return self._preempt

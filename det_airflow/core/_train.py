@@ -1,0 +1,101 @@
+"""Reporting metrics, progress and early exits of a trial."""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from det_airflow.core._backend import Backend
+from det_airflow.core._distributed import DistributedContext
+from det_airflow.core._jsonable import jsonable_metrics
+from det_airflow.core._local import now_iso
+
+TRAINING = "training"
+VALIDATION = "validation"
+
+
+class EarlyExitReason(enum.StrEnum):
+    """Why a trial stops before its searcher said so."""
+
+    INVALID_HP = "INVALID_HP"
+    USER_REQUESTED_STOP = "USER_REQUESTED_STOP"
+    ERRORED = "ERRORED"
+
+
+class TrainContext:
+    """Reports of the chief to the master (calls on other workers are ignored).
+
+    Training metrics are buffered and sent in batches, so reporting every batch stays cheap; the
+    buffer goes out with the next validation report, before a checkpoint is registered, on close,
+    and whenever it holds ``flush_every`` reports or is ``flush_interval`` seconds old.
+    Validation reports are sent at once: each reaches the searcher.
+    """
+
+    def __init__(
+        self,
+        distributed: DistributedContext,
+        backend: Backend,
+        *,
+        flush_every: int = 100,
+        flush_interval: float = 10.0,
+    ) -> None:
+        self._dist = distributed
+        self._backend = backend
+        self._flush_every = flush_every
+        self._flush_interval = flush_interval
+        self._buffer: list[dict[str, Any]] = []
+        self._buffer_since = 0.0
+
+    def report_training_metrics(self, steps_completed: int, metrics: Mapping[str, Any]) -> None:
+        """Report training metrics (buffered) after ``steps_completed`` batches."""
+        self.report_metrics(TRAINING, steps_completed, metrics)
+
+    def report_validation_metrics(self, steps_completed: int, metrics: Mapping[str, Any]) -> None:
+        """Report validation metrics (sent at once; the searcher sees every one)."""
+        self.report_metrics(VALIDATION, steps_completed, metrics)
+
+    def report_metrics(self, group: str, steps_completed: int, metrics: Mapping[str, Any]) -> None:
+        """Report metrics of any group; only ``training`` reports are buffered."""
+        if not self._dist.is_chief:
+            return
+        report = {
+            "group": str(group),
+            "steps_completed": int(steps_completed),
+            "metrics": jsonable_metrics(metrics),
+            "report_time": now_iso(),
+        }
+        if not self._buffer:
+            self._buffer_since = time.monotonic()
+        self._buffer.append(report)
+        if (
+            group != TRAINING
+            or len(self._buffer) >= self._flush_every
+            or time.monotonic() - self._buffer_since >= self._flush_interval
+        ):
+            self.flush()
+
+    def flush(self) -> None:
+        """Send the buffered reports now."""
+        if self._buffer:
+            reports, self._buffer = self._buffer, []
+            self._backend.report_metrics(reports)
+
+    def report_progress(self, progress: float) -> None:
+        """Report how far the trial is, as a fraction in [0, 1] (clamped)."""
+        if self._dist.is_chief:
+            self._backend.report_progress(min(max(float(progress), 0.0), 1.0))
+
+    def report_early_exit(self, reason: EarlyExitReason | str) -> None:
+        """Say why the trial ends early; the searcher replaces a trial with invalid hparams."""
+        if self._dist.is_chief:
+            self.flush()
+            self._backend.report_early_exit(EarlyExitReason(reason).value)
+
+    def get_experiment_best_validation(self) -> float | None:
+        """The best searcher metric reported so far by any trial of the experiment."""
+        return self._backend.best_validation()
+
+    def close(self) -> None:
+        self.flush()

@@ -1,0 +1,198 @@
+"""Compiles experiment YAMLs under the DAGs folder into experiment DAGs.
+
+Shape: ``register`` → ``searcher`` → ``trial.expand(slot=...)`` → ``finalize``. Everything shared by an
+experiment's trials (pool, pool slots, priority, retries) is set once on the mapped trial task, which
+is exactly Determined's per-experiment ``slots_per_trial``, ``priority`` and ``max_restarts``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import yaml
+
+from det_airflow.config import AirflowSection, ExperimentConfig, is_experiment_mapping, parse_config
+from det_airflow.errors import ConfigError
+from det_airflow.errors import DetError
+from det_airflow.searcher import trial_slot_count
+
+EXPERIMENTS_SUBDIR = "experiments"  # where the master writes the configs of `det experiment create`
+_MASTER_FILE = re.compile(r"^exp_(\d+)$")
+_YAML_SUFFIXES = (".yaml", ".yml")
+_AIRFLOW_KEYS = {f.name for f in dataclasses.fields(AirflowSection)}
+_START = datetime(2024, 1, 1, tzinfo=UTC)
+
+
+class InvalidExperimentYAML(DetError):
+    """One or more experiment YAMLs in the DAGs folder are invalid (shown as an Airflow import error)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ExperimentFile:
+    path: Path
+    dag_id: str
+    experiment_id: int | None  # set for configs the master wrote for `det experiment create`
+
+
+def dag_id_for_file(path: Path, dags_folder: Path) -> ExperimentFile:
+    stem = path.stem
+    relative = path.relative_to(dags_folder)
+    match = _MASTER_FILE.match(stem)
+    if match and relative.parts[0] == EXPERIMENTS_SUBDIR:
+        return ExperimentFile(path, f"det_{stem}", int(match.group(1)))
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", stem)
+    return ExperimentFile(path, f"det_{safe}", None)
+
+
+def experiment_yamls(dags_folder: Path) -> Iterator[Path]:
+    for root, dirs, files in os.walk(dags_folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != "__pycache__")
+        for name in sorted(files):
+            if name.endswith(_YAML_SUFFIXES) and not name.startswith("."):
+                yield Path(root) / name
+
+
+def _airflow_defaults() -> dict[str, str]:
+    from airflow.configuration import conf
+
+    if not conf.has_section("det"):
+        return {}
+    return {k: str(v) for k, v in conf.getsection("det").items() if k in _AIRFLOW_KEYS}
+
+
+def load_experiment(path: Path, defaults: dict[str, str]) -> ExperimentConfig | None:
+    """The config in `path`, or None when the YAML is not an experiment (no top-level `searcher`)."""
+    text = path.read_text()
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError:
+        if not re.search(r"^searcher\s*:", text, re.MULTILINE):
+            return None  # some other broken YAML: not ours to report
+        # The loader reports the syntax error with its line and column.
+        return parse_config(text, source_name=str(path), airflow_defaults=defaults)
+    if not is_experiment_mapping(raw):
+        return None
+    cfg = parse_config(raw, source_name=str(path), airflow_defaults=defaults)
+    from airflow.configuration import conf
+
+    needed, limit = trial_slot_count(cfg), conf.getint("core", "max_map_length", fallback=1024)
+    if needed > limit:
+        raise ConfigError(
+            [("searcher", f"needs {needed} trial slots but Airflow's [core] max_map_length is {limit}")],
+            source=str(path),
+        )
+    return cfg
+
+
+def build_dag(file: ExperimentFile, cfg: ExperimentConfig):  # type: ignore[no-untyped-def]
+    from airflow.sdk import DAG, Asset
+
+    from det_airflow.operators import (
+        FinalizeExperimentOperator,
+        RegisterExperimentOperator,
+        SearcherSensor,
+        TrialOperator,
+    )
+
+    conn_id = cfg.airflow.master_conn_id
+    with DAG(
+        dag_id=file.dag_id,
+        # A `det experiment create` experiment runs exactly once, as soon as Airflow has parsed it.
+        schedule="@once" if file.experiment_id is not None else None,
+        start_date=_START,
+        catchup=False,
+        is_paused_upon_creation=False,
+        max_active_runs=1 if file.experiment_id is not None else 16,
+        tags=["det", cfg.searcher.name],
+        description=(cfg.description or cfg.name)[:200],
+        doc_md=f"Experiment **{cfg.name}** compiled from `{file.path}`.",
+        default_args={"owner": "det"},
+    ) as dag:
+        register = RegisterExperimentOperator(
+            task_id="register",
+            config_path=str(file.path),
+            experiment_id=file.experiment_id,
+            master_conn_id=conn_id,
+            retries=2,
+            retry_delay=timedelta(seconds=2),
+        )
+        searcher = SearcherSensor(
+            task_id="searcher",
+            experiment_id=register.output,
+            master_conn_id=conn_id,
+            retries=2,
+            retry_delay=timedelta(seconds=2),
+        )
+        trial_kwargs = {
+            "pool": cfg.resources.resource_pool or cfg.airflow.pool,
+            "pool_slots": max(1, cfg.resources.slots_per_trial),
+            "priority_weight": 100 - cfg.resources.priority,
+            "weight_rule": "absolute",
+            "retries": cfg.max_restarts,
+            "retry_delay": timedelta(seconds=1),
+        }
+        if cfg.airflow.queue:
+            trial_kwargs["queue"] = cfg.airflow.queue
+        trial = TrialOperator.partial(
+            task_id="trial",
+            experiment_id=register.output,
+            master_conn_id=conn_id,
+            preemption_timeout=cfg.preemption_timeout,
+            **trial_kwargs,
+        ).expand(slot=searcher.output)
+        finalize = FinalizeExperimentOperator(
+            task_id="finalize",
+            experiment_id=register.output,
+            master_conn_id=conn_id,
+            trigger_rule="all_done",
+            outlets=[Asset(f"det://experiments/{file.dag_id}", group="det")],
+        )
+        register >> searcher >> trial >> finalize
+    return dag
+
+
+def _invalid_dag(dag_id: str, message: str):  # type: ignore[no-untyped-def]
+    """A DAG that fails Airflow's validation with our message, so that invalid YAMLs appear as an
+    import error of the factory file while every valid experiment still loads."""
+    from airflow.sdk import DAG
+
+    class _InvalidExperiments(DAG):
+        def validate(self) -> None:
+            raise InvalidExperimentYAML(message)
+
+    return _InvalidExperiments(dag_id=dag_id, schedule=None, start_date=_START)
+
+
+def build_dags(dags_folder: Path, *, only_dag_id: str | None = None) -> dict[str, object]:
+    """Every experiment DAG under `dags_folder` by DAG id; with `only_dag_id`, just that one."""
+    defaults = _airflow_defaults()
+    dags: dict[str, object] = {}
+    problems: list[str] = []
+    seen: dict[str, Path] = {}
+    for path in experiment_yamls(dags_folder):
+        file = dag_id_for_file(path, dags_folder)
+        if only_dag_id is not None and file.dag_id != only_dag_id:
+            continue
+        try:
+            cfg = load_experiment(path, defaults)
+        except (DetError, OSError) as exc:
+            problems.append(str(exc) if isinstance(exc, DetError) else f"{path}: {exc}")
+            continue
+        if cfg is None:
+            continue
+        if file.dag_id in seen:
+            problems.append(f"{path}: DAG id '{file.dag_id}' is already used by {seen[file.dag_id]}; rename one file")
+            continue
+        seen[file.dag_id] = path
+        dags[file.dag_id] = build_dag(file, cfg)
+    if problems and only_dag_id is None:
+        dags["det_invalid_experiments"] = _invalid_dag(
+            "det_invalid_experiments",
+            "invalid experiment YAML:\n" + "\n".join(problems),
+        )
+    return dags

@@ -1,0 +1,1 @@
+"""The master: experiment state, the search, and the API that tasks, trials and people call."""

@@ -1,0 +1,48 @@
+"""`det admin migrate`: create or upgrade the det tables and the service connection."""
+
+from __future__ import annotations
+
+from det_airflow.master import airflow_bridge
+from det_airflow.master.auth import SERVICE_TOKEN_SETTING, hash_token, new_token
+from det_airflow.master.db import Database, get_database, get_setting, set_setting
+
+DEFAULT_CONN_ID = "det_default"
+
+
+def migrate(*, conn_id: str = DEFAULT_CONN_ID, master_url: str | None = None) -> list[str]:
+    """Bring the det schema up to date and make sure det tasks can reach the master."""
+    db = get_database()
+    before, after = db.migrate()
+    lines = [
+        f"det tables created at schema version {after}"
+        if before is None
+        else f"det tables at schema version {after} (were {before})"
+    ]
+    lines.append(ensure_service_connection(db, conn_id, master_url or airflow_bridge.master_url()))
+    return lines
+
+
+def ensure_service_connection(db: Database, conn_id: str, master_url: str) -> str:
+    """Keep a working service token, or issue a new one into the Airflow connection `conn_id`."""
+    from airflow.models.connection import Connection
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        existing = session.scalars(select(Connection).where(Connection.conn_id == conn_id)).one_or_none()
+        with db.read() as conn:
+            stored = get_setting(conn, SERVICE_TOKEN_SETTING)
+        if existing is not None and existing.password and stored == hash_token(existing.password):
+            if existing.host != master_url:
+                existing.host = master_url
+                return f"connection '{conn_id}' now points at {master_url}"
+            return f"connection '{conn_id}' is up to date ({master_url})"
+        token = new_token()
+        if existing is None:
+            existing = Connection(conn_id=conn_id, conn_type="http", description="det-airflow master")
+            session.add(existing)
+        existing.host = master_url
+        existing.password = token
+        with db.begin() as conn:
+            set_setting(conn, SERVICE_TOKEN_SETTING, hash_token(token))
+    return f"connection '{conn_id}' created with a new service token ({master_url})"

@@ -1,0 +1,39 @@
+"""The master: a FastAPI app that the det plugin mounts at /det in Airflow's API server."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from det_airflow.api._http import API_PREFIX
+from det_airflow.errors import ConfigError, ContextError, DetError
+
+
+def _status_for(exc: DetError) -> int:
+    from det_airflow.master.db import SchemaError
+    from det_airflow.master.experiments import NotFound, StateError, SubmissionError
+
+    if isinstance(exc, NotFound):
+        return 404
+    if isinstance(exc, StateError):
+        return 409
+    if isinstance(exc, SchemaError):
+        return 503
+    if isinstance(exc, ConfigError | ContextError | SubmissionError):
+        return 400
+    return 400
+
+
+def create_app() -> FastAPI:
+    from det_airflow.master import routes_internal, routes_people, routes_runtime
+
+    app = FastAPI(title="det-airflow master", docs_url=None, redoc_url=None)
+    prefix = API_PREFIX.removeprefix("/det")
+    for module in (routes_people, routes_internal, routes_runtime):
+        app.include_router(module.router, prefix=prefix)
+
+    @app.exception_handler(DetError)
+    async def _det_error(_request: Request, exc: DetError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=_status_for(exc))
+
+    return app

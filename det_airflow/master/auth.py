@@ -1,0 +1,82 @@
+"""Who may call which route: people (Airflow login), det tasks (service token), one trial (trial token)."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import time
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request, status
+from sqlalchemy import select
+
+from det_airflow.master import schema
+from det_airflow.master.db import get_database, get_setting
+
+SERVICE_TOKEN_SETTING = "service_token_sha256"
+_CACHE_SECONDS = 30.0
+_service_hash_cache: tuple[float, str | None] = (0.0, None)
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def _bearer(request: Request) -> str:
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token:
+        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "missing bearer token")
+    return token.strip()
+
+
+def _service_hash() -> str | None:
+    global _service_hash_cache
+    fetched_at, value = _service_hash_cache
+    if value is None or time.monotonic() - fetched_at > _CACHE_SECONDS:
+        with get_database().read() as conn:
+            value = get_setting(conn, SERVICE_TOKEN_SETTING)
+        _service_hash_cache = (time.monotonic(), value)
+    return value
+
+
+def require_service(request: Request) -> None:
+    """Routes for det tasks: the service token from the `det_default` connection."""
+    expected = _service_hash()
+    if expected is None:
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, "no service token: run `det admin migrate`")
+    if not secrets.compare_digest(hash_token(_bearer(request)), expected):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "invalid service token")
+
+
+def require_trial(trial_id: int, request: Request) -> int:
+    """Routes for one trial's training code: the token issued for this trial's current run."""
+    token_hash = hash_token(_bearer(request))
+    with get_database().read() as conn:
+        stored = conn.execute(
+            select(schema.trials.c.token_hash).where(schema.trials.c.id == trial_id)
+        ).scalar()
+    if stored is None or not secrets.compare_digest(token_hash, stored):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, f"token not valid for trial {trial_id}")
+    return trial_id
+
+
+def require_any_trial(request: Request) -> int:
+    """A trial token for some trial (checkpoint reads): returns that trial's id."""
+    token_hash = hash_token(_bearer(request))
+    with get_database().read() as conn:
+        trial_id = conn.execute(
+            select(schema.trials.c.id).where(schema.trials.c.token_hash == token_hash)
+        ).scalar()
+    if trial_id is None:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "invalid trial token")
+    return int(trial_id)
+
+
+TrialAuth = Annotated[int, Depends(require_trial)]
+AnyTrialAuth = Annotated[int, Depends(require_any_trial)]
+ServiceAuth = Depends(require_service)

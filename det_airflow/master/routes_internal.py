@@ -1,0 +1,90 @@
+"""Routes for det's own Airflow tasks: the service token of the `det_default` connection."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+
+from det_airflow.master import experiments, search, serialize, trials
+from det_airflow.master.auth import ServiceAuth
+from det_airflow.master.bodies import LogBatch, RegisterRun, TaskRef, TrialExit
+from det_airflow.master.db import get_database
+from det_airflow.master.routes_people import decode_context
+from det_airflow.searcher import trial_slot_count
+from det_airflow.states import ExperimentState
+
+router = APIRouter(prefix="/internal", dependencies=[ServiceAuth])
+
+
+@router.post("/experiments/register")
+def register(body: RegisterRun) -> dict:
+    with get_database().begin() as conn:
+        row = experiments.register_run(
+            conn,
+            dag_id=body.dag_id,
+            run_id=body.run_id,
+            experiment_id=body.experiment_id,
+            config_yaml=body.config,
+            context=decode_context(body.context),
+            owner=body.owner or "airflow",
+        )
+    return {"experiment_id": row.id, "state": row.state}
+
+
+@router.get("/experiments/{experiment_id}/searcher")
+def searcher_status(experiment_id: int) -> dict:
+    with get_database().begin() as conn:
+        row = experiments.get_experiment(conn, experiment_id, lock=True)
+        cfg = experiments.experiment_config(row)
+        state = ExperimentState(row.state)
+        if state == ExperimentState.ACTIVE:
+            search.start(conn, row)
+            row = experiments.get_experiment(conn, experiment_id)
+        ready = ExperimentState(row.state) != ExperimentState.PAUSED
+        return {"ready": ready, "state": row.state, "slots": trial_slot_count(cfg)}
+
+
+@router.post("/experiments/{experiment_id}/slots/{slot}/acquire")
+def acquire(experiment_id: int, slot: int, body: TaskRef, dry_run: bool = False) -> dict:
+    with get_database().begin() as conn:
+        answer = trials.acquire(conn, experiment_id, slot, body.model_dump(), dry_run=dry_run)
+    if "trial" in answer:
+        answer["trial"] = serialize.trial(answer["trial"])
+    return answer
+
+
+@router.post("/trials/{trial_id}/exit")
+def trial_exit(trial_id: int, body: TrialExit) -> dict:
+    with get_database().begin() as conn:
+        trial, retry = trials.exit_run(conn, trial_id, body.exit_code)
+    return {"trial": serialize.trial(trial), "retry": retry}
+
+
+@router.get("/trials/{trial_id}")
+def trial_status(trial_id: int) -> dict:
+    with get_database().read() as conn:
+        trial = trials.get_trial(conn, trial_id)
+        exp = experiments.get_experiment(conn, trial.experiment_id)
+    return {"trial": serialize.trial(trial), "experiment_state": exp.state}
+
+
+@router.post("/trials/{trial_id}/logs")
+def trial_logs(trial_id: int, body: LogBatch) -> dict:
+    with get_database().begin() as conn:
+        trials.get_trial(conn, trial_id)
+        trials.append_logs(conn, trial_id, [line.model_dump() for line in body.logs])
+    return {}
+
+
+@router.post("/experiments/{experiment_id}/finalize")
+def finalize(experiment_id: int) -> dict:
+    with get_database().begin() as conn:
+        row, best = experiments.finalize(conn, experiment_id)
+        count = experiments.count_trials(conn, experiment_id)
+    return {"experiment": serialize.experiment(row, num_trials=count), "best_checkpoint": best}
+
+
+@router.get("/experiments/{experiment_id}/context")
+def experiment_context(experiment_id: int) -> Response:
+    with get_database().read() as conn:
+        row = experiments.get_experiment(conn, experiment_id)
+    return Response(row.context or b"", media_type="application/gzip")

@@ -1,0 +1,102 @@
+"""Rows of the det tables → the JSON objects of the API (docs/master-api.md)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Row
+
+
+def iso(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    if value.tzinfo is None:  # SQLite keeps no zone; the master writes UTC
+        value = value.replace(tzinfo=UTC)
+    return value.isoformat()
+
+
+def experiment(row: Row, *, num_trials: int | None = None) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "name": row.name,
+        "owner": row.owner,
+        "description": row.description,
+        "labels": list(row.labels or []),
+        "state": row.state,
+        "progress": row.progress,
+        "start_time": iso(row.start_time),
+        "end_time": iso(row.end_time),
+        "parent_id": row.parent_id,
+        "resource_pool": row.resource_pool,
+        "searcher": row.searcher_name,
+        "archived": row.archived,
+        "dag_id": row.dag_id,
+        "dag_run_id": row.dag_run_id,
+        "error": row.error,
+        "num_trials": num_trials,
+    }
+
+
+def trial(row: Row) -> dict[str, Any]:
+    best = (
+        {"metric": row.best_validation, "steps_completed": row.best_validation_steps}
+        if row.best_validation is not None
+        else None
+    )
+    return {
+        "id": row.id,
+        "experiment_id": row.experiment_id,
+        "request_id": row.request_id,
+        "slot": row.slot,
+        "state": row.state,
+        "hparams": row.hparams,
+        "trial_seed": row.trial_seed,
+        "start_time": iso(row.start_time),
+        "end_time": iso(row.end_time),
+        "total_batches": row.total_batches,
+        "restarts": row.restarts,
+        "progress": row.progress,
+        "latest_checkpoint": row.latest_checkpoint,
+        "best_validation": best,
+        "summary_metrics": row.summary or {},
+    }
+
+
+def metrics(row: Row) -> dict[str, Any]:
+    return {
+        "trial_id": row.trial_id,
+        "group": row.group,
+        "steps_completed": row.steps_completed,
+        "metrics": row.metrics,
+        "report_time": iso(row.report_time),
+    }
+
+
+def checkpoint(row: Row) -> dict[str, Any]:
+    return {
+        "uuid": row.uuid,
+        "trial_id": row.trial_id,
+        "experiment_id": row.experiment_id,
+        "steps_completed": row.steps_completed,
+        "state": row.state,
+        "metadata": row.metadata,
+        "resources": row.resources,
+        "size": row.size,
+        "storage": row.storage,
+        "report_time": iso(row.report_time),
+        "validation_metric": row.validation_metric,
+    }
+
+
+def log_line(row: Row) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "trial_id": row.trial_id,
+        "timestamp": iso(row.timestamp),
+        "container_id": row.container_id,
+        "rank": row.rank,
+        "level": row.level,
+        "stdtype": row.stdtype,
+        "message": row.message,
+    }

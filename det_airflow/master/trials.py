@@ -1,0 +1,367 @@
+"""Trials: the slot protocol, runs and exits, and what training code reports."""
+
+from __future__ import annotations
+
+import math
+import os
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Row, select
+
+from det_airflow.master import experiments, schema, search
+from det_airflow.master.auth import hash_token, new_token
+from det_airflow.master.experiments import NotFound, now
+from det_airflow.searcher import ExitedReason
+from det_airflow.states import ExperimentState, TrialState
+
+_OPEN = [s.value for s in TrialState if not s.is_terminal]
+_STOPPING = {
+    ExperimentState.STOPPING_CANCELED,
+    ExperimentState.STOPPING_KILLED,
+    ExperimentState.STOPPING_ERROR,
+    ExperimentState.STOPPING_COMPLETED,
+}
+
+
+def get_trial(conn: Connection, trial_id: int, *, lock: bool = False) -> Row:
+    query = select(schema.trials).where(schema.trials.c.id == trial_id)
+    if lock:
+        query = query.with_for_update()
+    row = conn.execute(query).first()
+    if row is None:
+        raise NotFound(f"trial {trial_id} not found")
+    return row
+
+
+def _update(conn: Connection, trial_id: int, **values: Any) -> None:
+    conn.execute(schema.trials.update().where(schema.trials.c.id == trial_id).values(**values))
+
+
+# --- the slot protocol -------------------------------------------------------------------------
+
+
+def acquire(conn: Connection, experiment_id: int, slot: int, task: dict[str, Any], *, dry_run: bool) -> dict:
+    """Give a trial slot its trial: the one it holds, else the oldest one nobody holds."""
+    exp = experiments.get_experiment(conn, experiment_id, lock=not dry_run)
+    state = ExperimentState(exp.state)
+    if state.is_terminal or state in _STOPPING:
+        return {"status": "done"}
+    if state == ExperimentState.PAUSED:
+        return {"status": "wait"}
+    trials = schema.trials
+    trial = conn.execute(
+        select(trials).where(
+            trials.c.experiment_id == experiment_id, trials.c.slot == slot, trials.c.state.in_(_OPEN)
+        )
+    ).first()
+    if trial is None:
+        trial = conn.execute(
+            select(trials)
+            .where(trials.c.experiment_id == experiment_id, trials.c.slot.is_(None), trials.c.state.in_(_OPEN))
+            .order_by(trials.c.id)
+            .limit(1)
+        ).first()
+    if trial is None:
+        return {"status": "done" if exp.search_done else "wait"}
+    if dry_run:
+        return {"status": "run"}
+    token = new_token()
+    _update(
+        conn,
+        trial.id,
+        slot=slot,
+        state=TrialState.RUNNING,
+        start_time=trial.start_time or now(),
+        token_hash=hash_token(token),
+        run_id=trial.run_id + 1,
+        task=task,
+    )
+    trial = get_trial(conn, trial.id)
+    return {"status": "run", "trial": trial, "token": token, "spec": trial_spec(conn, exp, trial)}
+
+
+def trial_spec(conn: Connection, exp: Row, trial: Row) -> dict[str, Any]:
+    """Everything the trial process needs (det_airflow.trial_process.TrialSpec)."""
+    cfg = experiments.experiment_config(exp)
+    latest = trial.latest_checkpoint
+    steps = 0
+    if latest is None:
+        latest = _warm_start_checkpoint(conn, cfg)
+    if latest is not None:
+        steps = (
+            conn.execute(
+                select(schema.checkpoints.c.steps_completed).where(schema.checkpoints.c.uuid == latest)
+            ).scalar()
+            or 0
+        )
+        if trial.latest_checkpoint is None:
+            steps = 0  # a warm start begins a new trial: its own count starts at zero
+    return {
+        "trial_id": trial.id,
+        "experiment_id": exp.id,
+        "request_id": trial.request_id,
+        "trial_seed": trial.trial_seed,
+        "hparams": trial.hparams,
+        "config": exp.config,
+        "latest_checkpoint": latest,
+        "steps_completed": steps,
+        "run_id": trial.run_id,
+    }
+
+
+def _warm_start_checkpoint(conn: Connection, cfg: Any) -> str | None:
+    if cfg.searcher.source_checkpoint_uuid:
+        return cfg.searcher.source_checkpoint_uuid
+    if cfg.searcher.source_trial_id is not None:
+        return conn.execute(
+            select(schema.trials.c.latest_checkpoint).where(schema.trials.c.id == cfg.searcher.source_trial_id)
+        ).scalar()
+    return None
+
+
+def exit_run(conn: Connection, trial_id: int, exit_code: int) -> tuple[Row, bool]:
+    """A trial's process ended; returns (trial, whether Airflow should retry the task)."""
+    trial = get_trial(conn, trial_id)
+    exp = experiments.get_experiment(conn, trial.experiment_id, lock=True)
+    trial = get_trial(conn, trial_id, lock=True)
+    if TrialState(trial.state).is_terminal:
+        return trial, False
+    cfg = experiments.experiment_config(exp)
+    exp_state = ExperimentState(exp.state)
+    retry = False
+    event = None
+    if trial.early_exit == "INVALID_HP":
+        state, event = TrialState.COMPLETED, ExitedReason.INVALID_HP
+    elif exit_code == 0:
+        if exp_state == ExperimentState.PAUSED and not trial.stop_requested:
+            # Preempted by a pause: it resumes from its checkpoint once the experiment is active.
+            _update(conn, trial_id, state=TrialState.PAUSED, token_hash=None, slot=None)
+            return get_trial(conn, trial_id), False
+        if exp_state in (ExperimentState.STOPPING_CANCELED, ExperimentState.STOPPING_KILLED):
+            state, event = TrialState.CANCELED, ExitedReason.USER_CANCELED
+        elif trial.early_exit == "USER_REQUESTED_STOP":
+            state, event = TrialState.COMPLETED, ExitedReason.USER_CANCELED
+        else:
+            state = TrialState.COMPLETED
+    else:
+        restarts = trial.restarts + 1
+        _update(conn, trial_id, restarts=restarts)
+        if restarts > cfg.max_restarts or exp_state.is_terminal or exp_state in _STOPPING:
+            state, event = TrialState.ERROR, ExitedReason.ERRORED
+        else:
+            _update(conn, trial_id, state=TrialState.QUEUED, token_hash=None)
+            return get_trial(conn, trial_id), True
+    _update(conn, trial_id, state=state, end_time=now(), token_hash=None)
+    if event is None:
+        search.send(conn, exp.id, lambda m: m.trial_exited(trial.request_id))
+    else:
+        search.send(conn, exp.id, lambda m: m.trial_exited_early(trial.request_id, event))
+    experiments.maybe_finish(conn, exp.id)
+    return get_trial(conn, trial_id), retry
+
+
+def should_preempt(conn: Connection, trial_id: int) -> bool:
+    trial = get_trial(conn, trial_id)
+    state = conn.execute(
+        select(schema.experiments.c.state).where(schema.experiments.c.id == trial.experiment_id)
+    ).scalar_one()
+    return bool(trial.stop_requested) or ExperimentState(state) != ExperimentState.ACTIVE
+
+
+# --- reports from training code ----------------------------------------------------------------
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def report_metrics(conn: Connection, trial_id: int, reports: list[dict[str, Any]]) -> None:
+    """Store a batch of metric reports; every validation report reaches the search method."""
+    trial = get_trial(conn, trial_id)
+    exp = experiments.get_experiment(conn, trial.experiment_id)
+    cfg = experiments.experiment_config(exp)
+    metric_name, smaller = cfg.searcher.metric, cfg.searcher.smaller_is_better
+    summary = dict(trial.summary or {})
+    total = trial.total_batches
+    best, best_steps = trial.best_validation, trial.best_validation_steps
+    validations = []
+    rows = []
+    for report in reports:
+        group, steps, values = report["group"], int(report["steps_completed"]), report["metrics"]
+        rows.append(
+            {
+                "trial_id": trial_id,
+                "group": group,
+                "steps_completed": steps,
+                "metrics": values,
+                "report_time": _parse_time(report.get("report_time")),
+                "trial_run_id": trial.run_id,
+            }
+        )
+        summary[group] = {"steps_completed": steps, **values}
+        if group in ("training", "validation"):
+            total = max(total, steps)
+        if group == "validation":
+            validations.append((steps, values))
+            value = values.get(metric_name)
+            if _finite(value) and (best is None or (value < best if smaller else value > best)):
+                best, best_steps = float(value), steps
+    if rows:
+        conn.execute(schema.metrics.insert(), rows)
+    _update(conn, trial_id, summary=summary, total_batches=total, best_validation=best, best_validation_steps=best_steps)
+    for steps, values in validations:
+        if _finite(values.get(metric_name)):
+            conn.execute(
+                schema.checkpoints.update()
+                .where(schema.checkpoints.c.trial_id == trial_id, schema.checkpoints.c.steps_completed == steps)
+                .values(validation_metric=float(values[metric_name]))
+            )
+        search.send(
+            conn,
+            exp.id,
+            lambda m, steps=steps, values=values: m.validation_completed(trial.request_id, values, steps),
+        )
+
+
+def _parse_time(value: Any) -> datetime:
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value)
+        except ValueError:
+            pass
+    return now()
+
+
+def report_progress(conn: Connection, trial_id: int, progress: float) -> None:
+    _update(conn, trial_id, progress=max(0.0, min(1.0, float(progress))))
+
+
+def report_early_exit(conn: Connection, trial_id: int, reason: str) -> None:
+    _update(conn, trial_id, early_exit=reason)
+
+
+def register_checkpoint(conn: Connection, trial_id: int, body: dict[str, Any]) -> Row:
+    trial = get_trial(conn, trial_id)
+    exp = experiments.get_experiment(conn, trial.experiment_id)
+    storage = dict(exp.config.get("checkpoint_storage") or {})
+    base = storage.get("host_path") or storage.get("container_path") or ""
+    if storage.get("storage_path"):
+        base = os.path.join(base, storage["storage_path"])
+    resources = {str(k): int(v) for k, v in (body.get("resources") or {}).items()}
+    steps = int(body["steps_completed"])
+    metric = None
+    validation = conn.execute(
+        select(schema.metrics.c.metrics).where(
+            schema.metrics.c.trial_id == trial_id,
+            schema.metrics.c.group == "validation",
+            schema.metrics.c.steps_completed == steps,
+        )
+    ).scalar()
+    if validation and _finite(validation.get(exp.config["searcher"]["metric"])):
+        metric = float(validation[exp.config["searcher"]["metric"]])
+    conn.execute(
+        schema.checkpoints.insert().values(
+            uuid=body["uuid"],
+            trial_id=trial_id,
+            experiment_id=exp.id,
+            steps_completed=steps,
+            state="COMPLETED",
+            metadata=body.get("metadata") or {},
+            resources=resources,
+            size=sum(resources.values()),
+            storage={"type": storage.get("type"), "path": os.path.join(base, body["uuid"])},
+            report_time=now(),
+            validation_metric=metric,
+        )
+    )
+    _update(conn, trial_id, latest_checkpoint=body["uuid"])
+    return get_checkpoint(conn, body["uuid"])
+
+
+def get_checkpoint(conn: Connection, uuid: str) -> Row:
+    row = conn.execute(select(schema.checkpoints).where(schema.checkpoints.c.uuid == uuid)).first()
+    if row is None:
+        raise NotFound(f"checkpoint {uuid} not found")
+    return row
+
+
+def delete_checkpoint(conn: Connection, trial_id: int, uuid: str) -> None:
+    row = get_checkpoint(conn, uuid)
+    if row.trial_id != trial_id:
+        raise NotFound(f"checkpoint {uuid} does not belong to trial {trial_id}")
+    conn.execute(schema.checkpoints.update().where(schema.checkpoints.c.uuid == uuid).values(state="DELETED"))
+    trial = get_trial(conn, trial_id)
+    if trial.latest_checkpoint == uuid:
+        previous = conn.execute(
+            select(schema.checkpoints.c.uuid)
+            .where(schema.checkpoints.c.trial_id == trial_id, schema.checkpoints.c.state == "COMPLETED")
+            .order_by(schema.checkpoints.c.steps_completed.desc())
+            .limit(1)
+        ).scalar()
+        _update(conn, trial_id, latest_checkpoint=previous)
+
+
+def experiment_best_validation(conn: Connection, trial_id: int) -> float | None:
+    trial = get_trial(conn, trial_id)
+    exp = experiments.get_experiment(conn, trial.experiment_id)
+    smaller = exp.config["searcher"].get("smaller_is_better", True)
+    values = [
+        v
+        for v in conn.execute(
+            select(schema.trials.c.best_validation).where(schema.trials.c.experiment_id == exp.id)
+        ).scalars()
+        if v is not None
+    ]
+    if not values:
+        return None
+    return min(values) if smaller else max(values)
+
+
+def searcher_operation(conn: Connection, trial_id: int) -> dict[str, Any]:
+    """Seed-era `searcher.operations()`: train to max_length (in its own unit)."""
+    trial = get_trial(conn, trial_id)
+    exp = experiments.get_experiment(conn, trial.experiment_id)
+    length = exp.config["searcher"].get("max_length") or {}
+    value = next(iter(length.values()), 0) if isinstance(length, dict) else int(length)
+    return {"length": int(value), "completed": bool(trial.op_completed)}
+
+
+def searcher_completed(conn: Connection, trial_id: int) -> None:
+    _update(conn, trial_id, op_completed=True)
+
+
+def append_logs(conn: Connection, trial_id: int, lines: list[dict[str, Any]]) -> None:
+    if not lines:
+        return
+    conn.execute(
+        schema.trial_logs.insert(),
+        [
+            {
+                "trial_id": trial_id,
+                "timestamp": _parse_time(line.get("timestamp")),
+                "container_id": line.get("container_id"),
+                "rank": line.get("rank"),
+                "level": line.get("level") or "INFO",
+                "stdtype": line.get("stdtype") or "stdout",
+                "message": str(line.get("message", "")),
+            }
+            for line in lines
+        ],
+    )
+
+
+def read_logs(
+    conn: Connection, trial_id: int, *, after: int | None, limit: int | None, tail: int | None
+) -> list[Row]:
+    table = schema.trial_logs
+    query = select(table).where(table.c.trial_id == trial_id)
+    if after is not None:
+        query = query.where(table.c.id > after)
+    if tail is not None:
+        rows = conn.execute(query.order_by(table.c.id.desc()).limit(tail)).all()
+        return list(reversed(rows))
+    query = query.order_by(table.c.id)
+    if limit is not None:
+        query = query.limit(limit)
+    return list(conn.execute(query).all())

@@ -1,0 +1,26 @@
+"""Names of the environment variables a trial process receives (REFERENCE.md section 3).
+
+One place for them: the trial operators write them, the Core API and launchers read them.
+"""
+
+from __future__ import annotations
+
+MASTER = "DET_MASTER"
+SESSION_TOKEN = "DET_SESSION_TOKEN"
+TRIAL_ID = "DET_TRIAL_ID"
+EXPERIMENT_ID = "DET_EXPERIMENT_ID"
+TRIAL_SEED = "DET_TRIAL_SEED"
+HPARAMS = "DET_HPARAMS"
+EXPERIMENT_CONFIG = "DET_EXPERIMENT_CONFIG"
+LATEST_CHECKPOINT = "DET_LATEST_CHECKPOINT"
+STEPS_COMPLETED = "DET_STEPS_COMPLETED"
+SLOT_IDS = "DET_SLOT_IDS"
+CHIEF_IP = "DET_CHIEF_IP"
+CONTAINER_RANK = "DET_CONTAINER_RANK"
+CONTAINER_ADDRS = "DET_CONTAINER_ADDRS"
+TASK_ID = "DET_TASK_ID"
+ALLOCATION_ID = "DET_ALLOCATION_ID"
+TRIAL_RUN_ID = "DET_TRIAL_RUN_ID"
+# Off-cluster and local test mode: the folder of the local store, and whether training is compressed.
+LOCAL_STORE = "DET_LOCAL_STORE"
+TEST_MODE = "DET_TEST_MODE"

@@ -1,0 +1,1 @@
+"""Distributed launchers for trial entrypoints (imported as det_airflow.launchers)."""

@@ -1,0 +1,151 @@
+"""The experiment DAG's bookends: register the run, wait for the search, finalize."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import BaseOperator, BaseSensorOperator, Context
+
+from det_airflow.operators._master import internal_client, master_credentials
+from det_airflow.operators.triggers import ExperimentReadyTrigger
+from det_airflow.states import ExperimentState
+
+
+class RegisterExperimentOperator(BaseOperator):
+    """Links the DAG run to its experiment; a YAML dropped into dags/ becomes a new experiment.
+
+    Returns the experiment id (XCom) that the searcher and trial tasks read.
+    """
+
+    ui_color = "#d6e4ff"
+
+    def __init__(
+        self,
+        *,
+        config_path: str,
+        experiment_id: int | None = None,
+        master_conn_id: str = "det_default",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.config_path = config_path
+        self.experiment_id = experiment_id
+        self.master_conn_id = master_conn_id
+
+    def execute(self, context: Context) -> int:
+        from det_airflow.context_archive import pack_context
+
+        dag_run = context["dag_run"]
+        config = context_bytes = None
+        if self.experiment_id is None:
+            path = Path(self.config_path)
+            config = path.read_text()
+            packed = pack_context(path.parent)
+            context_bytes = packed.data
+            self.log.info("Packed context %s: %d files, %d bytes", path.parent, packed.file_count, packed.size)
+        client = internal_client(self.master_conn_id)
+        try:
+            answer = client.register(
+                dag_id=dag_run.dag_id,
+                run_id=dag_run.run_id,
+                experiment_id=self.experiment_id,
+                config=config,
+                context=context_bytes,
+                owner=getattr(dag_run, "triggering_user_name", None),
+            )
+        finally:
+            client.close()
+        self.log.info("Experiment %s (%s)", answer["experiment_id"], answer["state"])
+        return int(answer["experiment_id"])
+
+
+class SearcherSensor(BaseSensorOperator):
+    """Waits until the experiment is active and its search has started; returns its trial slots."""
+
+    template_fields: Sequence[str] = ("experiment_id",)
+    ui_color = "#fff2cc"
+
+    def __init__(
+        self, *, experiment_id: Any, master_conn_id: str = "det_default", deferrable: bool = True, **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        self.experiment_id = experiment_id
+        self.master_conn_id = master_conn_id
+        self.deferrable = deferrable
+
+    def _status(self) -> dict[str, Any]:
+        client = internal_client(self.master_conn_id)
+        try:
+            return client.searcher_status(int(self.experiment_id))
+        finally:
+            client.close()
+
+    def poke(self, context: Context) -> bool:
+        return bool(self._status()["ready"])
+
+    def execute(self, context: Context) -> list[int]:
+        status = self._status()
+        if status["ready"]:
+            return self._slots(status)
+        if not self.deferrable:
+            super().execute(context)
+            return self._slots(self._status())
+        self.log.info("Experiment %s is %s; waiting until it is activated", self.experiment_id, status["state"])
+        master, token = master_credentials(self.master_conn_id)
+        self.defer(
+            trigger=ExperimentReadyTrigger(master, token, int(self.experiment_id)),
+            method_name="execute_complete",
+        )
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> list[int]:
+        if event.get("status") == "error":
+            raise RuntimeError(event["message"])
+        return self._slots(self._status())
+
+    def _slots(self, status: dict[str, Any]) -> list[int]:
+        if ExperimentState(status["state"]).is_terminal:
+            self.log.info("Experiment %s is already %s", self.experiment_id, status["state"])
+            return []
+        return list(range(int(status["slots"])))
+
+
+class FinalizeExperimentOperator(BaseOperator):
+    """Settles the experiment's state once its trial tasks are done; succeeds only if COMPLETED.
+
+    On success its outlet Asset gets an event, so downstream DAGs can schedule on finished experiments.
+    """
+
+    template_fields: Sequence[str] = ("experiment_id",)
+    ui_color = "#d9ead3"
+
+    def __init__(self, *, experiment_id: Any, master_conn_id: str = "det_default", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.experiment_id = experiment_id
+        self.master_conn_id = master_conn_id
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow.exceptions import AirflowFailException
+
+        client = internal_client(self.master_conn_id)
+        try:
+            answer = client.finalize(int(self.experiment_id))
+        finally:
+            client.close()
+        experiment = answer["experiment"]
+        self.log.info(
+            "Experiment %s ended %s; best checkpoint %s",
+            experiment["id"],
+            experiment["state"],
+            answer["best_checkpoint"],
+        )
+        if experiment["state"] != ExperimentState.COMPLETED:
+            detail = f": {experiment['error']}" if experiment.get("error") else ""
+            raise AirflowFailException(f"experiment {experiment['id']} ended {experiment['state']}{detail}")
+        for outlet in self.outlets:
+            context["outlet_events"][outlet].extra = {
+                "experiment_id": experiment["id"],
+                "best_checkpoint": answer["best_checkpoint"],
+            }
+        return {"experiment_id": experiment["id"], "state": experiment["state"], "best_checkpoint": answer["best_checkpoint"]}

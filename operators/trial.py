@@ -1,0 +1,211 @@
+"""Trial operators: one mapped task instance per trial slot (see docs/master-api.md, slot protocol)."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import BaseOperator, Context
+
+from det_airflow.api.internal import InternalClient
+from det_airflow.errors import APIError
+from det_airflow.operators._logs import LogShipper
+from det_airflow.operators._master import internal_client, master_credentials
+from det_airflow.operators.triggers import ExperimentReadyTrigger, TrialSlotTrigger
+from det_airflow.states import ExperimentState, TrialState
+
+
+def default_work_dir() -> Path:
+    import os
+
+    from airflow.configuration import conf
+
+    configured = conf.get("det", "trial_work_dir", fallback=None)
+    home = os.environ.get("AIRFLOW_HOME", os.path.expanduser("~/airflow"))
+    return Path(configured or os.path.join(home, "det-trials")).expanduser()
+
+
+class TrialOperator(BaseOperator):
+    """Runs the trials of one trial slot: asks the master for a trial, waits (deferred) while there is
+    none yet, runs it, and reports how it ended. A failed run raises, so Airflow's retries
+    (`max_restarts`) start it again from its latest checkpoint.
+
+    Subclasses say where the trial's process runs (`_run_trial`); this one runs it as a local process.
+    """
+
+    template_fields: Sequence[str] = ("experiment_id",)
+    ui_color = "#fde9d9"
+
+    def __init__(
+        self,
+        *,
+        experiment_id: Any,
+        slot: int,
+        master_conn_id: str = "det_default",
+        preemption_timeout: int = 3600,
+        poll_interval: float = 2.0,
+        work_dir: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.experiment_id = experiment_id
+        self.slot = slot
+        self.master_conn_id = master_conn_id
+        self.preemption_timeout = preemption_timeout
+        self.poll_interval = poll_interval
+        self.work_dir = work_dir
+        self._stop = threading.Event()
+
+    # --- Airflow entry points ---
+
+    def execute(self, context: Context) -> dict[str, Any] | None:
+        return self._serve_slot(context, ran=[])
+
+    def resume(self, context: Context, event: dict[str, Any], ran: list[int] | None = None) -> dict[str, Any] | None:
+        if event.get("status") == "error":
+            raise RuntimeError(event["message"])
+        return self._serve_slot(context, ran=list(ran or []))
+
+    def on_kill(self) -> None:
+        self._stop.set()
+
+    # --- the slot loop ---
+
+    def _serve_slot(self, context: Context, ran: list[int]) -> dict[str, Any] | None:
+        from airflow.exceptions import AirflowException, AirflowFailException, AirflowSkipException
+
+        experiment_id = int(self.experiment_id)
+        ti = context["ti"]
+        task_ref = {
+            "try_number": ti.try_number,
+            "dag_id": ti.dag_id,
+            "run_id": ti.run_id,
+            "task_id": ti.task_id,
+            "map_index": ti.map_index,
+        }
+        client = internal_client(self.master_conn_id)
+        try:
+            while True:
+                answer = client.acquire(experiment_id, self.slot, task_ref)
+                if answer["status"] == "done":
+                    if ran:
+                        return {"trials": ran}
+                    raise AirflowSkipException(f"the search needs no trial in slot {self.slot}")
+                if answer["status"] == "wait":
+                    self._defer(TrialSlotTrigger, ran, slot=self.slot)
+                trial_id = answer["trial"]["id"]
+                exit_code = self._run_trial(client, answer["spec"], answer["token"])
+                result = client.exit_trial(
+                    trial_id, exit_code, try_number=ti.try_number, max_tries=getattr(ti, "max_tries", 0)
+                )
+                state = TrialState(result["trial"]["state"])
+                if result["retry"]:
+                    raise AirflowException(
+                        f"trial {trial_id} exited with code {exit_code}; it restarts from its latest checkpoint "
+                        f"(restart {result['trial']['restarts']})"
+                    )
+                if state == TrialState.ERROR:
+                    raise AirflowFailException(f"trial {trial_id} failed (exit code {exit_code}) after its last restart")
+                if state == TrialState.PAUSED:
+                    self.log.info("Trial %s paused; it resumes when the experiment is activated", trial_id)
+                    self._defer(ExperimentReadyTrigger, ran)
+                self.log.info("Trial %s ended %s", trial_id, state)
+                ran.append(trial_id)
+                if result["trial"].get("early_exit") != "INVALID_HP" and state != TrialState.COMPLETED:
+                    return {"trials": ran}
+                if state == TrialState.COMPLETED and not _was_invalid(result["trial"]):
+                    return {"trials": ran}
+        finally:
+            client.close()
+
+    def _defer(self, trigger_cls: type, ran: list[int], **extra: Any) -> None:
+        master, token = master_credentials(self.master_conn_id)
+        self.defer(
+            trigger=trigger_cls(master, token, int(self.experiment_id), poll_interval=self.poll_interval, **extra),
+            method_name="resume",
+            kwargs={"ran": ran},
+        )
+
+    # --- running one trial ---
+
+    def _run_trial(self, client: InternalClient, spec_dict: dict[str, Any], token: str) -> int:
+        from det_airflow.trial_process import (
+            TrialSpec,
+            entrypoint_argv,
+            prepare_workdir,
+            run_trial_process,
+            trial_environment,
+        )
+
+        spec = TrialSpec.from_dict(spec_dict)
+        master, _ = master_credentials(self.master_conn_id)
+        workdir = Path(self.work_dir or default_work_dir()) / f"exp_{spec.experiment_id}" / f"trial_{spec.trial_id}"
+        shutil.rmtree(workdir, ignore_errors=True)
+        prepare_workdir(client.context(spec.experiment_id), workdir)
+        env = trial_environment(spec, master_url=master, token=token)
+        argv = entrypoint_argv(spec.config["entrypoint"])
+        self.log.info(
+            "Trial %s (experiment %s, run %s) starting in %s: %s",
+            spec.trial_id,
+            spec.experiment_id,
+            spec.run_id,
+            workdir,
+            " ".join(argv),
+        )
+        shipper = LogShipper(client_for_logs(self.master_conn_id), spec.trial_id, log=self.log)
+        self._stop.clear()
+        watcher = threading.Thread(target=self._watch, args=(spec.trial_id,), daemon=True)
+        watcher.start()
+
+        def on_output(line: str, stream: str) -> None:
+            self.log.info("%s", line)
+            shipper.add(line, stream)
+
+        try:
+            code = run_trial_process(workdir, argv, env, on_output=on_output, stop=self._stop)
+        finally:
+            self._stop.set()
+            shipper.close()
+            shipper.client.close()
+        self.log.info("Trial %s exited with code %s", spec.trial_id, code)
+        shutil.rmtree(workdir, ignore_errors=True)
+        return code
+
+    def _watch(self, trial_id: int) -> None:
+        """Kill the trial's process when its experiment is killed, or when it ignores a preemption."""
+        client = internal_client(self.master_conn_id)
+        asked_at: float | None = None
+        try:
+            while not self._stop.wait(5.0):
+                try:
+                    status = client.trial_status(trial_id)
+                except APIError:
+                    continue
+                exp_state = ExperimentState(status["experiment_state"])
+                if exp_state == ExperimentState.STOPPING_KILLED:
+                    self.log.warning("Experiment killed: stopping trial %s now", trial_id)
+                    self._stop.set()
+                    return
+                preempting = exp_state != ExperimentState.ACTIVE or status["trial"].get("stop_requested")
+                if not preempting:
+                    asked_at = None
+                    continue
+                asked_at = asked_at or time.monotonic()
+                if time.monotonic() - asked_at > self.preemption_timeout:
+                    self.log.warning("Trial %s ignored preemption for %ss: stopping it", trial_id, self.preemption_timeout)
+                    self._stop.set()
+                    return
+        finally:
+            client.close()
+
+
+def client_for_logs(conn_id: str) -> InternalClient:
+    return internal_client(conn_id)
+
+
+def _was_invalid(trial: dict[str, Any]) -> bool:
+    return trial.get("early_exit") == "INVALID_HP"

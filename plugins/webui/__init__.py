@@ -1,0 +1,1 @@
+"""The det plugin for Airflow: mounts the master at /det in Airflow's API server."""

@@ -1,0 +1,290 @@
+"""Fixtures that start the real thing: a PostgreSQL server and an Airflow on it (or on SQLite).
+
+Both live for the whole session and are stopped at its end. ``DET_TEST_PG_URL`` points the tests
+at an existing PostgreSQL instead of a throwaway one (``postgresql://user:pw@host:port/db``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import secrets
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from det_airflow.localairflow import LocalAirflow, sqlite_url, write_config
+
+TERMINAL_RUN_STATES = frozenset({"success", "failed"})
+_HERE = Path(__file__).parent
+_timings: list[str] = []
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if _HERE in Path(str(item.path)).parents:
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """On a failed test, attach the tails of the Airflow components' logs to the report."""
+    report = yield
+    if report.failed:
+        for name in ("airflow", "airflow_sqlite"):
+            af = getattr(item, "funcargs", {}).get(name)
+            if isinstance(af, LocalAirflow):
+                report.sections.append((f"{name} component logs ({af.home / 'logs'})", af.log_tails()))
+    return report
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _timings:
+        terminalreporter.write_sep("-", "local Airflow start-up")
+        for line in _timings:
+            terminalreporter.write_line(line)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# -- PostgreSQL ------------------------------------------------------------------------------------
+
+
+def _pg_bindir() -> Path:
+    """The newest PostgreSQL server binaries (Debian keeps them in /usr/lib/postgresql/N/bin)."""
+    found = sorted(
+        (p.parent for p in Path("/usr/lib/postgresql").glob("*/bin/initdb")),
+        key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0,
+    )
+    if found:
+        return found[-1]
+    if initdb := shutil.which("initdb"):
+        return Path(initdb).parent
+    pytest.fail(
+        "PostgreSQL server binaries not found: apt-get install postgresql, "
+        "or set DET_TEST_PG_URL to an existing server"
+    )
+
+
+@dataclass
+class _PgCluster:
+    """A throwaway PostgreSQL cluster in a temporary folder, listening on 127.0.0.1 only."""
+
+    bindir: Path
+    base: Path
+    port: int
+    password: str
+    as_user: list[str]
+
+    def run(self, *args: str) -> None:
+        result = subprocess.run(
+            [*self.as_user, *args], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120
+        )
+        if result.returncode != 0:
+            log = self.base / "postgres.log"
+            tail = log.read_text()[-3000:] if log.exists() else ""
+            raise RuntimeError(f"{' '.join(args)} failed:\n{result.stdout}{result.stderr}{tail}")
+
+    @classmethod
+    def start(cls) -> _PgCluster:
+        bindir = _pg_bindir()
+        base = Path(tempfile.mkdtemp(prefix="det-pg-"))
+        as_user: list[str] = []
+        if os.geteuid() == 0:  # PostgreSQL refuses to run as root
+            pg = pwd.getpwnam("postgres")
+            as_user = ["runuser", "-u", "postgres", "--"]
+            os.chown(base, pg.pw_uid, pg.pw_gid)
+        cluster = cls(bindir, base, free_port(), secrets.token_urlsafe(16), as_user)
+        pwfile = base / "pwfile"
+        pwfile.write_text(cluster.password + "\n")
+        os.chown(pwfile, base.stat().st_uid, base.stat().st_gid)
+        cluster.run(
+            str(bindir / "initdb"),
+            "-D", str(base / "data"),
+            "-U", "postgres",
+            "-E", "UTF8",
+            "--no-locale",
+            "--auth-local=trust",
+            "--auth-host=scram-sha-256",
+            f"--pwfile={pwfile}",
+        )  # fmt: skip
+        pwfile.unlink()
+        # A test database: durability off for speed, sockets in the temporary folder, TCP on loopback.
+        options = (
+            f"-p {cluster.port} -k {base} -c listen_addresses=127.0.0.1 "
+            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+        )
+        cluster.run(
+            str(bindir / "pg_ctl"), "-D", str(base / "data"), "-l", str(base / "postgres.log"),
+            "-o", options, "-w", "-t", "60", "start",
+        )  # fmt: skip
+        cluster.run(
+            str(bindir / "createdb"), "-h", str(base), "-p", str(cluster.port), "-U", "postgres", "airflow"
+        )
+        return cluster
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://postgres:{self.password}@127.0.0.1:{self.port}/airflow"
+
+    def stop(self) -> None:
+        pg_ctl = [str(self.bindir / "pg_ctl"), "-D", str(self.base / "data"), "-w", "-t", "30"]
+        try:
+            self.run(*pg_ctl, "-m", "fast", "stop")
+        except (RuntimeError, subprocess.TimeoutExpired):
+            with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
+                self.run(*pg_ctl, "-m", "immediate", "stop")
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """URL of a PostgreSQL database for Airflow (``postgresql://...``): ``DET_TEST_PG_URL`` or a throwaway server."""
+    if url := os.environ.get("DET_TEST_PG_URL"):
+        yield url
+        return
+    t0 = time.monotonic()
+    cluster = _PgCluster.start()
+    _timings.append(f"postgres: initdb + start + createdb {time.monotonic() - t0:.1f} s")
+    try:
+        yield cluster.url
+    finally:
+        cluster.stop()
+
+
+# -- Airflow ---------------------------------------------------------------------------------------
+
+
+def _run_airflow(base: Path, sql_alchemy_conn: str, label: str) -> Iterator[LocalAirflow]:
+    t0 = time.monotonic()
+    af = write_config(
+        base / "home", sql_alchemy_conn=sql_alchemy_conn, dags_folder=base / "dags", port=free_port()
+    )
+    try:
+        af.migrate()
+        t1 = time.monotonic()
+        af.start()
+        af.wait_ready(timeout=300)
+        t2 = time.monotonic()
+        _timings.append(
+            f"airflow ({label}): migrate {t1 - t0:.1f} s, start until healthy {t2 - t1:.1f} s, total {t2 - t0:.1f} s"
+        )
+        yield af
+    except BaseException:
+        print(f"\n==== {label} Airflow component logs ====\n{af.log_tails()}")
+        raise
+    finally:
+        af.stop()
+
+
+def _postgres_driver(url: str) -> str:
+    scheme, sep, rest = url.partition("://")
+    return f"postgresql+psycopg2://{rest}" if scheme in ("postgres", "postgresql") else url
+
+
+@pytest.fixture(scope="session")
+def airflow(postgres_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalAirflow]:
+    """A running Airflow (scheduler, DAG processor, triggerer, API server) on PostgreSQL.
+
+    Its DAGs folder (``airflow.dags_folder``) is an empty temporary folder the tests write to.
+    """
+    yield from _run_airflow(tmp_path_factory.mktemp("airflow-pg"), _postgres_driver(postgres_url), "postgres")
+
+
+@pytest.fixture(scope="session")
+def airflow_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalAirflow]:
+    """A running Airflow on SQLite, as ``make quickstart`` sets it up."""
+    base = tmp_path_factory.mktemp("airflow-sqlite")
+    yield from _run_airflow(base, sqlite_url(base / "home"), "sqlite")
+
+
+# -- REST API helpers ------------------------------------------------------------------------------
+
+
+class AirflowAPI:
+    """The few calls of Airflow's REST API (``/api/v2``) the tests make, logged in as the admin."""
+
+    def __init__(self, af: LocalAirflow) -> None:
+        self.af = af
+        self.http = af.client()
+
+    def close(self) -> None:
+        self.http.close()
+
+    def wait_for_dag(self, dag_id: str, timeout: float = 120.0) -> dict[str, Any]:
+        """Wait until the DAG processor has parsed ``dag_id``; return the DAG. Fails with the import errors."""
+        deadline = time.monotonic() + timeout
+        while True:
+            r = self.http.get(f"/api/v2/dags/{dag_id}")
+            if r.status_code == 200:
+                return dict(r.json())
+            if r.status_code != 404:
+                r.raise_for_status()
+            if time.monotonic() > deadline:
+                pytest.fail(
+                    f"DAG {dag_id} did not appear within {timeout:.0f} s; import errors: {self.import_errors()}"
+                )
+            time.sleep(0.5)
+
+    def trigger(self, dag_id: str, conf: dict[str, Any] | None = None) -> str:
+        """Start a run of ``dag_id`` now; return its run id."""
+        r = self.http.post(f"/api/v2/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf or {}})
+        assert r.status_code in (200, 201), r.text
+        return str(r.json()["dag_run_id"])
+
+    def wait_for_run(self, dag_id: str, run_id: str, timeout: float = 300.0) -> dict[str, Any]:
+        """Wait until the run is ``success`` or ``failed``; return it, with its task instances under ``"tis"``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            run = self.http.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}").raise_for_status().json()
+            if run["state"] in TERMINAL_RUN_STATES:
+                run["tis"] = self.task_instances(dag_id, run_id)
+                return dict(run)
+            if time.monotonic() > deadline:
+                pytest.fail(
+                    f"run {run_id} of {dag_id} still {run['state']} after {timeout:.0f} s; "
+                    f"tasks: {self.task_instances(dag_id, run_id)}"
+                )
+            time.sleep(0.5)
+
+    def task_instances(self, dag_id: str, run_id: str) -> dict[str, str | None]:
+        """``{task_id (or task_id[map_index]): state}`` of a run."""
+        r = self.http.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances").raise_for_status()
+        return {
+            ti["task_id"] + (f"[{ti['map_index']}]" if ti["map_index"] >= 0 else ""): ti["state"]
+            for ti in r.json()["task_instances"]
+        }
+
+    def import_errors(self) -> list[dict[str, Any]]:
+        """The DAG files that failed to import: ``[{"filename", "stack_trace", ...}]``."""
+        r = self.http.get("/api/v2/importErrors").raise_for_status()
+        return list(r.json()["import_errors"])
+
+
+@pytest.fixture
+def airflow_api(airflow: LocalAirflow) -> Iterator[AirflowAPI]:
+    """REST helpers on the PostgreSQL Airflow."""
+    api = AirflowAPI(airflow)
+    yield api
+    api.close()
+
+
+@pytest.fixture
+def airflow_sqlite_api(airflow_sqlite: LocalAirflow) -> Iterator[AirflowAPI]:
+    """REST helpers on the SQLite Airflow."""
+    api = AirflowAPI(airflow_sqlite)
+    yield api
+    api.close()
