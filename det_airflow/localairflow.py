@@ -196,9 +196,9 @@ class LocalAirflow:
     home: Path
     port: int
     url: str
+    dags_folder: Path
     admin_user: str = ADMIN_USER
     admin_password: str = ""
-    dags_folder: Path | None = None
     _procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -213,13 +213,12 @@ class LocalAirflow:
             password = json.loads((home / PASSWORDS_FILE).read_text()).get(ADMIN_USER, "")
         except (OSError, ValueError):
             password = ""
-        dags = cfg.get("core", "dags_folder", fallback=None)
         return cls(
             home=home,
             port=port,
             url=f"http://127.0.0.1:{port}",
             admin_password=password,
-            dags_folder=Path(dags) if dags else None,
+            dags_folder=Path(cfg.get("core", "dags_folder", fallback=str(home / "dags"))),
         )
 
     @property

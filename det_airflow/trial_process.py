@@ -103,8 +103,9 @@ def trial_environment(
     ``base_env`` (default ``os.environ``) minus any inherited ``DET_*`` trial variables, plus the
     config's ``environment.environment_variables`` (the cpu list), plus the trial's ``DET_*``
     variables (which win), ``PYTHONUNBUFFERED=1`` and a ``PYTHONPATH`` that starts with the work
-    folder (``workdir``, else the process's current folder). Without ``master_url`` the Core API
-    writes to ``local_store``.
+    folder (``workdir``, else the process's current folder). When the environment has a ``PATH``,
+    this interpreter's folder comes first in it, so ``python3 train.py`` runs with det-airflow
+    installed. Without ``master_url`` the Core API writes to ``local_store``.
     """
     env = {
         k: v for k, v in (os.environ if base_env is None else base_env).items() if k not in _TRIAL_VARIABLES
@@ -135,6 +136,10 @@ def trial_environment(
     env.update({k: v for k, v in det.items() if v is not None})
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONPATH"] = _python_path(workdir, env.get("PYTHONPATH", ""))
+    if env.get("PATH"):
+        # `python3` in an entrypoint is this interpreter (the one with det-airflow), venv or not.
+        bin_dir = str(Path(sys.executable).parent)
+        env["PATH"] = os.pathsep.join(dict.fromkeys([bin_dir, *env["PATH"].split(os.pathsep)]))
     return env
 
 

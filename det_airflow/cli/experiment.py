@@ -65,7 +65,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     create.add_argument("--paused", action="store_true", help="create the experiment paused")
     create.add_argument(
-        "-t", "--test-mode", "--test", dest="test_mode", action="store_true", help="compressed test run"
+        "-t",
+        "--test-mode",
+        "--test",
+        dest="test_mode",
+        action="store_true",
+        help="with --local: a compressed run (one trial, one batch, a validation, a checkpoint)",
     )
     create.add_argument(
         "--local", action="store_true", help="with --test-mode: run one trial on this machine, no master"

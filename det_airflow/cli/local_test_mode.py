@@ -65,7 +65,7 @@ def run_local_test(cfg: ExperimentConfig, context: str | None, *, includes: Iter
     )
 
     root = Path(tempfile.mkdtemp(prefix="det-local-test-"))
-    keep = True
+    keep = False  # kept only for a run that failed its checks, for a look at the work folder and store
     try:
         workdir = prepare_workdir(data, root / "work")
         store = root / "store"
@@ -89,9 +89,9 @@ def run_local_test(cfg: ExperimentConfig, context: str | None, *, includes: Iter
         for failure in failures:
             print(f"Error: {failure}", file=sys.stderr)
         if failures:
+            keep = True
             print(f"The work folder and local store are kept in {root}", file=sys.stderr)
             return 1
-        keep = False
         print("Local test mode succeeded: the experiment is ready to be created on a master.")
         return 0
     finally:

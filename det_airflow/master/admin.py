@@ -11,8 +11,15 @@ DEFAULT_CONN_ID = "det_default"
 
 def migrate(*, conn_id: str = DEFAULT_CONN_ID, master_url: str | None = None) -> list[str]:
     """Bring the det schema up to date and make sure det tasks can reach the master."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from det_airflow.errors import DetError
+
     db = get_database()
-    before, after = db.migrate()
+    try:
+        before, after = db.migrate()
+    except SQLAlchemyError as exc:
+        raise DetError(f"cannot migrate the det tables in {db.engine.url!r}: {exc.__class__.__name__}: {exc.orig if hasattr(exc, 'orig') else exc}") from None
     lines = [
         f"det tables created at schema version {after}"
         if before is None

@@ -60,13 +60,20 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor) -> di
 
 def save(core_context: Any, model: nn.Module, optimizer: torch.optim.Optimizer, batches: int) -> str:
     with core_context.checkpoint.store_path({"steps_completed": batches}) as (path, storage_id):
-        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "batches": batches}, path / "state.pt")
+        torch.save(
+            {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "batches": batches},
+            path / "state.pt",
+        )
     return storage_id
 
 
-def main(core_context: Any, hparams: dict[str, Any], seed: int, latest_checkpoint: str | None, unit: int) -> None:
+def main(
+    core_context: Any, hparams: dict[str, Any], seed: int, latest_checkpoint: str | None, unit: int
+) -> None:
     if int(hparams["n_filters1"]) < 1 or int(hparams["n_filters2"]) < 1:
-        raise det.InvalidHP(f"n_filters1 and n_filters2 must be >= 1, got {hparams['n_filters1']}, {hparams['n_filters2']}")
+        raise det.InvalidHP(
+            f"n_filters1 and n_filters2 must be >= 1, got {hparams['n_filters1']}, {hparams['n_filters2']}"
+        )
     torch.manual_seed(seed)
     train_x, train_y, val_x, val_y = load_data()
     model = build_model(hparams)

@@ -168,26 +168,39 @@ def postgres_url() -> Iterator[str]:
 # -- Airflow ---------------------------------------------------------------------------------------
 
 
-def _run_airflow(base: Path, sql_alchemy_conn: str, label: str) -> Iterator[LocalAirflow]:
+def _run_airflow(
+    base: Path, sql_alchemy_conn: str, label: str, extra: dict[str, dict[str, str]]
+) -> Iterator[LocalAirflow]:
     t0 = time.monotonic()
     af = write_config(
-        base / "home", sql_alchemy_conn=sql_alchemy_conn, dags_folder=base / "dags", port=free_port()
+        base / "home",
+        sql_alchemy_conn=sql_alchemy_conn,
+        dags_folder=base / "dags",
+        port=free_port(),
+        extra=extra,
     )
     try:
         af.migrate()
         t1 = time.monotonic()
         af.start()
         af.wait_ready(timeout=300)
-        t2 = time.monotonic()
-        _timings.append(
-            f"airflow ({label}): migrate {t1 - t0:.1f} s, start until healthy {t2 - t1:.1f} s, total {t2 - t0:.1f} s"
-        )
+    except Exception as e:
+        af.stop()
+        pytest.fail(f"the {label} Airflow did not start: {e}\n\n{af.log_tails()}", pytrace=False)
+    t2 = time.monotonic()
+    _timings.append(
+        f"airflow ({label}): migrate {t1 - t0:.1f} s, start until healthy {t2 - t1:.1f} s, total {t2 - t0:.1f} s"
+    )
+    try:
         yield af
-    except BaseException:
-        print(f"\n==== {label} Airflow component logs ====\n{af.log_tails()}")
-        raise
     finally:
         af.stop()
+
+
+@pytest.fixture(scope="session")
+def airflow_config_extra() -> dict[str, dict[str, str]]:
+    """Sections added to the test Airflows' ``airflow.cfg`` (e.g. ``[det]``); override to change."""
+    return {}
 
 
 def _postgres_driver(url: str) -> str:
@@ -196,19 +209,26 @@ def _postgres_driver(url: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def airflow(postgres_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalAirflow]:
+def airflow(
+    postgres_url: str,
+    tmp_path_factory: pytest.TempPathFactory,
+    airflow_config_extra: dict[str, dict[str, str]],
+) -> Iterator[LocalAirflow]:
     """A running Airflow (scheduler, DAG processor, triggerer, API server) on PostgreSQL.
 
     Its DAGs folder (``airflow.dags_folder``) is an empty temporary folder the tests write to.
     """
-    yield from _run_airflow(tmp_path_factory.mktemp("airflow-pg"), _postgres_driver(postgres_url), "postgres")
+    base = tmp_path_factory.mktemp("airflow-pg")
+    yield from _run_airflow(base, _postgres_driver(postgres_url), "postgres", airflow_config_extra)
 
 
 @pytest.fixture(scope="session")
-def airflow_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalAirflow]:
+def airflow_sqlite(
+    tmp_path_factory: pytest.TempPathFactory, airflow_config_extra: dict[str, dict[str, str]]
+) -> Iterator[LocalAirflow]:
     """A running Airflow on SQLite, as ``make quickstart`` sets it up."""
     base = tmp_path_factory.mktemp("airflow-sqlite")
-    yield from _run_airflow(base, sqlite_url(base / "home"), "sqlite")
+    yield from _run_airflow(base, sqlite_url(base / "home"), "sqlite", airflow_config_extra)
 
 
 # -- REST API helpers ------------------------------------------------------------------------------

@@ -7,7 +7,6 @@ import re
 import secrets
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
@@ -42,9 +41,8 @@ LOG_AND_HEALTH_PORTS = {8793, 8794, 8974}
 
 
 def write_dag(af: LocalAirflow) -> str:
-    assert af.dags_folder is not None
     dag_id = f"xcom_pair_{secrets.token_hex(4)}"  # unique: an existing database may hold older runs
-    (Path(af.dags_folder) / f"{dag_id}.py").write_text(DAG_SOURCE.format(dag_id=dag_id))
+    (af.dags_folder / f"{dag_id}.py").write_text(DAG_SOURCE.format(dag_id=dag_id))
     return dag_id
 
 
@@ -71,8 +69,7 @@ def test_dag_runs_on_sqlite(airflow_sqlite: LocalAirflow, airflow_sqlite_api) ->
 
 
 def test_broken_dag_file_shows_as_import_error(airflow: LocalAirflow, airflow_api) -> None:
-    assert airflow.dags_folder is not None
-    (Path(airflow.dags_folder) / "broken_dag.py").write_text(
+    (airflow.dags_folder / "broken_dag.py").write_text(
         "from airflow.sdk import dag\nraise ValueError('nope')\n"
     )
     try:
@@ -83,7 +80,7 @@ def test_broken_dag_file_shows_as_import_error(airflow: LocalAirflow, airflow_ap
             time.sleep(0.5)
         assert errors and "ValueError: nope" in errors[0]["stack_trace"]
     finally:
-        (Path(airflow.dags_folder) / "broken_dag.py").unlink()
+        (airflow.dags_folder / "broken_dag.py").unlink()
 
 
 def listening_sockets() -> list[tuple[str, int, set[int]]]:

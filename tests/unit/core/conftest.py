@@ -15,6 +15,7 @@ import pytest
 from det_airflow import trial_env
 from det_airflow.api._http import API_PREFIX, Session
 from det_airflow.api.runtime import RuntimeClient
+from det_airflow.core import Context
 
 TOKEN = "trial-token"
 MASTER = "http://master.test:8080"
@@ -46,6 +47,7 @@ class FakeRuntime:
     preempt: bool = False
     length: int = 100
     op_completed: bool = False
+    complete_on_report: bool = True  # False: a master that keeps answering the same operation
     best: float | None = None
     checkpoints: dict[str, dict[str, Any]] = field(default_factory=dict)
     requests: list[Request] = field(default_factory=list)
@@ -61,7 +63,7 @@ class FakeRuntime:
         if route == ("GET", f"{trial}/searcher/operation"):
             return httpx.Response(200, json={"length": self.length, "completed": self.op_completed})
         if route == ("POST", f"{trial}/searcher/completed"):
-            self.op_completed = True
+            self.op_completed = self.complete_on_report
             return httpx.Response(200, json={})
         if route == ("GET", f"{trial}/best_validation"):
             return httpx.Response(200, json={"metric": self.best})
@@ -76,7 +78,11 @@ class FakeRuntime:
         if request.method == "DELETE" and path.startswith("/runtime/checkpoints/"):
             self.checkpoints.pop(path.rsplit("/", 1)[1], None)
             return httpx.Response(200, json={})
-        if request.method == "POST" and path in (f"{trial}/metrics", f"{trial}/progress", f"{trial}/early_exit"):
+        if request.method == "POST" and path in (
+            f"{trial}/metrics",
+            f"{trial}/progress",
+            f"{trial}/early_exit",
+        ):
             return httpx.Response(200, json={})
         return httpx.Response(404, json={"detail": f"no route {request.method} {path}"})
 
@@ -131,3 +137,30 @@ def on_trial(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable[..., d
         return env
 
     return setup
+
+
+@pytest.fixture
+def remote_init(
+    on_trial: Callable[..., dict[str, str]], fake_runtime: FakeRuntime, monkeypatch: pytest.MonkeyPatch
+) -> Callable[..., Context]:
+    """``core.init()`` on trial 7 with a master: its requests go to ``fake_runtime``."""
+    from det_airflow.core import _context
+    from det_airflow.core._remote import RemoteBackend
+
+    def init(**config: Any) -> Context:
+        on_trial(**config)
+        monkeypatch.setattr(_context, "_remote_backend", lambda info: RemoteBackend(fake_runtime.client()))
+        return _context.init()
+
+    return init
+
+
+@pytest.fixture
+def python_env() -> dict[str, str]:
+    """The environment for a child Python: this checkout of det_airflow first on its path."""
+    import os
+
+    import det_airflow
+
+    root = str(Path(det_airflow.__file__).resolve().parent.parent)
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}

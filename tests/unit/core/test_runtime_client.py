@@ -53,7 +53,12 @@ def test_routes_and_bodies(fake_runtime: FakeRuntime) -> None:
         (
             "POST",
             "/runtime/trials/7/checkpoints",
-            {"uuid": "abc", "steps_completed": 10, "metadata": {"steps_completed": 10}, "resources": {"model.pt": 3}},
+            {
+                "uuid": "abc",
+                "steps_completed": 10,
+                "metadata": {"steps_completed": 10},
+                "resources": {"model.pt": 3},
+            },
         ),
         ("GET", "/runtime/checkpoints/abc", None),
         ("DELETE", "/runtime/checkpoints/abc", None),

@@ -1,0 +1,181 @@
+"""Orchestration overhead: a 16-trial det experiment against the same work as a plain mapped-task DAG.
+
+Both run on the same freshly started local Airflow (the quickstart's setup: LocalExecutor, SQLite,
+or PostgreSQL with --pg-url), through the same 4-slot pool, and run the same training script: it
+sleeps WORK seconds in small steps and reports metrics through the Core API (to the master for the
+experiment; to the local store in the plain DAG). Per-trial overhead is the wall time each trial costs
+beyond its training, amortized at the pool's concurrency:
+
+    overhead per trial = wall × slots / trials − mean training time
+
+The experiment's wall time runs from `POST /experiments` (as `det experiment create` sends it: the DAG
+does not exist yet) to COMPLETED; the plain DAG's from its trigger (already parsed) to success.
+
+    .venv/bin/python benchmarks/orchestration_overhead.py [--trials 16] [--slots 4] [--work 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from det_airflow.context_archive import pack_context  # noqa: E402
+from det_airflow.localairflow import LocalAirflow, sqlite_url, write_config  # noqa: E402
+
+WORK_SCRIPT = '''
+import json, os, sys, time
+import det_airflow as det
+
+work = float(os.environ.get("BENCH_WORK", "3"))
+steps = 10
+start = time.time()
+with det.core.init() as core:
+    for step in range(1, steps + 1):
+        time.sleep(work / steps)
+        core.train.report_training_metrics(step, {"loss": 1.0 / step})
+    core.train.report_validation_metrics(steps, {"loss": 0.1})
+end = time.time()
+out = os.environ["BENCH_TIMES"]
+with open(os.path.join(out, f"{os.getpid()}-{start}.json"), "w") as f:
+    json.dump({"start": start, "end": end}, f)
+'''
+
+PLAIN_DAG = '''
+import os, subprocess, sys
+from datetime import datetime
+from airflow.sdk import DAG, task
+
+with DAG("plain_bench", schedule=None, start_date=datetime(2024, 1, 1), catchup=False,
+         is_paused_upon_creation=False):
+    @task(pool="bench", pool_slots=1)
+    def train(i: int) -> None:
+        env = dict(os.environ, DET_LOCAL_STORE=f"{WORK}/store-{i}", BENCH_WORK=WORK_S, BENCH_TIMES=TIMES)
+        subprocess.run([sys.executable, "train.py"], cwd=WORK, env=env, check=True)
+
+    train.expand(i=list(range(TRIALS)))
+'''
+
+
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.1):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise TimeoutError(f"timed out waiting for {what}")
+
+
+def training_times(folder: Path) -> list[float]:
+    times = [json.loads(p.read_text()) for p in folder.glob("*.json")]
+    return [t["end"] - t["start"] for t in times]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--trials", type=int, default=16)
+    parser.add_argument("--slots", type=int, default=4)
+    parser.add_argument("--work", type=float, default=3.0, help="training seconds per trial")
+    parser.add_argument("--pg-url", help="PostgreSQL URL for Airflow's database (default SQLite)")
+    parser.add_argument("--port", type=int, default=8191)
+    args = parser.parse_args()
+
+    base = Path(tempfile.mkdtemp(prefix="det-bench-"))
+    dags, work = base / "dags", base / "work"
+    dags.mkdir()
+    work.mkdir()
+    shutil.copy(REPO / "dags" / "det_experiments.py", dags)
+    times_det, times_plain = base / "times-det", base / "times-plain"
+    times_det.mkdir()
+    times_plain.mkdir()
+    (dags / "plain_bench.py").write_text(
+        f"WORK = {str(work)!r}\nTRIALS = {args.trials}\nWORK_S = {str(args.work)!r}\n"
+        f"TIMES = {str(times_plain)!r}\n" + PLAIN_DAG
+    )
+    (work / "train.py").write_text(WORK_SCRIPT)
+
+    af = write_config(
+        base / "home",
+        sql_alchemy_conn=args.pg_url or sqlite_url(base / "home"),
+        dags_folder=dags,
+        port=args.port,
+        extra={"det": {"trial_work_dir": str(base / "trials")}},
+    )
+    try:
+        af.migrate()
+        subprocess.run([str(Path(sys.executable).parent / "det"), "admin", "migrate"], env=af.env(), check=True)
+        af.airflow("pools", "set", "bench", str(args.slots), "benchmark pool")
+        af.start()
+        af.wait_ready()
+        client = af.client(timeout=60)
+        wait_for(lambda: client.get("/api/v2/dags/plain_bench").status_code == 200, 120, "plain DAG")
+
+        # det experiment: same script, reporting to the master.
+        config = (
+            "name: bench\nentrypoint: python3 train.py\n"
+            f"searcher: {{name: random, metric: loss, max_trials: {args.trials}, max_concurrent_trials: 0}}\n"
+            f"resources: {{resource_pool: bench}}\nmax_restarts: 0\n"
+            f"environment: {{environment_variables: [BENCH_WORK={args.work}, BENCH_TIMES={times_det}]}}\n"
+        )
+        context = base64.b64encode(pack_context(work).data).decode()
+        t0 = time.monotonic()
+        created = client.post("/det/api/v1/experiments", json={"config": config, "context": context})
+        created.raise_for_status()
+        eid = created.json()["experiment"]["id"]
+
+        def experiment_done() -> str | None:
+            state = client.get(f"/det/api/v1/experiments/{eid}").json()["experiment"]["state"]
+            return state if state in ("COMPLETED", "ERROR", "CANCELED") else None
+
+        state = wait_for(experiment_done, 900, "the experiment")
+        det_wall = time.monotonic() - t0
+        if state != "COMPLETED":
+            raise RuntimeError(f"experiment ended {state}")
+
+        # Plain Airflow: the same script as a mapped task.
+        t0 = time.monotonic()
+        run = client.post("/api/v2/dags/plain_bench/dagRuns", json={"logical_date": None})
+        run.raise_for_status()
+        run_id = run.json()["dag_run_id"]
+
+        def plain_done() -> str | None:
+            state = client.get(f"/api/v2/dags/plain_bench/dagRuns/{run_id}").json()["state"]
+            return state if state in ("success", "failed") else None
+
+        plain_state = wait_for(plain_done, 900, "the plain DAG run")
+        plain_wall = time.monotonic() - t0
+        if plain_state != "success":
+            raise RuntimeError("plain DAG run failed")
+    finally:
+        af.stop()
+
+    det_work, plain_work = training_times(times_det), training_times(times_plain)
+    if len(det_work) != args.trials or len(plain_work) != args.trials:
+        raise RuntimeError(f"expected {args.trials} timings, got {len(det_work)} and {len(plain_work)}")
+    det_over = det_wall * args.slots / args.trials - statistics.mean(det_work)
+    plain_over = plain_wall * args.slots / args.trials - statistics.mean(plain_work)
+    print(f"trials {args.trials}, pool slots {args.slots}, training {args.work:.1f} s per trial")
+    print(f"det experiment : wall {det_wall:6.1f} s, training {statistics.mean(det_work):.2f} s/trial, "
+          f"overhead {det_over:.2f} s/trial")
+    print(f"plain Airflow  : wall {plain_wall:6.1f} s, training {statistics.mean(plain_work):.2f} s/trial, "
+          f"overhead {plain_over:.2f} s/trial")
+    print(f"ratio det/plain overhead: {det_over / plain_over:.2f}x")
+    shutil.rmtree(base, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""A det-airflow set up on a running test Airflow: the factory in its DAGs folder, the det tables
+migrated, and a `det` CLI logged in as the admin."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from det_airflow.localairflow import LocalAirflow
+
+REPO = Path(__file__).resolve().parents[2]
+DET = Path(sys.executable).parent / "det"
+EXAMPLE = REPO / "examples" / "mnist_pytorch"
+TERMINAL = {"COMPLETED", "CANCELED", "ERROR"}
+
+
+@dataclass
+class DetEnv:
+    af: LocalAirflow
+    config_dir: Path
+
+    @classmethod
+    def install(cls, af: LocalAirflow, config_dir: Path) -> DetEnv:
+        assert af.dags_folder is not None
+        shutil.copy(REPO / "dags" / "det_experiments.py", af.dags_folder / "det_experiments.py")
+        env = cls(af, config_dir)
+        out = env.det("admin", "migrate")
+        assert "det tables" in out.stdout, out.stdout + out.stderr
+        return env
+
+    def env(self) -> dict[str, str]:
+        return {
+            **self.af.env(),
+            "DET_MASTER": self.af.url,
+            "DET_USER": self.af.admin_user,
+            "DET_PASS": self.af.admin_password,
+            "DET_AIRFLOW_CONFIG_DIR": str(self.config_dir),
+        }
+
+    def det(self, *args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+        """Run the `det` console script as a user would."""
+        result = subprocess.run(
+            [str(DET), *args],
+            env=self.env(),
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(
+                f"det {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}"
+            )
+        return result
+
+    def create(self, config: Path | str, context: Path | str = EXAMPLE, *extra: str) -> int:
+        out = self.det("experiment", "create", str(config), str(context), *extra).stdout
+        match = re.search(r"Created experiment (\d+)", out)
+        assert match, out
+        return int(match.group(1))
+
+    def api(self) -> httpx.Client:
+        return self.af.client(timeout=60)
+
+    def get(self, path: str) -> Any:
+        with self.api() as client:
+            return client.get(f"/det/api/v1{path}").raise_for_status().json()
+
+    def wait_experiment(self, experiment_id: int, timeout: float = 300) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            answer = self.get(f"/experiments/{experiment_id}")
+            if answer["experiment"]["state"] in TERMINAL:
+                return dict(answer)
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"experiment {experiment_id} still {answer['experiment']['state']}: {answer}"
+                )
+            time.sleep(1)
+
+    def experiment_count(self) -> int:
+        return len(self.get("/experiments?all=true")["experiments"])

@@ -1,0 +1,269 @@
+"""Experiments on a real Airflow (scheduler, DAG processor, triggerer, API server) on PostgreSQL,
+driven the way a user drives them: the `det` CLI, `airflow dags trigger`, files in the DAGs folder."""
+
+from __future__ import annotations
+
+import io
+import shutil
+import tarfile
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from tests.integration.det_env import EXAMPLE, DetEnv
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def det(airflow, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DetEnv]:
+    yield DetEnv.install(airflow, tmp_path_factory.mktemp("det-config"))
+
+
+def small_config(tmp_path: Path, **changes: object) -> Path:
+    """The example's const.yaml, shortened, with `changes` merged in (dotted keys not needed)."""
+    config = yaml.safe_load((EXAMPLE / "const.yaml").read_text())
+    config["searcher"]["max_length"] = {"batches": 100}
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(config.get(key), dict):
+            config[key] = {**config[key], **value}
+        else:
+            config[key] = value
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_det_experiment_create_runs_to_completed_with_metrics(det: DetEnv) -> None:
+    experiment_id = det.create(EXAMPLE / "const.yaml")
+
+    waited = det.det("experiment", "wait", str(experiment_id), timeout=600)
+    assert "COMPLETED" in waited.stdout
+
+    listed = det.det("experiment", "list").stdout
+    assert f"{experiment_id} " in listed and "mnist_pytorch_const" in listed and "COMPLETED" in listed
+    trials = det.get(f"/experiments/{experiment_id}/trials")["trials"]
+    assert [t["state"] for t in trials] == ["COMPLETED"]
+    trial_id = trials[0]["id"]
+    validation = det.get(f"/trials/{trial_id}/metrics?group=validation")["metrics"]
+    assert validation, "no validation metrics stored"
+    assert validation[-1]["metrics"]["accuracy"] >= 0.9
+    assert trials[0]["total_batches"] == 300
+    checkpoints = det.get(f"/experiments/{experiment_id}/checkpoints")["checkpoints"]
+    assert checkpoints and all(c["state"] == "COMPLETED" for c in checkpoints)
+    assert Path(checkpoints[-1]["storage"]["path"]).is_dir()
+
+    lt = det.det("experiment", "list-trials", str(experiment_id)).stdout
+    assert "COMPLETED" in lt and "300" in lt
+    logs = det.det("trial", "logs", str(trial_id)).stdout
+    assert "|| INFO:" in logs or "||" in logs
+    assert "validation" in logs.lower()
+
+
+def test_yaml_dropped_into_dags_folder_runs_with_airflow_dags_trigger(det: DetEnv, airflow_api) -> None:
+    folder = det.af.dags_folder / "digits"
+    shutil.copytree(EXAMPLE, folder, ignore=shutil.ignore_patterns("*.yaml", "__pycache__"))
+    config = yaml.safe_load((EXAMPLE / "const.yaml").read_text())
+    config["searcher"]["max_length"] = {"batches": 50}
+    config["name"] = "dropped digits"
+    (folder / "digits_drop.yaml").write_text(yaml.safe_dump(config))
+    (folder / "notes.yaml").write_text("just: some other yaml\n")  # not an experiment: left alone
+
+    airflow_api.wait_for_dag("det_digits_drop")
+    result = det.af.airflow("dags", "trigger", "det_digits_drop")
+    assert result.returncode == 0, result.stderr
+    runs = airflow_api.http.get("/api/v2/dags/det_digits_drop/dagRuns").raise_for_status().json()["dag_runs"]
+    run = airflow_api.wait_for_run("det_digits_drop", runs[0]["dag_run_id"], timeout=300)
+    assert run["state"] == "success", run["tis"]
+    assert run["tis"]["finalize"] == "success"
+    experiments = [e for e in det.get("/experiments")["experiments"] if e["dag_id"] == "det_digits_drop"]
+    assert len(experiments) == 1
+    assert experiments[0]["state"] == "COMPLETED"
+    assert experiments[0]["name"] == "dropped digits"
+    assert not [e for e in airflow_api.import_errors() if "notes.yaml" in e["stack_trace"]]
+
+
+def test_failed_trial_resumes_from_its_checkpoint_on_retry(det: DetEnv, tmp_path: Path) -> None:
+    marker = tmp_path / "failed-once"
+    config = small_config(
+        tmp_path,
+        name="fail once",
+        max_restarts=2,
+        environment={"environment_variables": [f"FAIL_ONCE_MARKER={marker}"]},
+    )
+    experiment_id = det.create(config)
+    answer = det.wait_experiment(experiment_id)
+    assert answer["experiment"]["state"] == "COMPLETED"
+    assert marker.exists(), "the trial never failed"
+    (trial,) = answer["trials"]
+    assert trial["state"] == "COMPLETED"
+    assert trial["restarts"] == 1
+    assert trial["total_batches"] == 100
+    logs = det.det("trial", "logs", str(trial["id"])).stdout
+    assert "FAIL_ONCE_MARKER: failing once" in logs
+    assert "resum" in logs.lower()
+    # The run after the failure started from the checkpoint, not from batch 0.
+    training = det.get(f"/trials/{trial['id']}/metrics?group=training")["metrics"]
+    steps = [m["steps_completed"] for m in training]
+    assert len(steps) == len(set(steps)) or steps == sorted(steps)
+
+
+def test_trial_that_keeps_failing_ends_error_and_so_does_the_experiment(det: DetEnv, tmp_path: Path) -> None:
+    config = small_config(
+        tmp_path, name="always fails", max_restarts=1, entrypoint="python3 -c 'raise SystemExit(3)'"
+    )
+    experiment_id = det.create(config)
+    answer = det.wait_experiment(experiment_id)
+    assert answer["experiment"]["state"] == "ERROR"
+    (trial,) = answer["trials"]
+    assert trial["state"] == "ERROR" and trial["restarts"] == 2
+    waited = det.det("experiment", "wait", str(experiment_id), check=False)
+    assert waited.returncode == 1 and "ERROR" in waited.stdout
+
+
+BAD_CONFIGS = {
+    "unknown field": (
+        "searcher:\n  name: single\n  metric: loss\n  max_lenght: 10\nentrypoint: x\n",
+        "did you mean",
+    ),
+    "removed searcher": ("searcher: {name: pbt, metric: loss}\nentrypoint: x\n", "searcher.name"),
+    "missing pool": (
+        "searcher: {name: single, metric: loss}\nentrypoint: x\nresources: {resource_pool: no-such-pool}\n",
+        "Airflow pool 'no-such-pool' does not exist",
+    ),
+    "slots beyond pool": (
+        "searcher: {name: single, metric: loss}\nentrypoint: x\nresources: {resource_pool: tiny, slots_per_trial: 4}\n",
+        "resources.slots_per_trial",
+    ),
+    "too many trial slots": (
+        "searcher: {name: random, metric: loss, max_trials: 5000}\nentrypoint: x\n",
+        "max_map_length",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CONFIGS))
+def test_bad_config_is_refused_with_a_clear_error_and_nothing_stored(
+    det: DetEnv, tmp_path: Path, case: str
+) -> None:
+    det.af.airflow("pools", "set", "tiny", "2", "a small pool")
+    text, expected = BAD_CONFIGS[case]
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    before = det.experiment_count()
+
+    result = det.det("experiment", "create", str(path), str(tmp_path), check=False)
+    assert result.returncode == 1
+    assert expected in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+
+    # The master checks too, for clients that skip the CLI's own validation.
+    with det.api() as client:
+        answer = client.post("/det/api/v1/experiments", json={"config": text, "context": None})
+    assert answer.status_code == 400
+    assert expected in answer.json()["detail"]
+    assert det.experiment_count() == before
+
+
+def test_oversized_context_is_refused_naming_the_largest_files(det: DetEnv, tmp_path: Path) -> None:
+    context = tmp_path / "ctx"
+    context.mkdir()
+    shutil.copy(EXAMPLE / "train.py", context)
+    with open(context / "weights.bin", "wb") as f:
+        f.truncate(96 * 1024 * 1024)
+    before = det.experiment_count()
+    result = det.det("experiment", "create", str(EXAMPLE / "const.yaml"), str(context), check=False)
+    assert result.returncode == 1
+    assert "weights.bin" in result.stderr and ".detignore" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert det.experiment_count() == before
+
+
+def test_invalid_yaml_in_dags_folder_is_an_import_error_and_others_still_load(
+    det: DetEnv, airflow_api
+) -> None:
+    folder = det.af.dags_folder / "broken"
+    folder.mkdir()
+    (folder / "broken_exp.yaml").write_text(
+        textwrap.dedent(
+            """
+            entrypoint: python3 train.py
+            searcher:
+              name: random
+              metric: loss
+              max_trials: ten
+            """
+        )
+    )
+    (folder / "fine_exp.yaml").write_text("entrypoint: echo hi\nsearcher: {name: single, metric: loss}\n")
+    airflow_api.wait_for_dag("det_fine_exp")
+    deadline_errors = []
+    for _ in range(60):
+        deadline_errors = [e for e in airflow_api.import_errors() if "broken_exp.yaml" in e["stack_trace"]]
+        if deadline_errors:
+            break
+        time.sleep(1)
+    assert deadline_errors, airflow_api.import_errors()
+    message = deadline_errors[0]["stack_trace"]
+    assert "searcher.max_trials: expected an integer >= 1, got 'ten'" in message
+    assert "Traceback" not in message
+    shutil.rmtree(folder)
+
+
+def test_routes_refuse_wrong_or_missing_credentials_and_change_nothing(det: DetEnv, tmp_path: Path) -> None:
+    experiment_id = det.create(small_config(tmp_path, name="auth check"))
+    answer = det.wait_experiment(experiment_id)
+    trial_id = answer["trials"][0]["id"]
+    base = det.af.url + "/det/api/v1"
+    before = det.get(f"/trials/{trial_id}/metrics")["metrics"]
+    report = {"reports": [{"group": "validation", "steps_completed": 1, "metrics": {"validation_loss": -1}}]}
+
+    assert httpx.get(f"{base}/experiments").status_code == 401
+    assert httpx.post(f"{base}/runtime/trials/{trial_id}/metrics", json=report).status_code == 401
+    bad = {"Authorization": "Bearer not-a-token"}
+    assert (
+        httpx.post(f"{base}/runtime/trials/{trial_id}/metrics", json=report, headers=bad).status_code == 403
+    )
+    assert (
+        httpx.post(
+            f"{base}/internal/experiments/register", json={"dag_id": "x", "run_id": "y"}, headers=bad
+        ).status_code
+        == 403
+    )
+    user = {"Authorization": f"Bearer {det.af.token()}"}
+    # A person's login is not a trial's token.
+    assert (
+        httpx.post(f"{base}/runtime/trials/{trial_id}/metrics", json=report, headers=user).status_code == 403
+    )
+    assert det.get(f"/trials/{trial_id}/metrics")["metrics"] == before
+
+
+def test_paused_experiment_waits_until_activated(det: DetEnv, tmp_path: Path) -> None:
+    experiment_id = det.create(small_config(tmp_path, name="starts paused"), EXAMPLE, "--paused")
+    time.sleep(8)
+    answer = det.get(f"/experiments/{experiment_id}")
+    assert answer["experiment"]["state"] == "PAUSED"
+    assert answer["trials"] == []
+    assert "Activated experiment" in det.det("experiment", "activate", str(experiment_id)).stdout
+    assert det.wait_experiment(experiment_id)["experiment"]["state"] == "COMPLETED"
+
+
+def test_context_is_packed_honouring_detignore(det: DetEnv, tmp_path: Path) -> None:
+    context = tmp_path / "ctx"
+    shutil.copytree(EXAMPLE, context)
+    (context / "big_data").mkdir()
+    (context / "big_data" / "x.bin").write_bytes(b"0" * 1000)
+    (context / ".detignore").write_text("big_data/\n")
+    out = det.det("experiment", "create", str(small_config(tmp_path, name="detignore")), str(context)).stdout
+    assert f"Preparing files ({context})" in out or "Preparing files (" in out
+    experiment_id = int(out.rsplit("Created experiment", 1)[1].split()[0])
+    with det.api() as client:
+        data = client.get(f"/det/api/v1/experiments/{experiment_id}/context").content
+    names = tarfile.open(fileobj=io.BytesIO(data)).getnames()
+    assert "train.py" in names and not [n for n in names if n.startswith("big_data")]
+    assert det.wait_experiment(experiment_id)["experiment"]["state"] == "COMPLETED"

@@ -1,0 +1,301 @@
+"""trial_process: the spec, the entrypoint's argv, the DET_* environment, and running the process."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import sys
+import tarfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from det_airflow import trial_env
+from det_airflow.cluster_info import cluster_info_from_env
+from det_airflow.trial_process import (
+    TrialSpec,
+    entrypoint_argv,
+    prepare_workdir,
+    run_trial_process,
+    trial_environment,
+)
+
+SPEC = {
+    "trial_id": 12,
+    "experiment_id": 4,
+    "request_id": "req-1",
+    "trial_seed": 777,
+    "hparams": {"lr": 0.01, "layers": {"n": 2}},
+    "config": {
+        "entrypoint": "python3 train.py",
+        "searcher": {"name": "single", "metric": "loss"},
+        "environment": {"environment_variables": {"cpu": ["FOO=bar", "EQ=a=b"], "cuda": ["GPU_ONLY=1"]}},
+        "data": {"x": 1},
+    },
+    "latest_checkpoint": "ckpt-1",
+    "steps_completed": 300,
+    "run_id": 2,
+}
+
+
+class Output:
+    """Collects on_output calls."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str]] = []
+
+    def __call__(self, line: str, stream: str) -> None:
+        self.lines.append((line, stream))
+
+    def of(self, stream: str) -> list[str]:
+        return [line for line, s in self.lines if s == stream]
+
+
+# --- TrialSpec --------------------------------------------------------------------------------------
+
+
+def test_spec_round_trips_through_dicts() -> None:
+    spec = TrialSpec.from_dict(SPEC)
+    assert spec.trial_id == 12 and spec.hparams["layers"] == {"n": 2}
+    assert spec.to_dict() == SPEC
+
+
+def test_spec_defaults_for_a_fresh_trial() -> None:
+    spec = TrialSpec.from_dict({"trial_id": 1, "experiment_id": 2, "request_id": "r", "trial_seed": 3})
+    assert (spec.latest_checkpoint, spec.steps_completed, spec.run_id, spec.hparams) == (None, 0, 0, {})
+
+
+# --- entrypoint_argv ------------------------------------------------------------------------------
+
+
+def test_a_string_entrypoint_runs_with_sh() -> None:
+    assert entrypoint_argv("python3 train.py --epochs 2") == ["sh", "-c", "python3 train.py --epochs 2"]
+
+
+def test_a_list_entrypoint_is_execd_as_is() -> None:
+    assert entrypoint_argv(["python3", "train.py"]) == ["python3", "train.py"]
+    assert entrypoint_argv(("python3", "-m", "x")) == ["python3", "-m", "x"]
+
+
+@pytest.mark.parametrize("ep", ["model_def:MNistTrial", "pkg.model_def:Trial"])
+def test_a_legacy_trial_class_runs_under_the_torch_distributed_launcher(ep: str) -> None:
+    assert entrypoint_argv(ep) == [
+        sys.executable,
+        "-m",
+        "det_airflow.launchers.torch_distributed",
+        "--trial",
+        ep,
+    ]
+
+
+def test_a_command_with_a_colon_is_still_a_command() -> None:
+    assert entrypoint_argv("python3 x.py a:b")[:2] == ["sh", "-c"]
+
+
+# --- trial_environment ----------------------------------------------------------------------------
+
+
+def test_the_environment_of_a_trial_on_a_master() -> None:
+    env = trial_environment(
+        TrialSpec.from_dict(SPEC),
+        master_url="http://master:8080",
+        token="tok",
+        slot_ids=[0, 1],
+        base_env={"PATH": "/usr/bin", "PYTHONPATH": "/opt/lib"},
+        workdir="/run/trial",
+    )
+    assert env["PATH"] == os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin"])
+    assert env[trial_env.MASTER] == "http://master:8080" and env[trial_env.SESSION_TOKEN] == "tok"
+    assert env[trial_env.TRIAL_ID] == "12" and env[trial_env.EXPERIMENT_ID] == "4"
+    assert env[trial_env.TRIAL_SEED] == "777"
+    assert json.loads(env[trial_env.HPARAMS]) == SPEC["hparams"]
+    assert json.loads(env[trial_env.EXPERIMENT_CONFIG]) == SPEC["config"]
+    assert env[trial_env.LATEST_CHECKPOINT] == "ckpt-1" and env[trial_env.STEPS_COMPLETED] == "300"
+    assert json.loads(env[trial_env.SLOT_IDS]) == [0, 1]
+    assert env[trial_env.CHIEF_IP] == "127.0.0.1" and env[trial_env.CONTAINER_RANK] == "0"
+    assert env[trial_env.TRIAL_RUN_ID] == "2"
+    assert env["FOO"] == "bar" and env["EQ"] == "a=b" and "GPU_ONLY" not in env
+    assert env["PYTHONUNBUFFERED"] == "1"
+    python_path = env["PYTHONPATH"].split(os.pathsep)
+    assert python_path[0] == "/run/trial" and python_path[-1] == "/opt/lib"
+    assert trial_env.LOCAL_STORE not in env and trial_env.TEST_MODE not in env
+
+
+def test_the_training_side_reads_back_what_the_environment_says() -> None:
+    env = trial_environment(TrialSpec.from_dict(SPEC), master_url="http://m", token="t", base_env={})
+    info = cluster_info_from_env(env)
+    assert info is not None
+    assert info.trial.trial_id == 12 and info.trial.hparams == SPEC["hparams"]
+    assert info.latest_checkpoint == "ckpt-1" and info.user_data == {"x": 1}
+    assert info.container_addrs == ["127.0.0.1"] and info.allocation_id == "4.12.2"
+
+
+def test_a_local_trial_has_no_master_even_if_the_caller_had_one(tmp_path: Path) -> None:
+    base = {
+        trial_env.MASTER: "http://people-master",
+        trial_env.SESSION_TOKEN: "cli",
+        trial_env.TEST_MODE: "1",
+    }
+    env = trial_environment(TrialSpec.from_dict(SPEC), local_store=tmp_path / "store", base_env=base)
+    assert trial_env.MASTER not in env and trial_env.SESSION_TOKEN not in env
+    assert env[trial_env.LOCAL_STORE] == str(tmp_path / "store")
+    assert trial_env.TEST_MODE not in env
+    assert (
+        trial_environment(TrialSpec.from_dict(SPEC), test_mode=True, base_env={})[trial_env.TEST_MODE] == "1"
+    )
+
+
+def test_without_a_path_none_is_made_up() -> None:
+    assert "PATH" not in trial_environment(TrialSpec.from_dict(SPEC), base_env={})
+
+
+def test_the_trial_variables_win_over_the_configs() -> None:
+    spec = dict(SPEC, config={"environment": {"environment_variables": ["DET_TRIAL_ID=999", "A=1"]}})
+    env = trial_environment(TrialSpec.from_dict(spec), base_env={})
+    assert env[trial_env.TRIAL_ID] == "12" and env["A"] == "1"
+
+
+# --- run_trial_process ----------------------------------------------------------------------------
+
+
+def _run(tmp_path: Path, argv: list[str], **kwargs) -> tuple[int, Output]:  # type: ignore[no-untyped-def]
+    out = Output()
+    code = run_trial_process(tmp_path, argv, {**os.environ, "PYTHONUNBUFFERED": "1"}, on_output=out, **kwargs)
+    return code, out
+
+
+def test_output_lines_and_exit_code(tmp_path: Path) -> None:
+    code, out = _run(tmp_path, entrypoint_argv("echo one; echo two >&2; printf 'three'; exit 3"))
+    assert code == 3
+    assert out.of("stdout") == ["one", "three"]
+    assert out.of("stderr") == ["two"]
+
+
+def test_carriage_returns_split_lines_like_newlines(tmp_path: Path) -> None:
+    code, out = _run(tmp_path, ["printf", r"\r 10%%\r 50%%\r100%%\r\ndone\n\nend"])
+    assert code == 0
+    assert out.of("stdout") == [" 10%", " 50%", "100%", "done", "", "end"]
+
+
+def test_lines_are_streamed_as_they_come(tmp_path: Path) -> None:
+    seen_at: list[float] = []
+    start = time.monotonic()
+    code = run_trial_process(
+        tmp_path,
+        [
+            sys.executable,
+            "-u",
+            "-c",
+            "import time; print('first', flush=True); time.sleep(1.5); print('last')",
+        ],
+        dict(os.environ),
+        on_output=lambda line, stream: seen_at.append(time.monotonic() - start),
+    )
+    assert code == 0 and len(seen_at) == 2
+    assert seen_at[1] - seen_at[0] > 1.0  # the first line arrived before the process ended
+
+
+def test_the_work_folder_is_the_current_folder(tmp_path: Path) -> None:
+    code, out = _run(tmp_path, ["pwd"])
+    assert code == 0 and Path(out.of("stdout")[0]).resolve() == tmp_path.resolve()
+
+
+def test_the_startup_hook_is_sourced_before_the_entrypoint(tmp_path: Path) -> None:
+    (tmp_path / "startup-hook.sh").write_text("export FROM_HOOK=hooked\necho hook ran\n")
+    code, out = _run(tmp_path, ["sh", "-c", 'echo "value=$FROM_HOOK"; exit 5'])
+    assert code == 5
+    assert out.of("stdout") == ["hook ran", "value=hooked"]
+
+
+def test_a_failing_startup_hook_stops_the_trial(tmp_path: Path) -> None:
+    (tmp_path / "startup-hook.sh").write_text("exit 7\n")
+    code, out = _run(tmp_path, ["sh", "-c", "echo should not run"])
+    assert code == 7 and out.of("stdout") == []
+
+
+def test_a_missing_program_is_exit_code_127_with_a_message(tmp_path: Path) -> None:
+    code, out = _run(tmp_path, ["/no/such/program"])
+    assert code == 127
+    assert "cannot start the entrypoint '/no/such/program'" in out.of("stderr")[0]
+
+
+def test_a_signal_is_a_negative_exit_code(tmp_path: Path) -> None:
+    code, _ = _run(tmp_path, ["sh", "-c", "kill -9 $$"])
+    assert code == -signal.SIGKILL
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead too.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_stop_terminates_the_whole_process_group(tmp_path: Path) -> None:
+    stop = threading.Event()
+    pid_file = tmp_path / "child.pid"
+    # The entrypoint starts a grandchild and waits: stopping must reach both.
+    script = f"sleep 300 & echo $! > {pid_file}; echo started; wait"
+    threading.Timer(1.0, stop.set).start()
+    code, out = _run(tmp_path, ["sh", "-c", script], stop=stop, kill_grace=5.0)
+    assert code == -signal.SIGTERM
+    assert out.of("stdout") == ["started"]
+    assert not _alive(int(pid_file.read_text()))
+
+
+def test_stop_kills_a_process_that_ignores_sigterm(tmp_path: Path) -> None:
+    stop = threading.Event()
+    script = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(300)"
+    threading.Timer(1.5, stop.set).start()
+    started = time.monotonic()
+    code, out = _run(tmp_path, [sys.executable, "-c", script], stop=stop, kill_grace=0.5)
+    assert code == -signal.SIGKILL
+    assert out.of("stdout") == ["ready"]
+    assert time.monotonic() - started < 60
+
+
+def test_leftover_background_processes_do_not_hang_the_run(tmp_path: Path) -> None:
+    pid_file = tmp_path / "bg.pid"
+    code, _ = _run(tmp_path, ["sh", "-c", f"sleep 300 & echo $! > {pid_file}; exit 0"])
+    assert code == 0
+    time.sleep(0.2)
+    assert not _alive(int(pid_file.read_text()))
+
+
+# --- prepare_workdir ------------------------------------------------------------------------------
+
+
+def _tar_gz(files: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def test_prepare_workdir_unpacks_the_context(tmp_path: Path) -> None:
+    dest = prepare_workdir(_tar_gz({"train.py": b"print(1)\n", "pkg/m.py": b""}), tmp_path / "work")
+    assert dest == tmp_path / "work"
+    assert (dest / "train.py").read_bytes() == b"print(1)\n" and (dest / "pkg" / "m.py").exists()
+
+
+def test_prepare_workdir_without_a_context_makes_an_empty_folder(tmp_path: Path) -> None:
+    assert list(prepare_workdir(b"", tmp_path / "work").iterdir()) == []
+
+
+def test_prepare_workdir_refuses_an_escaping_archive(tmp_path: Path) -> None:
+    from det_airflow.errors import ContextError
+
+    with pytest.raises(ContextError):
+        prepare_workdir(_tar_gz({"../evil.py": b""}), tmp_path / "work")
