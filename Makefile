@@ -9,9 +9,14 @@ AIRFLOW_PORT ?= 8080
 LOCALAIRFLOW := $(PY) -m det_airflow.localairflow --home $(AIRFLOW_HOME_DIR)
 DET := $(VENV)/bin/det
 export DET_MASTER ?= http://127.0.0.1:$(AIRFLOW_PORT)
+# Extra airflow.cfg settings for the quickstart, e.g. --set det.trial_work_dir=$(CURDIR)/.airflow/trials
+AIRFLOW_SETTINGS ?=
+
+ADMIN_PASSWORD = $$($(PY) -c 'import json, sys; print(json.load(open(sys.argv[1]))["admin"])' $(AIRFLOW_HOME_DIR)/simple_auth_manager_passwords.json)
 
 # ---- The quickstart's experiment (finished by the lead: the det CLI's command line) ----
-QUICKSTART_EXPERIMENT = $(DET) experiment create examples/mnist_pytorch/const.yaml examples/mnist_pytorch -f
+QUICKSTART_EXPERIMENT = DET_USER=admin DET_PASS="$(ADMIN_PASSWORD)" \
+	$(DET) experiment create examples/mnist_pytorch/const.yaml examples/mnist_pytorch -f
 
 .PHONY: venv airflow-up stop test lint quickstart quickstart-experiment
 
@@ -26,7 +31,7 @@ $(VENV)/.installed: pyproject.toml
 # Airflow (SQLite, LocalExecutor) in .airflow/, parsing dags/; started in the background, on
 # 127.0.0.1 only. Reuses the database, secrets and admin password already there.
 airflow-up: venv
-	$(LOCALAIRFLOW) init --dags-folder $(CURDIR)/dags --port $(AIRFLOW_PORT)
+	$(LOCALAIRFLOW) init --dags-folder $(CURDIR)/dags --port $(AIRFLOW_PORT) $(AIRFLOW_SETTINGS)
 	$(LOCALAIRFLOW) start
 
 stop:
@@ -41,11 +46,12 @@ lint: venv
 	$(VENV)/bin/mypy
 
 quickstart-experiment: airflow-up
+	AIRFLOW_HOME=$(AIRFLOW_HOME_DIR) $(DET) admin migrate
 	$(QUICKSTART_EXPERIMENT)
 
 quickstart: quickstart-experiment
 	@echo
 	@echo "Airflow UI:  http://127.0.0.1:$(AIRFLOW_PORT)"
 	@echo "user:        admin"
-	@echo "password:    $$($(PY) -c 'import json, sys; print(json.load(open(sys.argv[1]))["admin"])' $(AIRFLOW_HOME_DIR)/simple_auth_manager_passwords.json)"
+	@echo "password:    $(ADMIN_PASSWORD)"
 	@echo "Stop it with 'make stop'."

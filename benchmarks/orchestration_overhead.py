@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from det_airflow.context_archive import pack_context  # noqa: E402
-from det_airflow.localairflow import LocalAirflow, sqlite_url, write_config  # noqa: E402
+from det_airflow.localairflow import sqlite_url, write_config  # noqa: E402
 
 WORK_SCRIPT = '''
 import json, os, sys, time
@@ -61,8 +61,9 @@ from airflow.sdk import DAG, task
 with DAG("plain_bench", schedule=None, start_date=datetime(2024, 1, 1), catchup=False,
          is_paused_upon_creation=False):
     @task(pool="bench", pool_slots=1)
-    def train(i: int) -> None:
-        env = dict(os.environ, DET_LOCAL_STORE=f"{WORK}/store-{i}", BENCH_WORK=WORK_S, BENCH_TIMES=TIMES)
+    def train(i: int, dag_run=None) -> None:
+        env = dict(os.environ, DET_LOCAL_STORE=f"{WORK}/store-{i}", BENCH_WORK=dag_run.conf["work"],
+                   BENCH_TIMES=dag_run.conf["times"])
         subprocess.run([sys.executable, "train.py"], cwd=WORK, env=env, check=True)
 
     train.expand(i=list(range(TRIALS)))
@@ -79,6 +80,67 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.1):  # ty
     raise TimeoutError(f"timed out waiting for {what}")
 
 
+def print_timeline(client: httpx.Client, dag_id: str, run_id: str, t0: float) -> None:
+    from datetime import datetime
+
+    tis = client.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances?limit=100").json()["task_instances"]
+    print(f"--- {dag_id} (seconds after submission: queued / start / end)")
+    for ti in sorted(tis, key=lambda t: t["start_date"] or ""):
+        stamps = [
+            f"{datetime.fromisoformat(ti[k]).timestamp() - t0:6.1f}" if ti.get(k) else "     -"
+            for k in ("queued_when", "start_date", "end_date")
+        ]
+        print(f"{ti['task_id']:>10}[{ti['map_index']:>2}] {' '.join(stamps)}  {ti['state']}")
+
+
+def run_det(client: httpx.Client, work: Path, args: argparse.Namespace, seconds: float, times: Path):  # type: ignore[no-untyped-def]
+    """Submit the experiment as `det experiment create` does; wait for COMPLETED. Returns wall, t0, eid."""
+    times.mkdir()
+    config = (
+        "name: bench\nentrypoint: python3 train.py\n"
+        f"searcher: {{name: random, metric: loss, max_trials: {args.trials}, max_concurrent_trials: 0}}\n"
+        f"resources: {{resource_pool: bench}}\nmax_restarts: 0\n"
+        f"environment: {{environment_variables: [BENCH_WORK={seconds}, BENCH_TIMES={times}]}}\n"
+    )
+    context = base64.b64encode(pack_context(work).data).decode()
+    t0, t0_wall = time.monotonic(), time.time()
+    created = client.post("/det/api/v1/experiments", json={"config": config, "context": context})
+    created.raise_for_status()
+    eid = created.json()["experiment"]["id"]
+
+    def done() -> str | None:
+        state = client.get(f"/det/api/v1/experiments/{eid}").json()["experiment"]["state"]
+        return state if state in ("COMPLETED", "ERROR", "CANCELED") else None
+
+    state = wait_for(done, 900, "the experiment")
+    wall = time.monotonic() - t0
+    if state != "COMPLETED":
+        raise RuntimeError(f"experiment ended {state}")
+    return wall, t0_wall, eid
+
+
+def run_plain(client: httpx.Client, seconds: float, times: Path):  # type: ignore[no-untyped-def]
+    """Trigger the plain mapped-task DAG (already parsed); wait for success. Returns wall, t0, run id."""
+    times.mkdir()
+    t0, t0_wall = time.monotonic(), time.time()
+    run = client.post(
+        "/api/v2/dags/plain_bench/dagRuns",
+        json={"logical_date": None, "conf": {"work": str(seconds), "times": str(times)}},
+    )
+    run.raise_for_status()
+    run_id = run.json()["dag_run_id"]
+
+    def done() -> str | None:
+        state = client.get(f"/api/v2/dags/plain_bench/dagRuns/{run_id}").json()["state"]
+        return state if state in ("success", "failed") else None
+
+    state = wait_for(done, 900, "the plain DAG run")
+    wall = time.monotonic() - t0
+    if state != "success":
+        raise RuntimeError("plain DAG run failed")
+    return wall, t0_wall, run_id
+
+
 def training_times(folder: Path) -> list[float]:
     times = [json.loads(p.read_text()) for p in folder.glob("*.json")]
     return [t["end"] - t["start"] for t in times]
@@ -91,6 +153,7 @@ def main() -> int:
     parser.add_argument("--work", type=float, default=3.0, help="training seconds per trial")
     parser.add_argument("--pg-url", help="PostgreSQL URL for Airflow's database (default SQLite)")
     parser.add_argument("--port", type=int, default=8191)
+    parser.add_argument("--timeline", action="store_true", help="print when each task ran")
     args = parser.parse_args()
 
     base = Path(tempfile.mkdtemp(prefix="det-bench-"))
@@ -98,13 +161,7 @@ def main() -> int:
     dags.mkdir()
     work.mkdir()
     shutil.copy(REPO / "dags" / "det_experiments.py", dags)
-    times_det, times_plain = base / "times-det", base / "times-plain"
-    times_det.mkdir()
-    times_plain.mkdir()
-    (dags / "plain_bench.py").write_text(
-        f"WORK = {str(work)!r}\nTRIALS = {args.trials}\nWORK_S = {str(args.work)!r}\n"
-        f"TIMES = {str(times_plain)!r}\n" + PLAIN_DAG
-    )
+    (dags / "plain_bench.py").write_text(f"WORK = {str(work)!r}\nTRIALS = {args.trials}\n" + PLAIN_DAG)
     (work / "train.py").write_text(WORK_SCRIPT)
 
     af = write_config(
@@ -122,56 +179,32 @@ def main() -> int:
         af.wait_ready()
         client = af.client(timeout=60)
         wait_for(lambda: client.get("/api/v2/dags/plain_bench").status_code == 200, 120, "plain DAG")
-
-        # det experiment: same script, reporting to the master.
-        config = (
-            "name: bench\nentrypoint: python3 train.py\n"
-            f"searcher: {{name: random, metric: loss, max_trials: {args.trials}, max_concurrent_trials: 0}}\n"
-            f"resources: {{resource_pool: bench}}\nmax_restarts: 0\n"
-            f"environment: {{environment_variables: [BENCH_WORK={args.work}, BENCH_TIMES={times_det}]}}\n"
-        )
-        context = base64.b64encode(pack_context(work).data).decode()
-        t0 = time.monotonic()
-        created = client.post("/det/api/v1/experiments", json={"config": config, "context": context})
-        created.raise_for_status()
-        eid = created.json()["experiment"]["id"]
-
-        def experiment_done() -> str | None:
-            state = client.get(f"/det/api/v1/experiments/{eid}").json()["experiment"]["state"]
-            return state if state in ("COMPLETED", "ERROR", "CANCELED") else None
-
-        state = wait_for(experiment_done, 900, "the experiment")
-        det_wall = time.monotonic() - t0
-        if state != "COMPLETED":
-            raise RuntimeError(f"experiment ended {state}")
-
-        # Plain Airflow: the same script as a mapped task.
-        t0 = time.monotonic()
-        run = client.post("/api/v2/dags/plain_bench/dagRuns", json={"logical_date": None})
-        run.raise_for_status()
-        run_id = run.json()["dag_run_id"]
-
-        def plain_done() -> str | None:
-            state = client.get(f"/api/v2/dags/plain_bench/dagRuns/{run_id}").json()["state"]
-            return state if state in ("success", "failed") else None
-
-        plain_state = wait_for(plain_done, 900, "the plain DAG run")
-        plain_wall = time.monotonic() - t0
-        if plain_state != "success":
-            raise RuntimeError("plain DAG run failed")
+        # Warm up both paths once (first task processes, imports, caches), then measure.
+        run_det(client, work, args, 0.1, base / "warm-det")
+        run_plain(client, 0.1, base / "warm-plain")
+        det_wall, det_t0, eid = run_det(client, work, args, args.work, base / "times-det")
+        plain_wall, plain_t0, run_id = run_plain(client, args.work, base / "times-plain")
+        if args.timeline:
+            exp = client.get(f"/det/api/v1/experiments/{eid}").json()["experiment"]
+            print_timeline(client, exp["dag_id"], exp["dag_run_id"], det_t0)
+            print_timeline(client, "plain_bench", run_id, plain_t0)
     finally:
         af.stop()
 
-    det_work, plain_work = training_times(times_det), training_times(times_plain)
+    det_work, plain_work = training_times(base / "times-det"), training_times(base / "times-plain")
     if len(det_work) != args.trials or len(plain_work) != args.trials:
         raise RuntimeError(f"expected {args.trials} timings, got {len(det_work)} and {len(plain_work)}")
     det_over = det_wall * args.slots / args.trials - statistics.mean(det_work)
     plain_over = plain_wall * args.slots / args.trials - statistics.mean(plain_work)
     print(f"trials {args.trials}, pool slots {args.slots}, training {args.work:.1f} s per trial")
-    print(f"det experiment : wall {det_wall:6.1f} s, training {statistics.mean(det_work):.2f} s/trial, "
-          f"overhead {det_over:.2f} s/trial")
-    print(f"plain Airflow  : wall {plain_wall:6.1f} s, training {statistics.mean(plain_work):.2f} s/trial, "
-          f"overhead {plain_over:.2f} s/trial")
+    print(
+        f"det experiment : wall {det_wall:6.1f} s, training {statistics.mean(det_work):.2f} s/trial, "
+        f"overhead {det_over:.2f} s/trial"
+    )
+    print(
+        f"plain Airflow  : wall {plain_wall:6.1f} s, training {statistics.mean(plain_work):.2f} s/trial, "
+        f"overhead {plain_over:.2f} s/trial"
+    )
     print(f"ratio det/plain overhead: {det_over / plain_over:.2f}x")
     shutil.rmtree(base, ignore_errors=True)
     return 0

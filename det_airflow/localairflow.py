@@ -218,7 +218,7 @@ class LocalAirflow:
             port=port,
             url=f"http://127.0.0.1:{port}",
             admin_password=password,
-            dags_folder=Path(cfg.get("core", "dags_folder", fallback=str(home / "dags"))),
+            dags_folder=Path(cfg.get("core", "dags_folder", fallback=str(home / "dags")).replace("%%", "%")),
         )
 
     @property
@@ -292,15 +292,14 @@ class LocalAirflow:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         if not (self.home / CONFIG_FILE).exists():
             raise LocalAirflowError(f"{self.home / CONFIG_FILE} does not exist: write the config first")
-        for component, args in COMPONENTS.items():
-            if self._running(component):
-                continue
+        to_start = [c for c in COMPONENTS if not self._running(c)]
+        if "api-server" in to_start and _port_in_use(self.port):
+            raise LocalAirflowError(
+                f"port {self.port} on 127.0.0.1 is taken by another program; stop it or choose another port"
+            )
+        for component in to_start:
+            args = COMPONENTS[component]
             if component == "api-server":
-                if _port_in_use(self.port):
-                    raise LocalAirflowError(
-                        f"port {self.port} on 127.0.0.1 is taken by another program; "
-                        "stop it or choose another port"
-                    )
                 args = [*args, "--host", "127.0.0.1", "--port", str(self.port)]
             with self.log_file(component).open("ab") as log:
                 log.write(f"\n==== {datetime.now().isoformat()} airflow {' '.join(args)}\n".encode())
@@ -547,6 +546,13 @@ def main(argv: list[str] | None = None) -> int:
     init.add_argument("--sql-alchemy-conn", help="database URL (default: SQLite in the home)")
     init.add_argument("--parallelism", type=int)
     init.add_argument("--admin-password")
+    init.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="an extra airflow.cfg setting, e.g. det.trial_work_dir=/tmp/trials (repeatable)",
+    )
     start = sub.add_parser("start", help="start the components and wait until they are healthy")
     start.add_argument("--timeout", type=float, default=180.0)
     start.add_argument("--no-wait", action="store_true")
@@ -557,6 +563,13 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if args.command == "init":
+            extra: dict[str, dict[str, str]] = {}
+            for setting in args.set:
+                name, eq, value = setting.partition("=")
+                section, dot, key = name.partition(".")
+                if not (eq and dot and section and key):
+                    raise LocalAirflowError(f"--set {setting!r}: expected SECTION.KEY=VALUE")
+                extra.setdefault(section, {})[key] = value
             af = write_config(
                 home,
                 sql_alchemy_conn=args.sql_alchemy_conn or sqlite_url(home),
@@ -564,6 +577,7 @@ def main(argv: list[str] | None = None) -> int:
                 port=args.port,
                 parallelism=args.parallelism,
                 admin_password=args.admin_password,
+                extra=extra,
             )
             af.migrate()
             print(f"Airflow home {home} ready (database migrated)")

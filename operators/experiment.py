@@ -126,7 +126,7 @@ class FinalizeExperimentOperator(BaseOperator):
         self.master_conn_id = master_conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow.exceptions import AirflowFailException
+        from airflow.sdk.exceptions import AirflowFailException
 
         client = internal_client(self.master_conn_id)
         try:

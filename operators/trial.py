@@ -6,6 +6,7 @@ import shutil
 import threading
 import time
 from collections.abc import Sequence
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from airflow.sdk import BaseOperator, Context
 from det_airflow.api.internal import InternalClient
 from det_airflow.errors import APIError
 from det_airflow.operators._logs import LogShipper
-from det_airflow.operators._master import internal_client, master_credentials
+from det_airflow.operators._master import master_credentials
 from det_airflow.operators.triggers import ExperimentReadyTrigger, TrialSlotTrigger
 from det_airflow.states import ExperimentState, TrialState
 
@@ -73,10 +74,18 @@ class TrialOperator(BaseOperator):
     def on_kill(self) -> None:
         self._stop.set()
 
+    @cached_property
+    def _credentials(self) -> tuple[str, str]:
+        """(master URL, service token), read once: each connection lookup is a round trip."""
+        return master_credentials(self.master_conn_id)
+
+    def _client(self) -> InternalClient:
+        return InternalClient(*self._credentials)
+
     # --- the slot loop ---
 
     def _serve_slot(self, context: Context, ran: list[int]) -> dict[str, Any] | None:
-        from airflow.exceptions import AirflowException, AirflowFailException, AirflowSkipException
+        from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
         experiment_id = int(self.experiment_id)
         ti = context["ti"]
@@ -87,7 +96,7 @@ class TrialOperator(BaseOperator):
             "task_id": ti.task_id,
             "map_index": ti.map_index,
         }
-        client = internal_client(self.master_conn_id)
+        client = self._client()
         try:
             while True:
                 answer = client.acquire(experiment_id, self.slot, task_ref)
@@ -115,15 +124,14 @@ class TrialOperator(BaseOperator):
                     self._defer(ExperimentReadyTrigger, ran)
                 self.log.info("Trial %s ended %s", trial_id, state)
                 ran.append(trial_id)
-                if result["trial"].get("early_exit") != "INVALID_HP" and state != TrialState.COMPLETED:
+                if result["trial"]["early_exit"] != "INVALID_HP":
                     return {"trials": ran}
-                if state == TrialState.COMPLETED and not _was_invalid(result["trial"]):
-                    return {"trials": ran}
+                # The search replaces a trial with invalid hyperparameters: this slot runs the replacement.
         finally:
             client.close()
 
     def _defer(self, trigger_cls: type, ran: list[int], **extra: Any) -> None:
-        master, token = master_credentials(self.master_conn_id)
+        master, token = self._credentials
         self.defer(
             trigger=trigger_cls(master, token, int(self.experiment_id), poll_interval=self.poll_interval, **extra),
             method_name="resume",
@@ -142,11 +150,11 @@ class TrialOperator(BaseOperator):
         )
 
         spec = TrialSpec.from_dict(spec_dict)
-        master, _ = master_credentials(self.master_conn_id)
+        master, _ = self._credentials
         workdir = Path(self.work_dir or default_work_dir()) / f"exp_{spec.experiment_id}" / f"trial_{spec.trial_id}"
         shutil.rmtree(workdir, ignore_errors=True)
         prepare_workdir(client.context(spec.experiment_id), workdir)
-        env = trial_environment(spec, master_url=master, token=token)
+        env = trial_environment(spec, master_url=master, token=token, workdir=workdir)
         argv = entrypoint_argv(spec.config["entrypoint"])
         self.log.info(
             "Trial %s (experiment %s, run %s) starting in %s: %s",
@@ -156,7 +164,7 @@ class TrialOperator(BaseOperator):
             workdir,
             " ".join(argv),
         )
-        shipper = LogShipper(client_for_logs(self.master_conn_id), spec.trial_id, log=self.log)
+        shipper = LogShipper(self._client(), spec.trial_id, log=self.log)
         self._stop.clear()
         watcher = threading.Thread(target=self._watch, args=(spec.trial_id,), daemon=True)
         watcher.start()
@@ -177,7 +185,7 @@ class TrialOperator(BaseOperator):
 
     def _watch(self, trial_id: int) -> None:
         """Kill the trial's process when its experiment is killed, or when it ignores a preemption."""
-        client = internal_client(self.master_conn_id)
+        client = self._client()
         asked_at: float | None = None
         try:
             while not self._stop.wait(5.0):
@@ -201,11 +209,3 @@ class TrialOperator(BaseOperator):
                     return
         finally:
             client.close()
-
-
-def client_for_logs(conn_id: str) -> InternalClient:
-    return internal_client(conn_id)
-
-
-def _was_invalid(trial: dict[str, Any]) -> bool:
-    return trial.get("early_exit") == "INVALID_HP"

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from det_airflow.api._http import Session
+from det_airflow.errors import APIError
 
 
 class RuntimeClient:
@@ -34,19 +35,36 @@ class RuntimeClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _call(self, method: str, path: str, body: Any = None) -> Any:
+        try:
+            if method == "GET":
+                return self._session.get(path)
+            if method == "DELETE":
+                return self._session.delete(path)
+            return self._session.post(path, json=body)
+        except APIError as exc:
+            if exc.status_code == 401:
+                # Not the people's login: the trial's own token, which ends with its run.
+                raise APIError(
+                    f"the master at {self.master} refused this trial's token (DET_SESSION_TOKEN); "
+                    "the trial's run may have ended",
+                    status_code=401,
+                ) from None
+            raise
+
     def report_metrics(self, reports: list[dict[str, Any]]) -> None:
         """Send a batch of ``{group, steps_completed, metrics, report_time}`` reports."""
         if reports:
-            self._session.post(f"{self._trial}/metrics", json={"reports": reports})
+            self._call("POST", f"{self._trial}/metrics", {"reports": reports})
 
     def should_preempt(self) -> bool:
-        return bool(self._session.get(f"{self._trial}/preemption")["preempt"])
+        return bool(self._call("GET", f"{self._trial}/preemption")["preempt"])
 
     def report_progress(self, progress: float) -> None:
-        self._session.post(f"{self._trial}/progress", json={"progress": float(progress)})
+        self._call("POST", f"{self._trial}/progress", {"progress": float(progress)})
 
     def report_early_exit(self, reason: str) -> None:
-        self._session.post(f"{self._trial}/early_exit", json={"reason": str(reason)})
+        self._call("POST", f"{self._trial}/early_exit", {"reason": str(reason)})
 
     def register_checkpoint(
         self, uuid: str, steps_completed: int, metadata: dict[str, Any], resources: dict[str, int]
@@ -58,27 +76,25 @@ class RuntimeClient:
             "metadata": metadata,
             "resources": resources,
         }
-        answer = self._session.post(f"{self._trial}/checkpoints", json=body)
+        answer = self._call("POST", f"{self._trial}/checkpoints", body)
         return dict((answer or {}).get("checkpoint") or {})
 
     def get_checkpoint(self, uuid: str) -> dict[str, Any]:
-        return dict(self._session.get(f"/runtime/checkpoints/{uuid}")["checkpoint"])
+        return dict(self._call("GET", f"/runtime/checkpoints/{uuid}")["checkpoint"])
 
     def delete_checkpoint(self, uuid: str) -> None:
-        self._session.delete(f"/runtime/checkpoints/{uuid}")
+        self._call("DELETE", f"/runtime/checkpoints/{uuid}")
 
     def best_validation(self) -> float | None:
         """The experiment's best searcher metric so far, or None before any validation."""
-        metric = self._session.get(f"{self._trial}/best_validation").get("metric")
+        metric = self._call("GET", f"{self._trial}/best_validation").get("metric")
         return None if metric is None else float(metric)
 
     def searcher_operation(self) -> tuple[int, bool]:
         """The length to train to (in the unit of ``searcher.max_length``) and whether the trial is done."""
-        answer = self._session.get(f"{self._trial}/searcher/operation")
+        answer = self._call("GET", f"{self._trial}/searcher/operation")
         return int(answer["length"]), bool(answer["completed"])
 
     def searcher_completed(self, length: int, metric: float | str) -> None:
         """Report the searcher metric at the end of the operation (non-finite values as "NaN" etc.)."""
-        self._session.post(
-            f"{self._trial}/searcher/completed", json={"length": int(length), "metric": metric}
-        )
+        self._call("POST", f"{self._trial}/searcher/completed", {"length": int(length), "metric": metric})

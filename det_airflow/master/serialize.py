@@ -60,6 +60,8 @@ def trial(row: Row) -> dict[str, Any]:
         "latest_checkpoint": row.latest_checkpoint,
         "best_validation": best,
         "summary_metrics": row.summary or {},
+        "early_exit": row.early_exit,
+        "stop_requested": row.stop_requested,
     }
 
 

@@ -58,7 +58,9 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor) -> di
     return {"validation_loss": loss, "accuracy": accuracy}
 
 
-def save(core_context: Any, model: nn.Module, optimizer: torch.optim.Optimizer, batches: int) -> str:
+def save(
+    core_context: det.core.Context, model: nn.Module, optimizer: torch.optim.Optimizer, batches: int
+) -> str:
     with core_context.checkpoint.store_path({"steps_completed": batches}) as (path, storage_id):
         torch.save(
             {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "batches": batches},
@@ -68,7 +70,11 @@ def save(core_context: Any, model: nn.Module, optimizer: torch.optim.Optimizer, 
 
 
 def main(
-    core_context: Any, hparams: dict[str, Any], seed: int, latest_checkpoint: str | None, unit: int
+    core_context: det.core.Context,
+    hparams: dict[str, Any],
+    seed: int,
+    latest_checkpoint: str | None,
+    unit: int,
 ) -> None:
     if int(hparams["n_filters1"]) < 1 or int(hparams["n_filters2"]) < 1:
         raise det.InvalidHP(

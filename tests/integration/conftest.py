@@ -108,12 +108,20 @@ class _PgCluster:
             as_user = ["runuser", "-u", "postgres", "--"]
             os.chown(base, pg.pw_uid, pg.pw_gid)
         cluster = cls(bindir, base, free_port(), secrets.token_urlsafe(16), as_user)
-        pwfile = base / "pwfile"
-        pwfile.write_text(cluster.password + "\n")
-        os.chown(pwfile, base.stat().st_uid, base.stat().st_gid)
-        cluster.run(
-            str(bindir / "initdb"),
-            "-D", str(base / "data"),
+        try:
+            cluster._init_and_start()
+        except BaseException:
+            cluster.stop()
+            raise
+        return cluster
+
+    def _init_and_start(self) -> None:
+        pwfile = self.base / "pwfile"
+        pwfile.write_text(self.password + "\n")
+        os.chown(pwfile, self.base.stat().st_uid, self.base.stat().st_gid)
+        self.run(
+            str(self.bindir / "initdb"),
+            "-D", str(self.base / "data"),
             "-U", "postgres",
             "-E", "UTF8",
             "--no-locale",
@@ -124,17 +132,23 @@ class _PgCluster:
         pwfile.unlink()
         # A test database: durability off for speed, sockets in the temporary folder, TCP on loopback.
         options = (
-            f"-p {cluster.port} -k {base} -c listen_addresses=127.0.0.1 "
+            f"-p {self.port} -k {self.base} -c listen_addresses=127.0.0.1 "
             "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
         )
-        cluster.run(
-            str(bindir / "pg_ctl"), "-D", str(base / "data"), "-l", str(base / "postgres.log"),
+        self.run(
+            str(self.bindir / "pg_ctl"), "-D", str(self.base / "data"), "-l", str(self.base / "postgres.log"),
             "-o", options, "-w", "-t", "60", "start",
         )  # fmt: skip
-        cluster.run(
-            str(bindir / "createdb"), "-h", str(base), "-p", str(cluster.port), "-U", "postgres", "airflow"
+        self.run(
+            str(self.bindir / "createdb"),
+            "-h",
+            str(self.base),
+            "-p",
+            str(self.port),
+            "-U",
+            "postgres",
+            "airflow",
         )
-        return cluster
 
     @property
     def url(self) -> str:

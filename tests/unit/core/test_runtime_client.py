@@ -76,3 +76,15 @@ def test_master_errors_become_api_errors_with_its_message(fake_runtime: FakeRunt
     with pytest.raises(APIError, match="checkpoint nope not found") as info:
         fake_runtime.client().get_checkpoint("nope")
     assert info.value.status_code == 404
+
+
+def test_a_refused_trial_token_says_so(fake_runtime: FakeRuntime) -> None:
+    import httpx
+
+    client = fake_runtime.client()
+    client._session._client._transport = httpx.MockTransport(
+        lambda request: httpx.Response(401, json={"detail": "bad token"})
+    )
+    with pytest.raises(APIError, match="refused this trial's token") as info:
+        client.should_preempt()
+    assert info.value.status_code == 401
