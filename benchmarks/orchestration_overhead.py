@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO))
 from det_airflow.context_archive import pack_context  # noqa: E402
 from det_airflow.localairflow import sqlite_url, write_config  # noqa: E402
 
-WORK_SCRIPT = '''
+WORK_SCRIPT = """
 import json, os, sys, time
 import det_airflow as det
 
@@ -51,9 +51,9 @@ end = time.time()
 out = os.environ["BENCH_TIMES"]
 with open(os.path.join(out, f"{os.getpid()}-{start}.json"), "w") as f:
     json.dump({"start": start, "end": end}, f)
-'''
+"""
 
-PLAIN_DAG = '''
+PLAIN_DAG = """
 import os, subprocess, sys
 from datetime import datetime
 from airflow.sdk import DAG, task
@@ -67,7 +67,7 @@ with DAG("plain_bench", schedule=None, start_date=datetime(2024, 1, 1), catchup=
         subprocess.run([sys.executable, "train.py"], cwd=WORK, env=env, check=True)
 
     train.expand(i=list(range(TRIALS)))
-'''
+"""
 
 
 def wait_for(predicate, timeout: float, what: str, interval: float = 0.1):  # type: ignore[no-untyped-def]
@@ -83,7 +83,9 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.1):  # ty
 def print_timeline(client: httpx.Client, dag_id: str, run_id: str, t0: float) -> None:
     from datetime import datetime
 
-    tis = client.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances?limit=100").json()["task_instances"]
+    tis = client.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances?limit=100").json()[
+        "task_instances"
+    ]
     print(f"--- {dag_id} (seconds after submission: queued / start / end)")
     for ti in sorted(tis, key=lambda t: t["start_date"] or ""):
         stamps = [
@@ -173,7 +175,9 @@ def main() -> int:
     )
     try:
         af.migrate()
-        subprocess.run([str(Path(sys.executable).parent / "det"), "admin", "migrate"], env=af.env(), check=True)
+        subprocess.run(
+            [str(Path(sys.executable).parent / "det"), "admin", "migrate"], env=af.env(), check=True
+        )
         af.airflow("pools", "set", "bench", str(args.slots), "benchmark pool")
         af.start()
         af.wait_ready()

@@ -17,8 +17,7 @@ from pathlib import Path
 import yaml
 
 from det_airflow.config import AirflowSection, ExperimentConfig, is_experiment_mapping, parse_config
-from det_airflow.errors import ConfigError
-from det_airflow.errors import DetError
+from det_airflow.errors import ConfigError, DetError
 from det_airflow.searcher import trial_slot_count
 
 EXPERIMENTS_SUBDIR = "experiments"  # where the master writes the configs of `det experiment create`
@@ -62,7 +61,7 @@ def _airflow_defaults() -> dict[str, str]:
 
     if not conf.has_section("det"):
         return {}
-    return {k: str(v) for k, v in conf.getsection("det").items() if k in _AIRFLOW_KEYS}
+    return {k: str(v) for k, v in (conf.getsection("det") or {}).items() if k in _AIRFLOW_KEYS}
 
 
 def load_experiment(path: Path, defaults: dict[str, str]) -> ExperimentConfig | None:
@@ -186,7 +185,9 @@ def build_dags(dags_folder: Path, *, only_dag_id: str | None = None) -> dict[str
         if cfg is None:
             continue
         if file.dag_id in seen:
-            problems.append(f"{path}: DAG id '{file.dag_id}' is already used by {seen[file.dag_id]}; rename one file")
+            problems.append(
+                f"{path}: DAG id '{file.dag_id}' is already used by {seen[file.dag_id]}; rename one file"
+            )
             continue
         seen[file.dag_id] = path
         dags[file.dag_id] = build_dag(file, cfg)

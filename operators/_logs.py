@@ -23,7 +23,11 @@ def parse_line(line: str, stream: str) -> dict[str, Any]:
     if match:
         rank, message = int(match.group(1)), message[match.end() :]
     level_match = _LEVEL.match(message)
-    level = level_match.group(1).replace("WARN", "WARNING").replace("WARNINGING", "WARNING") if level_match else "INFO"
+    level = (
+        level_match.group(1).replace("WARN", "WARNING").replace("WARNINGING", "WARNING")
+        if level_match
+        else "INFO"
+    )
     return {
         "timestamp": datetime.now(UTC).isoformat(),
         "rank": rank,
@@ -36,7 +40,9 @@ def parse_line(line: str, stream: str) -> dict[str, Any]:
 class LogShipper:
     """Buffers lines and posts them every `interval` seconds (and at close)."""
 
-    def __init__(self, client: InternalClient, trial_id: int, *, interval: float = 1.0, log: Any = None) -> None:
+    def __init__(
+        self, client: InternalClient, trial_id: int, *, interval: float = 1.0, log: Any = None
+    ) -> None:
         self.client = client
         self.trial_id = trial_id
         self.interval = interval

@@ -11,7 +11,9 @@ def master_credentials(conn_id: str) -> tuple[str, str]:
 
     conn = BaseHook.get_connection(conn_id)
     if not conn.host or not conn.password:
-        raise ValueError(f"Airflow connection '{conn_id}' has no master address or token: run `det admin migrate`")
+        raise ValueError(
+            f"Airflow connection '{conn_id}' has no master address or token: run `det admin migrate`"
+        )
     host = conn.host if "://" in conn.host else f"http://{conn.host}"
     if conn.port and host.count(":") < 2:
         host = f"{host}:{conn.port}"

@@ -44,7 +44,9 @@ class RegisterExperimentOperator(BaseOperator):
             config = path.read_text()
             packed = pack_context(path.parent)
             context_bytes = packed.data
-            self.log.info("Packed context %s: %d files, %d bytes", path.parent, packed.file_count, packed.size)
+            self.log.info(
+                "Packed context %s: %d files, %d bytes", path.parent, packed.file_count, packed.size
+            )
         client = internal_client(self.master_conn_id)
         try:
             answer = client.register(
@@ -68,7 +70,12 @@ class SearcherSensor(BaseSensorOperator):
     ui_color = "#fff2cc"
 
     def __init__(
-        self, *, experiment_id: Any, master_conn_id: str = "det_default", deferrable: bool = True, **kwargs: Any
+        self,
+        *,
+        experiment_id: Any,
+        master_conn_id: str = "det_default",
+        deferrable: bool = True,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.experiment_id = experiment_id
@@ -92,7 +99,9 @@ class SearcherSensor(BaseSensorOperator):
         if not self.deferrable:
             super().execute(context)
             return self._slots(self._status())
-        self.log.info("Experiment %s is %s; waiting until it is activated", self.experiment_id, status["state"])
+        self.log.info(
+            "Experiment %s is %s; waiting until it is activated", self.experiment_id, status["state"]
+        )
         master, token = master_credentials(self.master_conn_id)
         self.defer(
             trigger=ExperimentReadyTrigger(master, token, int(self.experiment_id)),
@@ -148,4 +157,8 @@ class FinalizeExperimentOperator(BaseOperator):
                 "experiment_id": experiment["id"],
                 "best_checkpoint": answer["best_checkpoint"],
             }
-        return {"experiment_id": experiment["id"], "state": experiment["state"], "best_checkpoint": answer["best_checkpoint"]}
+        return {
+            "experiment_id": experiment["id"],
+            "state": experiment["state"],
+            "best_checkpoint": answer["best_checkpoint"],
+        }

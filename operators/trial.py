@@ -16,7 +16,7 @@ from det_airflow.api.internal import InternalClient
 from det_airflow.errors import APIError
 from det_airflow.operators._logs import LogShipper
 from det_airflow.operators._master import master_credentials
-from det_airflow.operators.triggers import ExperimentReadyTrigger, TrialSlotTrigger
+from det_airflow.operators.triggers import TrialSlotTrigger
 from det_airflow.states import ExperimentState, TrialState
 
 
@@ -66,7 +66,9 @@ class TrialOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any] | None:
         return self._serve_slot(context, ran=[])
 
-    def resume(self, context: Context, event: dict[str, Any], ran: list[int] | None = None) -> dict[str, Any] | None:
+    def resume(
+        self, context: Context, event: dict[str, Any], ran: list[int] | None = None
+    ) -> dict[str, Any] | None:
         if event.get("status") == "error":
             raise RuntimeError(event["message"])
         return self._serve_slot(context, ran=list(ran or []))
@@ -118,10 +120,12 @@ class TrialOperator(BaseOperator):
                         f"(restart {result['trial']['restarts']})"
                     )
                 if state == TrialState.ERROR:
-                    raise AirflowFailException(f"trial {trial_id} failed (exit code {exit_code}) after its last restart")
+                    raise AirflowFailException(
+                        f"trial {trial_id} failed (exit code {exit_code}) after its last restart"
+                    )
                 if state == TrialState.PAUSED:
-                    self.log.info("Trial %s paused; it resumes when the experiment is activated", trial_id)
-                    self._defer(ExperimentReadyTrigger, ran)
+                    self.log.info("Trial %s paused; this slot waits (holding no pool slot) to resume it", trial_id)
+                    self._defer(TrialSlotTrigger, ran, slot=self.slot)
                 self.log.info("Trial %s ended %s", trial_id, state)
                 ran.append(trial_id)
                 if result["trial"]["early_exit"] != "INVALID_HP":
@@ -133,7 +137,9 @@ class TrialOperator(BaseOperator):
     def _defer(self, trigger_cls: type, ran: list[int], **extra: Any) -> None:
         master, token = self._credentials
         self.defer(
-            trigger=trigger_cls(master, token, int(self.experiment_id), poll_interval=self.poll_interval, **extra),
+            trigger=trigger_cls(
+                master, token, int(self.experiment_id), poll_interval=self.poll_interval, **extra
+            ),
             method_name="resume",
             kwargs={"ran": ran},
         )
@@ -151,7 +157,9 @@ class TrialOperator(BaseOperator):
 
         spec = TrialSpec.from_dict(spec_dict)
         master, _ = self._credentials
-        workdir = Path(self.work_dir or default_work_dir()) / f"exp_{spec.experiment_id}" / f"trial_{spec.trial_id}"
+        workdir = (
+            Path(self.work_dir or default_work_dir()) / f"exp_{spec.experiment_id}" / f"trial_{spec.trial_id}"
+        )
         shutil.rmtree(workdir, ignore_errors=True)
         prepare_workdir(client.context(spec.experiment_id), workdir)
         env = trial_environment(spec, master_url=master, token=token, workdir=workdir)
@@ -204,7 +212,9 @@ class TrialOperator(BaseOperator):
                     continue
                 asked_at = asked_at or time.monotonic()
                 if time.monotonic() - asked_at > self.preemption_timeout:
-                    self.log.warning("Trial %s ignored preemption for %ss: stopping it", trial_id, self.preemption_timeout)
+                    self.log.warning(
+                        "Trial %s ignored preemption for %ss: stopping it", trial_id, self.preemption_timeout
+                    )
                     self._stop.set()
                     return
         finally:

@@ -61,7 +61,9 @@ class ExperimentReadyTrigger(_PollingTrigger):
 class TrialSlotTrigger(_PollingTrigger):
     """Fires when a trial slot has a trial to run, or the search will create no more."""
 
-    def __init__(self, master: str, token: str, experiment_id: int, slot: int, poll_interval: float = 2.0) -> None:
+    def __init__(
+        self, master: str, token: str, experiment_id: int, slot: int, poll_interval: float = 2.0
+    ) -> None:
         super().__init__(master, token, experiment_id, poll_interval)
         self.slot = slot
 

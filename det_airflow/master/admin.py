@@ -19,7 +19,9 @@ def migrate(*, conn_id: str = DEFAULT_CONN_ID, master_url: str | None = None) ->
     try:
         before, after = db.migrate()
     except SQLAlchemyError as exc:
-        raise DetError(f"cannot migrate the det tables in {db.engine.url!r}: {exc.__class__.__name__}: {exc.orig if hasattr(exc, 'orig') else exc}") from None
+        raise DetError(
+            f"cannot migrate the det tables in {db.engine.url!r}: {exc.__class__.__name__}: {exc.orig if hasattr(exc, 'orig') else exc}"
+        ) from None
     lines = [
         f"det tables created at schema version {after}"
         if before is None

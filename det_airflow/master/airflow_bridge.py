@@ -25,7 +25,7 @@ def det_defaults() -> dict[str, str]:
 
     if not conf.has_section("det"):
         return {}
-    return {key: str(value) for key, value in conf.getsection("det").items()}
+    return {key: str(value) for key, value in (conf.getsection("det") or {}).items()}
 
 
 def max_map_length() -> int:

@@ -65,7 +65,10 @@ def prepare_config(source: str | dict[str, Any], *, source_name: str | None = No
     if cfg.checkpoint_storage is None:
         raw["checkpoint_storage"] = default_checkpoint_storage()
     if cfg.experiment_seed is None:
-        raw["reproducibility"] = {**(raw.get("reproducibility") or {}), "experiment_seed": int(time.time()) % 2**31}
+        raw["reproducibility"] = {
+            **(raw.get("reproducibility") or {}),
+            "experiment_seed": int(time.time()) % 2**31,
+        }
     cfg = parse_config(raw, source_name=source_name, airflow_defaults=_airflow_defaults())
     check_resources(cfg)
     return cfg
@@ -78,7 +81,12 @@ def check_resources(cfg: ExperimentConfig) -> None:
     field = "resources.resource_pool" if cfg.resources.resource_pool else "airflow.pool"
     slots = airflow_bridge.pool_slots(pool)
     if slots is None:
-        problems.append((field, f"Airflow pool '{pool}' does not exist (create it: airflow pools set {pool} SLOTS DESCRIPTION)"))
+        problems.append(
+            (
+                field,
+                f"Airflow pool '{pool}' does not exist (create it: airflow pools set {pool} SLOTS DESCRIPTION)",
+            )
+        )
     elif slots != -1 and cfg.resources.slots_per_trial > slots:
         problems.append(
             (
@@ -161,7 +169,7 @@ def create_experiment(
             archived=False,
         )
     )
-    experiment_id = int(result.inserted_primary_key[0])
+    experiment_id = int(result.inserted_primary_key[0])  # type: ignore[index]
     if dag_id is None:
         conn.execute(
             schema.experiments.update()
@@ -245,7 +253,9 @@ def change_state(conn: Connection, experiment_id: int, action: str) -> None:
     table = schema.experiments
     if action in ("archive", "unarchive"):
         if action == "archive" and not ExperimentState(row.state).is_terminal:
-            raise StateError(f"experiment {experiment_id} is {row.state}; only finished experiments can be archived")
+            raise StateError(
+                f"experiment {experiment_id} is {row.state}; only finished experiments can be archived"
+            )
         conn.execute(table.update().where(table.c.id == experiment_id).values(archived=action == "archive"))
         return
     allowed, target = _TRANSITIONS[action]
@@ -312,12 +322,16 @@ def finalize(conn: Connection, experiment_id: int) -> tuple[Row, str | None]:
     """Called when the DAG run's trial tasks are all done: settle whatever is still open."""
     row = get_experiment(conn, experiment_id, lock=True)
     if not ExperimentState(row.state).is_terminal:
-        open_trials = conn.execute(
-            select(schema.trials.c.id).where(
-                schema.trials.c.experiment_id == experiment_id,
-                schema.trials.c.state.not_in([s.value for s in TrialState if s.is_terminal]),
+        open_trials = (
+            conn.execute(
+                select(schema.trials.c.id).where(
+                    schema.trials.c.experiment_id == experiment_id,
+                    schema.trials.c.state.not_in([s.value for s in TrialState if s.is_terminal]),
+                )
             )
-        ).scalars().all()
+            .scalars()
+            .all()
+        )
         if open_trials or not row.search_done:
             # Their tasks ended without reporting (killed, or failed before the trial started).
             conn.execute(

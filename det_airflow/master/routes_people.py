@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import Annotated
+from typing import Annotated, Any
 
+from airflow.api_fastapi.core_api.security import get_user, requires_authenticated
 from fastapi import APIRouter, Depends, Query, Response
 from sqlalchemy import select
 
@@ -14,19 +15,12 @@ from det_airflow.master import airflow_bridge, experiments, schema, serialize, t
 from det_airflow.master.bodies import CreateExperiment
 from det_airflow.master.db import get_database
 
-try:  # Airflow's own login check; the master only runs inside Airflow's API server.
-    from airflow.api_fastapi.core_api.security import get_user, requires_authenticated
-
-    _login = [Depends(requires_authenticated())]
-except ImportError:  # pragma: no cover - imported without Airflow (docs, type checks)
-    get_user = None  # type: ignore[assignment]
-    _login = []
-
-router = APIRouter(dependencies=_login)
+# Every route needs an Airflow login: the master runs inside Airflow's API server.
+router = APIRouter(dependencies=[Depends(requires_authenticated())])
 
 
-def _username(user=Depends(get_user)) -> str:  # type: ignore[no-untyped-def]
-    return user.get_name() if user is not None else "unknown"
+def _username(user: Annotated[Any, Depends(get_user)]) -> str:
+    return str(user.get_name())
 
 
 Username = Annotated[str, Depends(_username)]
@@ -78,7 +72,9 @@ def list_experiments(all: bool = False) -> dict:  # noqa: A002 - the CLI's flag 
 
 def _trials_of(conn, experiment_id: int) -> list[dict]:  # type: ignore[no-untyped-def]
     rows = conn.execute(
-        select(schema.trials).where(schema.trials.c.experiment_id == experiment_id).order_by(schema.trials.c.id)
+        select(schema.trials)
+        .where(schema.trials.c.experiment_id == experiment_id)
+        .order_by(schema.trials.c.id)
     ).all()
     return [serialize.trial(r) for r in rows]
 
@@ -114,7 +110,9 @@ def experiment_checkpoints(experiment_id: int) -> dict:
     with get_database().read() as conn:
         experiments.get_experiment(conn, experiment_id)
         rows = conn.execute(
-            select(table).where(table.c.experiment_id == experiment_id).order_by(table.c.trial_id, table.c.steps_completed)
+            select(table)
+            .where(table.c.experiment_id == experiment_id)
+            .order_by(table.c.trial_id, table.c.steps_completed)
         ).all()
     return {"checkpoints": [serialize.checkpoint(r) for r in rows]}
 
@@ -133,7 +131,9 @@ def change_experiment(experiment_id: int, action: str) -> dict:
     with get_database().begin() as conn:
         experiments.change_state(conn, experiment_id, action)
         row = experiments.get_experiment(conn, experiment_id)
-        return {"experiment": serialize.experiment(row, num_trials=experiments.count_trials(conn, experiment_id))}
+        return {
+            "experiment": serialize.experiment(row, num_trials=experiments.count_trials(conn, experiment_id))
+        }
 
 
 @router.delete("/experiments/{experiment_id}")

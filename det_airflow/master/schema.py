@@ -80,6 +80,8 @@ trials = Table(
     Column("summary", JSON, nullable=False),  # latest metrics per group
     Column("token_hash", String(64)),
     Column("stop_requested", Boolean, nullable=False, default=False),
+    # The search method paused it at a rung (promotion ASHA): it waits, holding no pool slot.
+    Column("pause_requested", Boolean, nullable=False, default=False),
     Column("early_exit", String(32)),
     Column("op_completed", Boolean, nullable=False, default=False),
     Column("task", JSON),  # dag_id, run_id, task_id, map_index of the task running it

@@ -17,6 +17,7 @@ from det_airflow.searcher import (
     load_search_method,
     make_search_method,
 )
+from det_airflow.searcher._actions import Pause, Resume
 from det_airflow.states import ExperimentState, TrialState
 
 Event = Callable[[SearchMethod], Sequence[Any]]
@@ -49,14 +50,11 @@ def _run(conn: Connection, row: Row, event: Event, *, fresh: bool) -> None:
                 _create_trial(conn, row.id, action)
                 pending.extend(method.trial_created(action.request_id))
             elif isinstance(action, Stop):
-                conn.execute(
-                    schema.trials.update()
-                    .where(
-                        schema.trials.c.experiment_id == row.id,
-                        schema.trials.c.request_id == action.request_id,
-                    )
-                    .values(stop_requested=True)
-                )
+                pending.extend(_stop_trial(conn, row.id, action.request_id, method))
+            elif isinstance(action, Pause):
+                _trial_where(conn, row.id, action.request_id, pause_requested=True)
+            elif isinstance(action, Resume):
+                _resume_trial(conn, row.id, action.request_id)
             elif isinstance(action, Shutdown):
                 values["search_done"] = True
                 if action.failure:
@@ -77,6 +75,47 @@ def _run(conn: Connection, row: Row, event: Event, *, fresh: bool) -> None:
                 .values(state=TrialState.CANCELED, end_time=experiments.now())
             )
         experiments.maybe_finish(conn, row.id)
+
+
+def _trial_where(conn: Connection, experiment_id: int, request_id: int, **values: Any) -> None:
+    conn.execute(
+        schema.trials.update()
+        .where(schema.trials.c.experiment_id == experiment_id, schema.trials.c.request_id == request_id)
+        .values(**values)
+    )
+
+
+def _stop_trial(conn: Connection, experiment_id: int, request_id: int, method: SearchMethod) -> Sequence[Any]:
+    """A running trial gets the preemption signal and exits; one waiting at a rung is closed now."""
+    trial = conn.execute(
+        select(schema.trials).where(
+            schema.trials.c.experiment_id == experiment_id, schema.trials.c.request_id == request_id
+        )
+    ).first()
+    if trial is None or TrialState(trial.state).is_terminal:
+        return []
+    if trial.state == TrialState.PAUSED or (trial.state == TrialState.QUEUED and trial.slot is None):
+        _trial_where(
+            conn, experiment_id, request_id, state=TrialState.COMPLETED, end_time=experiments.now(), token_hash=None
+        )
+        return method.trial_exited(request_id)
+    _trial_where(conn, experiment_id, request_id, stop_requested=True)
+    return []
+
+
+def _resume_trial(conn: Connection, experiment_id: int, request_id: int) -> None:
+    """Promoted: a trial waiting at its rung is queued again on its slot (resuming its checkpoint)."""
+    trial = conn.execute(
+        select(schema.trials).where(
+            schema.trials.c.experiment_id == experiment_id, schema.trials.c.request_id == request_id
+        )
+    ).first()
+    if trial is None or TrialState(trial.state).is_terminal:
+        return
+    values: dict[str, Any] = {"pause_requested": False, "op_completed": False}
+    if trial.state == TrialState.PAUSED:
+        values["state"] = TrialState.QUEUED
+    _trial_where(conn, experiment_id, request_id, **values)
 
 
 def _create_trial(conn: Connection, experiment_id: int, action: Create) -> None:
@@ -100,6 +139,7 @@ def _create_trial(conn: Connection, experiment_id: int, action: Create) -> None:
             progress=0.0,
             summary={},
             stop_requested=False,
+            pause_requested=False,
             op_completed=False,
         )
     )

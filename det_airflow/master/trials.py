@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from datetime import datetime
@@ -12,7 +13,7 @@ from sqlalchemy import Connection, Row, select
 from det_airflow.master import experiments, schema, search
 from det_airflow.master.auth import hash_token, new_token
 from det_airflow.master.experiments import NotFound, now
-from det_airflow.searcher import ExitedReason
+from det_airflow.searcher import ExitedReason, SearchMethod
 from det_airflow.states import ExperimentState, TrialState
 
 _OPEN = [s.value for s in TrialState if not s.is_terminal]
@@ -55,10 +56,17 @@ def acquire(conn: Connection, experiment_id: int, slot: int, task: dict[str, Any
             trials.c.experiment_id == experiment_id, trials.c.slot == slot, trials.c.state.in_(_OPEN)
         )
     ).first()
+    if trial is not None and trial.state == TrialState.PAUSED and trial.pause_requested:
+        return {"status": "wait"}  # waits at its rung until the search promotes or closes it
     if trial is None:
         trial = conn.execute(
             select(trials)
-            .where(trials.c.experiment_id == experiment_id, trials.c.slot.is_(None), trials.c.state.in_(_OPEN))
+            .where(
+                trials.c.experiment_id == experiment_id,
+                trials.c.slot.is_(None),
+                trials.c.state.in_(_OPEN),
+                trials.c.pause_requested.is_(False),
+            )
             .order_by(trials.c.id)
             .limit(1)
         ).first()
@@ -115,7 +123,9 @@ def _warm_start_checkpoint(conn: Connection, cfg: Any) -> str | None:
         return cfg.searcher.source_checkpoint_uuid
     if cfg.searcher.source_trial_id is not None:
         return conn.execute(
-            select(schema.trials.c.latest_checkpoint).where(schema.trials.c.id == cfg.searcher.source_trial_id)
+            select(schema.trials.c.latest_checkpoint).where(
+                schema.trials.c.id == cfg.searcher.source_trial_id
+            )
         ).scalar()
     return None
 
@@ -134,9 +144,10 @@ def exit_run(conn: Connection, trial_id: int, exit_code: int) -> tuple[Row, bool
     if trial.early_exit == "INVALID_HP":
         state, event = TrialState.COMPLETED, ExitedReason.INVALID_HP
     elif exit_code == 0:
-        if exp_state == ExperimentState.PAUSED and not trial.stop_requested:
-            # Preempted by a pause: it resumes from its checkpoint once the experiment is active.
-            _update(conn, trial_id, state=TrialState.PAUSED, token_hash=None, slot=None)
+        if not trial.stop_requested and (exp_state == ExperimentState.PAUSED or trial.pause_requested):
+            # Preempted by a pause (of the experiment, or at a rung by the search): it keeps its slot
+            # and resumes from its checkpoint once the experiment is active or the search promotes it.
+            _update(conn, trial_id, state=TrialState.PAUSED, token_hash=None)
             return get_trial(conn, trial_id), False
         if exp_state in (ExperimentState.STOPPING_CANCELED, ExperimentState.STOPPING_KILLED):
             state, event = TrialState.CANCELED, ExitedReason.USER_CANCELED
@@ -166,7 +177,7 @@ def should_preempt(conn: Connection, trial_id: int) -> bool:
     state = conn.execute(
         select(schema.experiments.c.state).where(schema.experiments.c.id == trial.experiment_id)
     ).scalar_one()
-    return bool(trial.stop_requested) or ExperimentState(state) != ExperimentState.ACTIVE
+    return bool(trial.stop_requested or trial.pause_requested) or ExperimentState(state) != ExperimentState.ACTIVE
 
 
 # --- reports from training code ----------------------------------------------------------------
@@ -209,19 +220,29 @@ def report_metrics(conn: Connection, trial_id: int, reports: list[dict[str, Any]
                 best, best_steps = float(value), steps
     if rows:
         conn.execute(schema.metrics.insert(), rows)
-    _update(conn, trial_id, summary=summary, total_batches=total, best_validation=best, best_validation_steps=best_steps)
+    _update(
+        conn,
+        trial_id,
+        summary=summary,
+        total_batches=total,
+        best_validation=best,
+        best_validation_steps=best_steps,
+    )
+    request_id = trial.request_id
     for steps, values in validations:
         if _finite(values.get(metric_name)):
             conn.execute(
                 schema.checkpoints.update()
-                .where(schema.checkpoints.c.trial_id == trial_id, schema.checkpoints.c.steps_completed == steps)
+                .where(
+                    schema.checkpoints.c.trial_id == trial_id, schema.checkpoints.c.steps_completed == steps
+                )
                 .values(validation_metric=float(values[metric_name]))
             )
-        search.send(
-            conn,
-            exp.id,
-            lambda m, steps=steps, values=values: m.validation_completed(trial.request_id, values, steps),
-        )
+        search.send(conn, exp.id, functools.partial(_validation_event, request_id, values, steps))
+
+
+def _validation_event(request_id: int, values: dict[str, Any], steps: int, method: SearchMethod) -> list:
+    return list(method.validation_completed(request_id, values, steps))
 
 
 def _parse_time(value: Any) -> datetime:

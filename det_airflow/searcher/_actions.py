@@ -24,7 +24,35 @@ class Create:
 
 @dataclass(frozen=True)
 class Stop:
-    """Stop a running trial: it checkpoints and exits cleanly."""
+    """Close a trial: the search needs nothing more from it.
+
+    A running trial gets the preemption signal, checkpoints and exits cleanly; the master then
+    sends ``trial_exited``. A paused trial (see :class:`Pause`) has no process to signal: the
+    search method closes it itself, and a later ``trial_exited`` for it changes nothing.
+    """
+
+    request_id: int
+
+
+@dataclass(frozen=True)
+class Pause:
+    """The trial reached the units of its rung and waits for the rest of its rung.
+
+    Promotion-based ASHA (``stop_once: false``) only. The trial gets the preemption signal,
+    checkpoints and exits holding no slot. That exit is part of pausing: the master keeps the trial
+    open (paused) and does not send ``trial_exited`` for it. It is later either resumed
+    (:class:`Resume`) or closed (:class:`Stop`).
+    """
+
+    request_id: int
+
+
+@dataclass(frozen=True)
+class Resume:
+    """A paused trial was promoted: relaunch it from its latest checkpoint.
+
+    It trains on to its new ``operation_length`` (the next rung's units).
+    """
 
     request_id: int
 
@@ -42,7 +70,7 @@ class Shutdown:
     failure: bool = False
 
 
-Action = Create | Stop | Shutdown
+Action = Create | Stop | Pause | Resume | Shutdown
 
 
 class ExitedReason(enum.StrEnum):

@@ -19,8 +19,8 @@ class GridSearch(SearchMethod):
 
     name = "grid"
 
-    def __init__(self, config: ExperimentConfig) -> None:
-        super().__init__(config)
+    def __init__(self, config: ExperimentConfig, **sampler_options: Any) -> None:
+        super().__init__(config, **sampler_options)
         self._points = grid_points(config.hyperparameters)
         self._next_point = 0
         self._closed = 0

@@ -7,14 +7,14 @@ from typing import Any
 from det_airflow.config._types import ExperimentConfig
 from det_airflow.searcher._actions import Action, ExitedReason
 from det_airflow.searcher._base import SearchMethod
-from det_airflow.searcher._hparams import sample_hparams
 
 
 class RandomSearch(SearchMethod):
     """Runs ``max_trials`` trials, at most ``max_concurrent_trials`` at a time (0: no limit).
 
     Starts as many as the limit allows and one more whenever a trial exits. A trial with invalid
-    hyperparameters is replaced: it does not count toward ``max_trials``.
+    hyperparameters is replaced: it does not count toward ``max_trials``. Hyperparameters come
+    from ``searcher.sampler`` (independent random draws by default; see :mod:`._samplers`).
 
     Example:
         >>> method = RandomSearch(config)  # searcher: {name: random, max_trials: 3, max_concurrent_trials: 2}
@@ -26,8 +26,8 @@ class RandomSearch(SearchMethod):
 
     name = "random"
 
-    def __init__(self, config: ExperimentConfig) -> None:
-        super().__init__(config)
+    def __init__(self, config: ExperimentConfig, **sampler_options: Any) -> None:
+        super().__init__(config, **sampler_options)
         self._created = 0  # trials that count toward max_trials
         self._completed = 0  # closed trials that count toward max_trials
 
@@ -72,5 +72,5 @@ class RandomSearch(SearchMethod):
         actions: list[Action] = []
         while self._created < max_trials and self._has_room():
             self._created += 1
-            actions.append(self._create(sample_hparams(self.config.hyperparameters, self._rng)))
+            actions.append(self._create_sampled())
         return actions + self._shutdown_if_done(self._created < max_trials)

@@ -1,0 +1,121 @@
+"""``det.pytorch.init()``: the Core API plus what a PyTorchTrial needs (hparams, seed, device, workers)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import random
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import torch
+
+from det_airflow import core
+from det_airflow.cluster_info import ClusterInfo, get_cluster_info
+from det_airflow.core import DistributedContext
+from det_airflow.launchers.torch_distributed import USE_TORCH_DISTRIBUTED
+from det_airflow.pytorch._context import PyTorchTrialContext
+
+logger = logging.getLogger("det_airflow.pytorch")
+
+
+@contextlib.contextmanager
+def init(
+    *,
+    hparams: Mapping[str, Any] | None = None,
+    exp_conf: Mapping[str, Any] | None = None,
+    distributed: DistributedContext | None = None,
+) -> Iterator[PyTorchTrialContext]:
+    """Start training: ``with det.pytorch.init() as context: Trainer(MyTrial(context), context).fit()``.
+
+    On a trial the hyperparameters, config and seed are the trial's. Off-cluster ``hparams``
+    (default: the constant hyperparameters of ``exp_conf``) and ``exp_conf`` (an experiment config as
+    loaded from YAML: the searcher's length and metric, periods, ``records_per_epoch``...) stand in,
+    the seed is ``reproducibility.experiment_seed`` (else 0), and metrics and checkpoints go to the
+    local store (see ``det.core.init``). Under the torch_distributed launcher (or torchrun) the
+    workers join one process group (NCCL on GPUs, gloo on CPUs) unless ``distributed`` is given.
+    Python's, NumPy's and torch's random generators are seeded before the block runs.
+    """
+    info = get_cluster_info()
+    own_group = False
+    if distributed is None and _launched_distributed():
+        own_group = _init_process_group()
+        distributed = DistributedContext.from_torch_distributed()
+    try:
+        with core.init(distributed=distributed, config=exp_conf) as core_context:
+            config = dict(info.trial.config) if info and info.trial.config else dict(exp_conf or {})
+            trial_hparams, seed = _hparams_and_seed(info, hparams, config)
+            device = _device(core_context.distributed, info)
+            _seed_everything(seed)
+            yield PyTorchTrialContext(
+                core_context, hparams=trial_hparams, exp_conf=config, trial_seed=seed, device=device
+            )
+    finally:
+        if own_group and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+
+
+def _launched_distributed() -> bool:
+    env = os.environ
+    return bool(env.get(USE_TORCH_DISTRIBUTED)) or ("RANK" in env and "WORLD_SIZE" in env)
+
+
+def _init_process_group() -> bool:
+    """NCCL for GPU workers (the Core API sets up gloo itself otherwise); True if this call made it."""
+    if torch.distributed.is_initialized() or not torch.cuda.is_available():
+        return False
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return False
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    torch.distributed.init_process_group("nccl")
+    return True
+
+
+def _hparams_and_seed(
+    info: ClusterInfo | None, hparams: Mapping[str, Any] | None, config: Mapping[str, Any]
+) -> tuple[dict[str, Any], int]:
+    if info is not None and info.trial.hparams:
+        if hparams is not None:
+            logger.warning("det.pytorch.init(hparams=...) is ignored on a trial; the trial's are used")
+        return dict(info.trial.hparams), info.trial.trial_seed
+    chosen = dict(hparams) if hparams is not None else _constant_hparams(config.get("hyperparameters"))
+    if info is not None:
+        return chosen, info.trial.trial_seed
+    reproducibility = config.get("reproducibility")
+    seed = reproducibility.get("experiment_seed") if isinstance(reproducibility, Mapping) else None
+    return chosen, int(seed) if isinstance(seed, int) and not isinstance(seed, bool) else 0
+
+
+def _constant_hparams(section: Any) -> dict[str, Any]:
+    """The hyperparameters of a config section that have one value (searched ones are left out)."""
+    if not isinstance(section, Mapping):
+        return {}
+    out: dict[str, Any] = {}
+    for name, spec in section.items():
+        if not isinstance(spec, Mapping):
+            out[name] = spec
+        elif spec.get("type") == "const":
+            out[name] = spec.get("val")
+        elif "type" not in spec:
+            out[name] = _constant_hparams(spec)
+    return out
+
+
+def _device(dist: DistributedContext, info: ClusterInfo | None) -> torch.device:
+    # A CPU trial (no slots) trains on the CPU even where a GPU is visible.
+    if torch.cuda.is_available() and (info is None or info.slot_ids):
+        device = torch.device("cuda", dist.local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        return device
+    return torch.device("cpu")
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy as np
+    except ImportError:
+        return
+    np.random.seed(seed % 2**32)
