@@ -11,8 +11,10 @@ from det_airflow.errors import APIError
 
 API_PREFIX = "/det/api/v1"
 DEFAULT_MASTER = "localhost:8080"
-# Connection errors are retried this many times with backoff: the API server may be restarting.
-_CONNECT_RETRIES = 5
+# Connection errors are retried with backoff for this long: the API server may be restarting.
+# People (the CLI) want a quick answer; tasks and trials would rather wait out a restart.
+DEFAULT_RETRY_SECONDS = 3.0
+SERVICE_RETRY_SECONDS = 180.0
 
 
 def normalize_master_url(address: str | None) -> str:
@@ -39,9 +41,17 @@ def _error_message(response: httpx.Response) -> str:
 class Session:
     """Synchronous session against the master's API, authenticated with one bearer token."""
 
-    def __init__(self, master: str | None, token: str | None = None, *, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        master: str | None,
+        token: str | None = None,
+        *,
+        timeout: float = 30.0,
+        retry_seconds: float | None = None,
+    ) -> None:
         self.master = normalize_master_url(master)
         self.token = token
+        self.retry_seconds = DEFAULT_RETRY_SECONDS if retry_seconds is None else retry_seconds
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._client = httpx.Client(base_url=self.master + API_PREFIX, headers=headers, timeout=timeout)
 
@@ -56,14 +66,17 @@ class Session:
 
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """Send a request; map failures to APIError with the master's own message."""
-        for attempt in range(_CONNECT_RETRIES + 1):
+        deadline = time.monotonic() + self.retry_seconds
+        delay = 0.25
+        while True:
             try:
                 response = self._client.request(method, path, **kwargs)
                 break
             except (httpx.ConnectError, httpx.RemoteProtocolError) as exc:
-                if attempt == _CONNECT_RETRIES:
+                if time.monotonic() + delay > deadline:
                     raise APIError(f"cannot reach the master at {self.master}: {exc}") from None
-                time.sleep(min(0.25 * 2**attempt, 4.0))
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
             except httpx.TimeoutException:
                 raise APIError(f"the master at {self.master} did not answer in time") from None
         if response.status_code == 401:

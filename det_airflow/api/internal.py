@@ -5,14 +5,14 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from det_airflow.api._http import AsyncSession, Session
+from det_airflow.api._http import SERVICE_RETRY_SECONDS, AsyncSession, Session
 
 
 class InternalClient:
     """Synchronous client used by the register, searcher and trial tasks."""
 
     def __init__(self, master: str, token: str, *, timeout: float = 60.0) -> None:
-        self.session = Session(master, token, timeout=timeout)
+        self.session = Session(master, token, timeout=timeout, retry_seconds=SERVICE_RETRY_SECONDS)
 
     def close(self) -> None:
         self.session.close()

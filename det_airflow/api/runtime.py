@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from det_airflow.api._http import Session
+from det_airflow.api._http import SERVICE_RETRY_SECONDS, Session
 from det_airflow.errors import APIError
 
 
@@ -19,7 +19,7 @@ class RuntimeClient:
         self, master: str | None, token: str | None, trial_id: int, *, session: Session | None = None
     ) -> None:
         self.trial_id = int(trial_id)
-        self._session = session if session is not None else Session(master, token)
+        self._session = session if session is not None else Session(master, token, retry_seconds=SERVICE_RETRY_SECONDS)
         self._trial = f"/runtime/trials/{self.trial_id}"
 
     @property

@@ -50,10 +50,10 @@ class MetricAverager:
         return out
 
 
-def average(dist: DistributedContext, averager: MetricAverager) -> dict[str, Any]:
-    """The average over every batch of every worker (a collective when there are several)."""
+def average(averager: MetricAverager, dist: DistributedContext | None = None) -> dict[str, Any]:
+    """The average over every batch; with ``dist``, of every worker (a collective when there are several)."""
     sums, counts, last = averager.sums()
-    if dist.size > 1:
+    if dist is not None and dist.size > 1:
         everyone = dist.allgather((sums, counts, last))
         sums, counts, last = {}, {}, {}
         for worker_sums, worker_counts, worker_last in everyone:

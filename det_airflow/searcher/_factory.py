@@ -5,44 +5,61 @@ from __future__ import annotations
 from typing import Any
 
 from det_airflow.config._types import ExperimentConfig
+from det_airflow.searcher._adaptive_asha import AdaptiveASHASearch
+from det_airflow.searcher._asha import AsyncHalvingSearch
 from det_airflow.searcher._base import SearchMethod
-from det_airflow.searcher._errors import SearcherError
 from det_airflow.searcher._grid import GridSearch
 from det_airflow.searcher._random import RandomSearch
 from det_airflow.searcher._single import SingleSearch
 
-# searcher.name -> the class that implements it. A new method (ASHA) adds itself here.
-_METHODS: dict[str, type[SearchMethod]] = {cls.name: cls for cls in (SingleSearch, RandomSearch, GridSearch)}
+# searcher.name -> the class that implements it.
+_METHODS: dict[str, type[SearchMethod]] = {
+    cls.name: cls for cls in (SingleSearch, RandomSearch, GridSearch, AdaptiveASHASearch, AsyncHalvingSearch)
+}
 
-# Accepted by the config but not implemented yet; they run at most max_trials trials.
-_NOT_YET_AVAILABLE = frozenset({"adaptive_asha", "async_halving"})
 
-
-def make_search_method(config: ExperimentConfig) -> SearchMethod:
+def make_search_method(
+    config: ExperimentConfig, *, optuna_storage: Any = None, study_name: str | None = None
+) -> SearchMethod:
     """Builds the search method for ``config.searcher``, ready for ``initial_trials()``.
 
+    Args:
+        config: The experiment configuration.
+        optuna_storage: With ``searcher.sampler`` ``tpe``, ``cmaes`` or ``qmc`` (a det-airflow
+            extension): where the Optuna study lives, as an Optuna storage URL
+            (``postgresql://...``, ``sqlite:///optuna.db``) or storage object, so that
+            ``optuna-dashboard <url>`` can open it. None keeps the study in memory (simulations).
+        study_name: The Optuna study's name; defaults to one derived from the config and seed. An
+            existing study of that name is reused, so give each experiment its own.
+
     Raises:
-        SearcherError: The searcher (or its sampler) is not available yet.
+        SearcherError: The config cannot be searched (e.g. an ASHA searcher without a length, or
+            the ``cmaes`` sampler without the ``cmaes`` package).
 
     Example:
         >>> method = make_search_method(config)
         >>> actions = method.initial_trials()
     """
-    searcher = config.searcher
-    if searcher.name in _NOT_YET_AVAILABLE:
-        raise SearcherError(f"searcher {searcher.name!r} is not available yet; use single, random or grid")
-    if searcher.sampler != "random" and searcher.name != "grid":
-        raise SearcherError(f"searcher.sampler {searcher.sampler!r} is not available yet; use 'random'")
-    return _METHODS[searcher.name](config)
+    return _METHODS[config.searcher.name](config, optuna_storage=optuna_storage, study_name=study_name)
 
 
-def load_search_method(config: ExperimentConfig, state: dict[str, Any]) -> SearchMethod:
+def load_search_method(
+    config: ExperimentConfig,
+    state: dict[str, Any],
+    *,
+    optuna_storage: Any = None,
+    study_name: str | None = None,
+) -> SearchMethod:
     """Rebuilds a search method from ``state_dict()``; it carries on as if it had never stopped.
 
+    With an Optuna sampler, pass the storage the method was made with: the method reattaches to
+    its study there (the study's name is part of ``state``).
+
     Raises:
-        SearcherError: The state does not belong to this config's search method.
+        SearcherError: The state does not belong to this config's search method, or the Optuna
+            study it used is not in ``optuna_storage``.
     """
-    method = make_search_method(config)
+    method = make_search_method(config, optuna_storage=optuna_storage, study_name=study_name)
     method.load_state_dict(state)
     return method
 
@@ -52,7 +69,4 @@ def trial_slot_count(config: ExperimentConfig) -> int:
 
     grid: the number of grid points; random and the ASHA searchers: ``max_trials``; single: 1.
     """
-    if config.searcher.name in _NOT_YET_AVAILABLE:
-        assert config.searcher.max_trials is not None, "the config loader requires max_trials for ASHA"
-        return config.searcher.max_trials
     return _METHODS[config.searcher.name].trial_slots(config)

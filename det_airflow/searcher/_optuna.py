@@ -180,21 +180,28 @@ class OptunaSampler(HParamSampler):
         # request id -> [trial number, trial id, last step reported, last value reported or None]
         self._open: dict[int, list[Any]] = {}
         self.study_name = study_name or default_study_name(config)
-        self._study = self._open_study(self.study_name)
+        self._study: Any = None  # opened on first use, once the name is settled
 
     @property
     def study(self) -> Any:
-        """The ``optuna.Study`` the trials are asked from."""
+        """The ``optuna.Study`` the trials are asked from (created in the storage if it is not there)."""
+        if self._study is None and self._asks:
+            # Reloaded mid-search: the study must be there, with this search's trials.
+            try:
+                self._study = self._optuna.load_study(
+                    storage=self._storage, study_name=self.study_name, sampler=self._sampler(0)
+                )
+            except KeyError:
+                raise self._missing_study() from None
+        elif self._study is None:
+            self._study = self._optuna.create_study(
+                storage=self._storage,
+                study_name=self.study_name,
+                direction=self._direction,
+                sampler=self._sampler(0),
+                load_if_exists=True,
+            )
         return self._study
-
-    def _open_study(self, name: str) -> Any:
-        return self._optuna.create_study(
-            storage=self._storage,
-            study_name=name,
-            direction=self._direction,
-            sampler=self._sampler(0),
-            load_if_exists=True,
-        )
 
     def _sampler(self, ask: int) -> Any:
         samplers = self._optuna.samplers
@@ -214,9 +221,10 @@ class OptunaSampler(HParamSampler):
             )
 
     def sample(self, request_id: int, rng: random.Random) -> dict[str, Any]:
-        self._study.sampler = self._sampler(self._asks)
+        study = self.study
+        study.sampler = self._sampler(self._asks)
         self._asks += 1
-        trial = self._study.ask(self._distributions)
+        trial = study.ask(self._distributions)
         self._open[request_id] = [trial.number, trial._trial_id, -1, None]
         return _rebuild(self._group, trial.params, self._leaves)
 
@@ -225,7 +233,7 @@ class OptunaSampler(HParamSampler):
         if entry is None or step <= entry[2]:
             return  # closed, or a step already reported (a trial re-validating after a restart)
         try:
-            self._optuna.trial.Trial(self._study, entry[1]).report(value, max(step, 0))
+            self._optuna.trial.Trial(self.study, entry[1]).report(value, max(step, 0))
         except KeyError:
             raise self._missing_study() from None
         entry[2], entry[3] = step, _float_to_json(value)
@@ -236,15 +244,14 @@ class OptunaSampler(HParamSampler):
             return
         number, _, _, last = entry
         state = self._optuna.trial.TrialState
+        study = self.study
         try:
-            if outcome is Outcome.FAILED or last is None:
-                self._study.tell(number, state=state.FAIL, skip_if_finished=True)
+            if outcome is Outcome.FAILED or last is None or math.isnan(float(last)):
+                study.tell(number, state=state.FAIL, skip_if_finished=True)
             elif outcome is Outcome.PRUNED:
-                self._study.tell(number, state=state.PRUNED, skip_if_finished=True)
-            elif math.isnan(float(last)):
-                self._study.tell(number, state=state.FAIL, skip_if_finished=True)
+                study.tell(number, state=state.PRUNED, skip_if_finished=True)
             else:
-                self._study.tell(number, float(last), skip_if_finished=True)
+                study.tell(number, float(last), skip_if_finished=True)
         except KeyError:
             raise self._missing_study() from None
 
@@ -253,18 +260,17 @@ class OptunaSampler(HParamSampler):
             "study_name": self.study_name,
             "seed": self._seed,
             "asks": self._asks,
-            "open": {str(k): v for k, v in self._open.items()},
+            "open": {str(k): list(v) for k, v in self._open.items()},
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.study_name = state["study_name"]
+        self._study = None
         if state["asks"] and self._storage is None:
             raise self._missing_study()
         self._seed = state["seed"]
         self._asks = state["asks"]
         self._open = {int(k): list(v) for k, v in state["open"].items()}
-        if state["study_name"] != self.study_name:
-            self.study_name = state["study_name"]
-            self._study = self._open_study(self.study_name)
 
     def _missing_study(self) -> SearcherError:
         return SearcherError(

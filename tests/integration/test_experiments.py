@@ -267,3 +267,41 @@ def test_context_is_packed_honouring_detignore(det: DetEnv, tmp_path: Path) -> N
     names = tarfile.open(fileobj=io.BytesIO(data)).getnames()
     assert "train.py" in names and not [n for n in names if n.startswith("big_data")]
     assert det.wait_experiment(experiment_id)["experiment"]["state"] == "COMPLETED"
+
+
+def test_pause_checkpoints_and_frees_the_slot_and_activate_resumes_from_it(
+    det: DetEnv, tmp_path: Path
+) -> None:
+    config = small_config(tmp_path, name="pause me", scheduling_unit=20)
+    config_data = yaml.safe_load(config.read_text())
+    config_data["searcher"]["max_length"] = {"batches": 400}
+    config.write_text(yaml.safe_dump(config_data))
+    experiment_id = det.create(config)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        trials = det.get(f"/experiments/{experiment_id}/trials")["trials"]
+        if trials and trials[0]["latest_checkpoint"]:
+            break
+        time.sleep(0.5)
+    assert "Paused experiment" in det.det("experiment", "pause", str(experiment_id)).stdout
+
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        (trial,) = det.get(f"/experiments/{experiment_id}/trials")["trials"]
+        if trial["state"] == "PAUSED":
+            break
+        time.sleep(0.5)
+    assert trial["state"] == "PAUSED", trial
+    paused_at = trial["total_batches"]
+    assert 0 < paused_at < 400
+    with det.api() as client:
+        pool = client.get("/api/v2/pools/default_pool").raise_for_status().json()
+    assert pool["running_slots"] == 0  # the paused trial's task waits deferred, holding no slot
+
+    assert "Activated experiment" in det.det("experiment", "activate", str(experiment_id)).stdout
+    answer = det.wait_experiment(experiment_id)
+    assert answer["experiment"]["state"] == "COMPLETED"
+    (trial,) = answer["trials"]
+    assert trial["total_batches"] == 400 and trial["restarts"] == 0
+    logs = det.det("trial", "logs", str(trial["id"])).stdout
+    assert f"at batch {paused_at}" in logs  # resumed from the checkpoint taken when paused

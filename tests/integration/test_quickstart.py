@@ -17,7 +17,9 @@ def test_const_example_followed_to_completed_on_sqlite(airflow_sqlite, tmp_path_
     result = det.det("experiment", "create", str(EXAMPLE / "const.yaml"), str(EXAMPLE), "-f", timeout=600)
 
     out = result.stdout
-    assert re.search(r"Preparing files \(.*mnist_pytorch\) to send to master\.\.\. [\d.]+KB and \d+ files", out)
+    assert re.search(
+        r"Preparing files \(.*mnist_pytorch\) to send to master\.\.\. [\d.]+KB and \d+ files", out
+    )
     experiment_id = int(re.search(r"Created experiment (\d+)", out).group(1))
     assert "validation" in out.lower()  # the first trial's logs were streamed
     assert f"Experiment {experiment_id} ended in state COMPLETED" in out

@@ -76,7 +76,7 @@ def test_master_address_from_flag_env_or_default(
 def test_unreachable_master_is_one_error_line(
     det: Any, cli_env: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_http, "_CONNECT_RETRIES", 0)
+    monkeypatch.setattr(_http, "DEFAULT_RETRY_SECONDS", 0.0)
     with __import__("socket").socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # bound, never listening: connections are refused
