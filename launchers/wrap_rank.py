@@ -63,7 +63,8 @@ def resolve_rank(spec: str, env: Mapping[str, str]) -> int:
             if not value.isdigit():
                 raise ValueError(f"wrap_rank: {name}={value!r} is not a rank")
             return int(value)
-    raise ValueError(f"wrap_rank: none of {', '.join(names) or spec!r} is set in the environment")
+    shown = ", ".join(names) if names else repr(spec)
+    raise ValueError(f"wrap_rank: none of {shown} is set in the environment")
 
 
 def pump(source: int, target: int, prefixer: LinePrefixer) -> None:
@@ -107,7 +108,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             proc = supervisor.start(script, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         except OSError as exc:
-            print(f"[rank={rank}] wrap_rank: cannot run {script[0]!r}: {exc.strerror or exc}", file=sys.stderr)
+            print(
+                f"[rank={rank}] wrap_rank: cannot run {script[0]!r}: {exc.strerror or exc}", file=sys.stderr
+            )
             return 127
         assert proc.stdout is not None and proc.stderr is not None
         pumps = [

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Row, select
@@ -10,6 +12,8 @@ from sqlalchemy import Connection, Row, select
 from det_airflow.master import experiments, schema
 from det_airflow.searcher import (
     Create,
+    Pause,
+    Resume,
     SearcherError,
     SearchMethod,
     Shutdown,
@@ -17,10 +21,41 @@ from det_airflow.searcher import (
     load_search_method,
     make_search_method,
 )
-from det_airflow.searcher._actions import Pause, Resume
 from det_airflow.states import ExperimentState, TrialState
 
 Event = Callable[[SearchMethod], Sequence[Any]]
+
+
+def optuna_storage_url(database_url: str) -> str:
+    """Where experiments' optuna studies live: the same database as everything else; on SQLite a
+    file beside Airflow's (one SQLite file has one writer, and the master writes while it asks optuna)."""
+    if database_url.startswith("sqlite"):
+        path = Path(database_url.split(":///", 1)[1])
+        return f"sqlite:///{path.with_name('det_optuna.db')}"
+    return database_url
+
+
+@functools.cache
+def _optuna_storage(url: str) -> Any:
+    import optuna
+
+    return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
+
+
+def method_for(row: Row, *, fresh: bool = False) -> SearchMethod:
+    """The experiment's search method, as stored (or new, to start the search)."""
+    from det_airflow.master.db import get_database
+
+    cfg = experiments.experiment_config(row)
+    kwargs: dict[str, Any] = {}
+    if cfg.searcher.sampler != "random":
+        kwargs = {
+            "optuna_storage": _optuna_storage(optuna_storage_url(get_database().url)),
+            "study_name": f"det-experiment-{row.id}",
+        }
+    if fresh:
+        return make_search_method(cfg, **kwargs)
+    return load_search_method(cfg, row.searcher_state, **kwargs)
 
 
 def start(conn: Connection, row: Row) -> None:
@@ -39,10 +74,9 @@ def send(conn: Connection, experiment_id: int, event: Event) -> None:
 
 
 def _run(conn: Connection, row: Row, event: Event, *, fresh: bool) -> None:
-    cfg = experiments.experiment_config(row)
     values: dict[str, Any] = {}
     try:
-        method = make_search_method(cfg) if fresh else load_search_method(cfg, row.searcher_state)
+        method = method_for(row, fresh=fresh)
         pending = list(event(method))
         while pending:
             action = pending.pop(0)
@@ -96,7 +130,12 @@ def _stop_trial(conn: Connection, experiment_id: int, request_id: int, method: S
         return []
     if trial.state == TrialState.PAUSED or (trial.state == TrialState.QUEUED and trial.slot is None):
         _trial_where(
-            conn, experiment_id, request_id, state=TrialState.COMPLETED, end_time=experiments.now(), token_hash=None
+            conn,
+            experiment_id,
+            request_id,
+            state=TrialState.COMPLETED,
+            end_time=experiments.now(),
+            token_hash=None,
         )
         return method.trial_exited(request_id)
     _trial_where(conn, experiment_id, request_id, stop_requested=True)

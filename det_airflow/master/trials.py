@@ -177,7 +177,10 @@ def should_preempt(conn: Connection, trial_id: int) -> bool:
     state = conn.execute(
         select(schema.experiments.c.state).where(schema.experiments.c.id == trial.experiment_id)
     ).scalar_one()
-    return bool(trial.stop_requested or trial.pause_requested) or ExperimentState(state) != ExperimentState.ACTIVE
+    return (
+        bool(trial.stop_requested or trial.pause_requested)
+        or ExperimentState(state) != ExperimentState.ACTIVE
+    )
 
 
 # --- reports from training code ----------------------------------------------------------------
@@ -340,12 +343,16 @@ def experiment_best_validation(conn: Connection, trial_id: int) -> float | None:
 
 
 def searcher_operation(conn: Connection, trial_id: int) -> dict[str, Any]:
-    """Seed-era `searcher.operations()`: train to max_length (in its own unit)."""
+    """Seed-era `searcher.operations()`: how far to train now, in the unit of `searcher.max_length`."""
     trial = get_trial(conn, trial_id)
     exp = experiments.get_experiment(conn, trial.experiment_id)
-    length = exp.config["searcher"].get("max_length") or {}
-    value = next(iter(length.values()), 0) if isinstance(length, dict) else int(length)
-    return {"length": int(value), "completed": bool(trial.op_completed)}
+    length = None
+    if exp.searcher_state:
+        length = search.method_for(exp).operation_length(trial.request_id)
+    if length is None:
+        max_length = exp.config["searcher"].get("max_length") or {}
+        length = next(iter(max_length.values()), 0) if isinstance(max_length, dict) else int(max_length)
+    return {"length": int(length), "completed": bool(trial.op_completed)}
 
 
 def searcher_completed(conn: Connection, trial_id: int) -> None:

@@ -57,7 +57,9 @@ class DataLoader:
                 "an IterableDataset cannot be sharded or resumed at a data position"
             )
         if batch_sampler is not None and (batch_size != 1 or shuffle or sampler is not None or drop_last):
-            raise DetError("DataLoader: batch_sampler is mutually exclusive with batch_size, shuffle, sampler and drop_last")
+            raise DetError(
+                "DataLoader: batch_sampler is mutually exclusive with batch_size, shuffle, sampler and drop_last"
+            )
         if sampler is not None and shuffle:
             raise DetError("DataLoader: sampler is mutually exclusive with shuffle")
         if batch_sampler is None and (batch_size is None or batch_size < 1):

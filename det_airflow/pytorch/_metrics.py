@@ -30,7 +30,9 @@ class MetricAverager:
         if isinstance(metrics, torch.Tensor):
             metrics = {"loss": metrics}
         elif not isinstance(metrics, Mapping):
-            raise DetError(f"{where} must return a dict of metric name -> value, got {type(metrics).__name__}")
+            raise DetError(
+                f"{where} must return a dict of metric name -> value, got {type(metrics).__name__}"
+            )
         sums, counts = self._sums, self._counts
         for name, value in metrics.items():
             if isinstance(value, torch.Tensor):

@@ -130,10 +130,9 @@ class Trainer:
             step_zero_validation=step_zero_validation,
             test_mode=test_mode,
         )
-        if self._run(plan):
-            if (self._policy != "none" or self._test_mode) and self._last_checkpoint != self._batches:
+        if self._run(plan) and (self._policy != "none" or self._test_mode):
+            if self._last_checkpoint != self._batches:
                 self._checkpoint(self._batches)
-            self._core.train.report_progress(1.0)
 
     # --- setup ---------------------------------------------------------------------------------
 
@@ -187,8 +186,12 @@ class Trainer:
         rng = self._restore(plan.latest_checkpoint) if plan.latest_checkpoint else None
         # Data loaders run user code that may draw random numbers: built before the generators are set.
         self._build_data()
-        self._report_every = period_in_batches(plan.reporting_period, self._epoch_len, name="reporting_period") or 1
-        self._validate_every = period_in_batches(plan.validation_period, self._epoch_len, name="validation_period")
+        self._report_every = (
+            period_in_batches(plan.reporting_period, self._epoch_len, name="reporting_period") or 1
+        )
+        self._validate_every = period_in_batches(
+            plan.validation_period, self._epoch_len, name="validation_period"
+        )
         self._checkpoint_every = period_in_batches(
             plan.checkpoint_period, self._epoch_len, name="checkpoint_period"
         )
@@ -220,7 +223,11 @@ class Trainer:
         if isinstance(train, DataLoader):
             self._epoch_len = train.epoch_length(dist.size)
             loader = train.get_data_loader(
-                repeat=True, skip=self._batches, num_replicas=dist.size, rank=dist.rank, seed=context.get_trial_seed()
+                repeat=True,
+                skip=self._batches,
+                num_replicas=dist.size,
+                rank=dist.rank,
+                seed=context.get_trial_seed(),
             )
             self._train_iter = iter(loader)
         elif isinstance(train, torch.utils.data.DataLoader):
@@ -259,7 +266,10 @@ class Trainer:
         context = self._context
         with self._core.checkpoint.restore_path(storage_id) as path:
             trainer, rng_states = _state.load(
-                path, models=context._modules, optimizers=context.optimizers, lr_schedulers=context.lr_schedulers
+                path,
+                models=context._modules,
+                optimizers=context.optimizers,
+                lr_schedulers=context.lr_schedulers,
             )
         self._batches = self._last_checkpoint = int(trainer["batches_trained"])
         logger.info("resumed from checkpoint %s at batch %d", storage_id, self._batches)
@@ -407,7 +417,10 @@ class Trainer:
                     metrics = None
                     if dist.is_chief:
                         averager = MetricAverager()
-                        averager.add(trial.evaluate_full_dataset(self._validation_loader), where="evaluate_full_dataset()")
+                        averager.add(
+                            trial.evaluate_full_dataset(self._validation_loader),
+                            where="evaluate_full_dataset()",
+                        )
                         metrics = average(averager)
                     return dict(dist.broadcast(metrics))
                 averager = MetricAverager()

@@ -39,7 +39,7 @@ from det_airflow.searcher._grid import GridSearch
 from det_airflow.searcher._hparams import grid_points, sample_hparams
 from det_airflow.searcher._random import RandomSearch
 from det_airflow.searcher._samplers import HParamSampler, Outcome, RandomSampler
-from det_airflow.searcher._simulate import Simulation, SimulatedTrial, simulate
+from det_airflow.searcher._simulate import SimulatedTrial, Simulation, simulate
 from det_airflow.searcher._single import SingleSearch
 
 __all__ = [

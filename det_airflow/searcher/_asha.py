@@ -86,7 +86,9 @@ class ASHASearch(SearchMethod):
         if self._sampler.observes:
             self._sampler.report(request_id, value, time)
         smaller = self.config.searcher.smaller_is_better
-        return self._carry_out(index, bracket.record(request_id, time, ordered(value, smaller_is_better=smaller)))
+        return self._carry_out(
+            index, bracket.record(request_id, time, ordered(value, smaller_is_better=smaller))
+        )
 
     def trial_exited(self, request_id: int) -> list[Action]:
         index, bracket = self._bracket(request_id)

@@ -127,7 +127,11 @@ class PromotionBracket(AshaBracket):
     # --- state -----------------------------------------------------------------------------------
 
     def state_dict(self) -> dict:
-        return {**super().state_dict(), "outstanding": list(self._outstanding), "closed_out": self._closed_out}
+        return {
+            **super().state_dict(),
+            "outstanding": list(self._outstanding),
+            "closed_out": self._closed_out,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)

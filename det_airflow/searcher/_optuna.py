@@ -31,7 +31,7 @@ import math
 import random
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from det_airflow.config._types import (
     CategoricalHP,
@@ -104,8 +104,8 @@ def _leaves(group: HParamGroup, prefix: tuple[str, ...]) -> list[_Leaf]:
 
 def _choices(vals: tuple[Any, ...]) -> tuple[Any, ...]:
     """Optuna takes None, bool, int, float and str choices; other values go by their JSON text."""
-    keys = [(type(v), v) for v in vals]
-    if all(isinstance(v, _PRIMITIVE) for v in vals) and len(set(keys)) == len(keys):
+    # Optuna finds a choice by ==, so 1, True and 1.0 would be one choice.
+    if all(isinstance(v, _PRIMITIVE) for v in vals) and len(set(vals)) == len(vals):
         return vals
     texts = tuple(json.dumps(v, sort_keys=True, default=repr) for v in vals)
     if len(set(texts)) == len(texts):
@@ -153,7 +153,9 @@ class OptunaSampler(HParamSampler):
             reused (``load_if_exists``), so give each experiment its own name.
     """
 
-    def __init__(self, config: ExperimentConfig, *, storage: Any = None, study_name: str | None = None) -> None:
+    def __init__(
+        self, config: ExperimentConfig, *, storage: Any = None, study_name: str | None = None
+    ) -> None:
         import optuna
 
         self._optuna = optuna
@@ -171,7 +173,9 @@ class OptunaSampler(HParamSampler):
         self._leaves = {leaf.name: leaf for leaf in leaves}
         self._distributions = {leaf.name: leaf.distribution for leaf in leaves}
         self._storage = storage
-        self._direction = "minimize" if config.searcher.smaller_is_better else "maximize"
+        self._direction: Literal["minimize", "maximize"] = (
+            "minimize" if config.searcher.smaller_is_better else "maximize"
+        )
         # Drawn once when no experiment seed is set, then kept in the state: a QMC sequence must
         # keep one scramble for the whole search.
         seed = config.experiment_seed
@@ -271,6 +275,8 @@ class OptunaSampler(HParamSampler):
         self._seed = state["seed"]
         self._asks = state["asks"]
         self._open = {int(k): list(v) for k, v in state["open"].items()}
+        if self._asks:
+            self.study  # noqa: B018 - fails now, with a clear message, if the study is not there
 
     def _missing_study(self) -> SearcherError:
         return SearcherError(

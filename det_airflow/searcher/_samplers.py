@@ -40,16 +40,16 @@ class HParamSampler(abc.ABC):
     def sample(self, request_id: int, rng: random.Random) -> dict[str, Any]:
         """The hyperparameters for the trial about to be created as ``request_id``."""
 
-    def report(self, request_id: int, value: float, step: int) -> None:
+    def report(self, request_id: int, value: float, step: int) -> None:  # noqa: B027 - optional hook
         """A trial reported ``value`` (``searcher.metric``, not negated) after ``step`` units."""
 
-    def finish(self, request_id: int, outcome: Outcome) -> None:
+    def finish(self, request_id: int, outcome: Outcome) -> None:  # noqa: B027 - optional hook
         """A trial is over; a second call for the same trial changes nothing."""
 
     def state_dict(self) -> dict[str, Any]:
         return {}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:  # noqa: B027 - optional hook
         """Restores what :meth:`state_dict` returned (after a JSON round trip)."""
 
 

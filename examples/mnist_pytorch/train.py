@@ -112,7 +112,8 @@ def main(
             core_context.train.report_training_metrics(batches, {"loss": sum(losses) / len(losses)})
             losses = []
             metrics = evaluate(model, val_x, val_y)
-            core_context.train.report_validation_metrics(batches, metrics)
+            # `batches` is what an adaptive searcher with `time_metric: batches` counts.
+            core_context.train.report_validation_metrics(batches, {**metrics, "batches": batches})
             save(core_context, model, optimizer, batches)
             op.report_progress(batches)
             logging.info("batch %d: %s", batches, metrics)

@@ -17,7 +17,7 @@ from det_airflow.config._types import (
     LogHP,
     SearcherConfig,
 )
-from det_airflow.searcher import Action, Create, ExitedReason, SearchMethod
+from det_airflow.searcher import Action, Create, ExitedReason, Pause, Resume, SearchMethod, Stop
 
 # 2 * 2 * 2 * 2 * 1 = 16 grid points, with a nested group.
 HPARAMS: dict[str, Any] = {
@@ -96,3 +96,90 @@ class FakeMaster:
             if isinstance(action, Create):
                 self.open.append(action.request_id)
                 self._handle(self.method.trial_created(action.request_id))
+
+
+def loss(request_id: int, units: int) -> float:
+    """A made-up validation loss: each trial has its own level, and it falls with training."""
+    return ((request_id * 7919) % 101) / 101 + 1 / (1 + units)
+
+
+class RungMaster:
+    """Plays the master for ASHA: trains the oldest running trial to its next validation length.
+
+    Each step validates one trial at the next of ``points`` (or its ``operation_length``), with
+    ``values(request_id, units)``; a trial in ``early`` exits early instead of its first report.
+    A Stop ends a running trial at once (``trial_exited``); Pause and Resume move it out of and
+    back into the queue.
+    """
+
+    def __init__(
+        self,
+        method: SearchMethod,
+        points: list[int],
+        *,
+        values: Callable[[int, int], float] = loss,
+        early: dict[int, ExitedReason] | None = None,
+    ) -> None:
+        self.method = method
+        self.points = sorted(points)
+        self.values = values
+        self.early = early or {}
+        self.actions: list[Action] = []
+        self.running: deque[int] = deque()
+        self.paused: set[int] = set()
+        self.trained: dict[int, int] = {}
+        self.done: set[int] = set()
+
+    def start(self) -> RungMaster:
+        self._handle(self.method.initial_trials())
+        return self
+
+    def step(self) -> None:
+        request_id = self.running.popleft()
+        if request_id in self.early:
+            self.done.add(request_id)
+            self._handle(self.method.trial_exited_early(request_id, self.early.pop(request_id)))
+            return
+        target = self.method.operation_length(request_id) or self.points[-1]
+        units = min([p for p in self.points if p > self.trained[request_id]] + [target])
+        self.trained[request_id] = units
+        metrics = {"validation_loss": self.values(request_id, units)}
+        self._handle(self.method.validation_completed(request_id, metrics, units))
+        if request_id in self.done or request_id in self.paused:
+            return
+        if units >= (self.method.operation_length(request_id) or self.points[-1]):
+            self.done.add(request_id)
+            self._handle(self.method.trial_exited(request_id))
+        else:
+            self.running.append(request_id)
+
+    def run(self, steps: int | None = None) -> RungMaster:
+        while self.running and steps != 0:
+            self.step()
+            steps = None if steps is None else steps - 1
+        return self
+
+    @property
+    def creates(self) -> list[Create]:
+        return [a for a in self.actions if isinstance(a, Create)]
+
+    def _handle(self, actions: list[Action]) -> None:
+        self.actions += actions
+        for action in actions:
+            if isinstance(action, Create):
+                self.running.append(action.request_id)
+                self.trained[action.request_id] = 0
+                self._handle(self.method.trial_created(action.request_id))
+            elif isinstance(action, Stop) and action.request_id not in self.done:
+                self.done.add(action.request_id)
+                if action.request_id in self.running:
+                    self.running.remove(action.request_id)
+                if action.request_id in self.paused:
+                    self.paused.discard(action.request_id)  # closed by the method itself
+                else:
+                    self._handle(self.method.trial_exited(action.request_id))
+            elif isinstance(action, Pause):
+                self.paused.add(action.request_id)
+            elif isinstance(action, Resume):
+                self.paused.discard(action.request_id)
+                self.running.append(action.request_id)

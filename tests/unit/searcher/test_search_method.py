@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import pytest
 
+from det_airflow.config._types import Length
 from det_airflow.errors import DetError
 from det_airflow.searcher import ExitedReason, SearcherError, Shutdown, make_search_method
 
 METHODS = [("single", {}), ("random", {"max_trials": 3}), ("grid", {})]
+ASHA = [
+    ("adaptive_asha", {"max_trials": 4, "max_length": Length("batches", 100)}),
+    ("async_halving", {"max_trials": 4, "num_rungs": 2, "max_length": Length("batches", 100)}),
+    (
+        "async_halving",
+        {"max_trials": 4, "num_rungs": 2, "max_length": Length("batches", 100), "stop_once": False},
+    ),
+]
 
 
-@pytest.mark.parametrize(("name", "fields"), METHODS)
+@pytest.mark.parametrize(("name", "fields"), METHODS + ASHA)
 def test_validation_without_the_searcher_metric_names_what_was_reported(make_config, name, fields):
     method = make_search_method(make_config(name, **fields))
     method.initial_trials()
@@ -51,3 +60,20 @@ def test_an_exit_for_a_trial_never_created_is_a_bug(make_config):
     method.initial_trials()
     with pytest.raises(ValueError, match="request id 9"):
         method.trial_exited(9)
+
+
+@pytest.mark.parametrize(("name", "fields"), METHODS)
+def test_methods_without_rungs_train_to_max_length(make_config, name, fields):
+    method = make_search_method(make_config(name, **fields))
+    method.initial_trials()
+    assert method.operation_length(1) is None
+    with pytest.raises(ValueError, match="request id 99"):
+        method.operation_length(99)
+
+
+@pytest.mark.parametrize(("name", "fields"), ASHA)
+def test_asha_operation_lengths(make_config, name, fields):
+    method = make_search_method(make_config(name, **fields))
+    method.initial_trials()
+    expected = 100 if fields.get("stop_once", True) else method.brackets[0].units[0]
+    assert method.operation_length(1) == expected

@@ -1,0 +1,161 @@
+"""Harness overhead: det.pytorch.Trainer against a plain PyTorch loop on the same model, data and batches.
+
+Both run in this process, off-cluster (the Trainer's local store is a temporary folder), on one CPU
+thread: the digits CNN of examples/mnist_pytorch (`DigitsTrial` of model_def.py for the Trainer, the
+same `build_model`, Adadelta and data for the plain loop), N batches of 32 from a seeded shuffle.
+Each timed run is the whole of training plus one validation pass at the end, in both; neither
+checkpoints (checkpoint_policy none). The Trainer reports averaged training metrics every 100
+batches; the plain loop sums the loss on the device and logs its average every 100 batches, as a
+hand-written loop would. Runs alternate between the two, after a warm-up of each; the ratio is
+Trainer throughput / plain throughput per pair, and the median over the pairs is the figure.
+
+Throughput is counted in CPU time of the training thread (with one torch thread and no loader
+workers, all the work happens there), so that other processes on a shared machine do not decide the
+result; wall-clock throughput is printed beside it.
+
+    .venv/bin/python benchmarks/harness_overhead.py [--batches 1000] [--repeats 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = REPO / "examples" / "mnist_pytorch"
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(EXAMPLE))
+
+import torch  # noqa: E402
+from model import build_model, load_data  # noqa: E402
+from model_def import VALIDATION_BATCH_SIZE, DigitsTrial  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.utils.data import TensorDataset  # noqa: E402
+
+from det_airflow import pytorch  # noqa: E402
+
+HPARAMS = {
+    "learning_rate": 1.0,
+    "n_filters1": 32,
+    "n_filters2": 64,
+    "dropout1": 0.25,
+    "dropout2": 0.5,
+    "global_batch_size": 32,
+}
+REPORTING_PERIOD = 100
+SEED = 0
+
+
+class Clock:
+    """Wall and thread CPU seconds since it was made."""
+
+    def __init__(self) -> None:
+        self.wall, self.cpu = time.perf_counter(), time.thread_time()
+
+    def read(self) -> tuple[float, float]:
+        return time.perf_counter() - self.wall, time.thread_time() - self.cpu
+
+
+def run_trainer(batches: int) -> tuple[float, float]:
+    """(wall, cpu) seconds of Trainer.fit() for ``batches`` batches (the trial is built before)."""
+    with pytorch.init(hparams=HPARAMS, exp_conf={"searcher": {"metric": "validation_loss"}}) as context:
+        trial = DigitsTrial(context)
+        trainer = pytorch.Trainer(trial, context)
+        clock = Clock()
+        trainer.fit(
+            max_length=pytorch.Batch(batches),
+            reporting_period=pytorch.Batch(REPORTING_PERIOD),
+            checkpoint_policy="none",
+        )
+        return clock.read()
+
+
+def run_plain(batches: int) -> tuple[float, float]:
+    """(wall, cpu) seconds of the same training written as a plain PyTorch loop."""
+    torch.manual_seed(SEED)
+    torch.set_num_threads(1)
+    model = build_model(HPARAMS)
+    optimizer = torch.optim.Adadelta(model.parameters(), lr=HPARAMS["learning_rate"])
+    train_x, train_y, val_x, val_y = load_data()
+    log = logging.getLogger("plain")
+    clock = Clock()
+    loader = torch.utils.data.DataLoader(
+        TensorDataset(train_x, train_y),
+        batch_size=HPARAMS["global_batch_size"],
+        shuffle=True,
+        drop_last=True,
+        generator=torch.Generator().manual_seed(SEED),
+    )
+    model.train()
+    done, loss_sum = 0, torch.zeros(())
+    while done < batches:
+        for images, labels in loader:
+            loss = nn.functional.cross_entropy(model(images), labels)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            loss_sum += loss.detach()
+            done += 1
+            if done % REPORTING_PERIOD == 0:
+                log.info("batch %d: loss %.4f", done, loss_sum.item() / REPORTING_PERIOD)
+                loss_sum = torch.zeros(())
+            if done == batches:
+                break
+    model.eval()
+    with torch.no_grad():
+        validation = torch.utils.data.DataLoader(
+            TensorDataset(val_x, val_y), batch_size=VALIDATION_BATCH_SIZE
+        )
+        losses = [nn.functional.cross_entropy(model(x), y) for x, y in validation]
+        log.info("validation_loss %.4f", torch.stack(losses).mean().item())
+    return clock.read()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--batches", type=int, default=1000)
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    with tempfile.TemporaryDirectory(prefix="det-harness-bench-") as store:
+        os.environ["DET_LOCAL_STORE"] = store
+        for name in [n for n in os.environ if n.startswith("DET_") and n != "DET_LOCAL_STORE"]:
+            del os.environ[name]
+        run_plain(200)  # warm-up: imports, allocator, thread pools
+        run_trainer(200)
+        print(
+            f"{args.batches} batches of {HPARAMS['global_batch_size']}, digits CNN, 1 CPU thread, "
+            f"torch {torch.__version__}; batches/s in thread CPU time (wall clock in brackets)"
+        )
+        print(f"{'run':>4} | {'plain':>18} | {'Trainer':>18} | {'ratio':>6} | {'wall ratio':>10}")
+        ratios, wall_ratios = [], []
+        for repeat in range(args.repeats):
+            # Alternate which goes first, so that drifts of the machine hit both alike.
+            if repeat % 2 == 0:
+                plain, trainer = run_plain(args.batches), run_trainer(args.batches)
+            else:
+                trainer, plain = run_trainer(args.batches), run_plain(args.batches)
+            (plain_wall, plain_cpu), (trainer_wall, trainer_cpu) = plain, trainer
+            ratios.append(plain_cpu / trainer_cpu)
+            wall_ratios.append(plain_wall / trainer_wall)
+            print(
+                f"{repeat + 1:>4} | {args.batches / plain_cpu:>7.1f} ({args.batches / plain_wall:>7.1f}) | "
+                f"{args.batches / trainer_cpu:>7.1f} ({args.batches / trainer_wall:>7.1f}) | "
+                f"{ratios[-1]:>6.3f} | {wall_ratios[-1]:>10.3f}"
+            )
+        print(
+            f"median ratio (Trainer / plain): {statistics.median(ratios):.3f} in CPU time, "
+            f"{statistics.median(wall_ratios):.3f} in wall time  (target >= 0.97)"
+        )
+
+
+if __name__ == "__main__":
+    main()
