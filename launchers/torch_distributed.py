@@ -2,8 +2,10 @@
 
 Runs the trial's workers with ``torch.distributed.run`` (torchrun): one node per container
 (``DET_CONTAINER_ADDRS`` / ``DET_CONTAINER_RANK``; one when absent), one worker per slot of this
-container (``DET_SLOT_IDS``; one for a CPU trial without slots), the chief container's address as
-the rendezvous, no restarts, and each worker wrapped by ``wrap_rank`` so its lines carry its rank.
+container (``DET_SLOT_IDS``; one for a CPU trial without slots), the chief container's address and
+port 29400 as the rendezvous, no restarts, and each worker wrapped by ``wrap_rank`` so its lines
+carry its rank. A trial of one container rendezvous on 127.0.0.1 at a free port instead: local and
+host-network trials share the machine's ports, and two of them on 29400 would collide.
 OVERRIDES before ``--`` are passed to torchrun after ours (so they win: ``--master_port 29500 --``).
 ``--trial module:Class`` trains a PyTorchTrial (``python3 -m det_airflow.pytorch.run_trial``).
 Workers see ``USE_TORCH_DISTRIBUTED`` and ``DET_CHIEF_IP``. When a worker fails, torchrun stops the
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -38,6 +41,7 @@ class Layout:
     nproc_per_node: int
     node_rank: int
     master_addr: str
+    master_port: int
 
 
 def parse_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -65,15 +69,18 @@ def parse_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
 def layout(info: ClusterInfo | None, env: Mapping[str, str]) -> Layout:
     if info is None:
         slots = len(_slot_ids(env.get(trial_env.SLOT_IDS)))
-        return Layout(nnodes=1, nproc_per_node=max(slots, 1), node_rank=0, master_addr=LOCALHOST)
+        return Layout(1, max(slots, 1), 0, LOCALHOST, free_port())
     addrs = info.container_addrs
-    multi_node = len(addrs) > 1
-    return Layout(
-        nnodes=max(len(addrs), 1),
-        nproc_per_node=max(len(info.slot_ids), 1),
-        node_rank=info.container_rank if multi_node else 0,
-        master_addr=addrs[0] if multi_node else LOCALHOST,
-    )
+    if len(addrs) <= 1:
+        return Layout(1, max(len(info.slot_ids), 1), 0, LOCALHOST, free_port())
+    return Layout(len(addrs), max(len(info.slot_ids), 1), info.container_rank, addrs[0], C10D_PORT)
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as sock:
+        sock.bind((LOCALHOST, 0))
+        return int(sock.getsockname()[1])
 
 
 def torchrun_command(where: Layout, overrides: Sequence[str], script: Sequence[str]) -> list[str]:
@@ -92,7 +99,7 @@ def torchrun_command(where: Layout, overrides: Sequence[str], script: Sequence[s
         "--master_addr",
         where.master_addr,
         "--master_port",
-        str(C10D_PORT),
+        str(where.master_port),
         *overrides,
         "--module",
         WRAP_RANK,

@@ -12,7 +12,7 @@ from det_airflow.api.internal import InternalClient
 from det_airflow.errors import APIError
 
 _RANK = re.compile(r"^\[rank=(\d+)\] ")
-_LEVEL = re.compile(r"^(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b[:\s]")
+_LEVEL = re.compile(r"^(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)(?::\s*|\s+)")
 
 
 def parse_line(line: str, stream: str) -> dict[str, Any]:
@@ -22,12 +22,11 @@ def parse_line(line: str, stream: str) -> dict[str, Any]:
     match = _RANK.match(message)
     if match:
         rank, message = int(match.group(1)), message[match.end() :]
+    level = "INFO"
     level_match = _LEVEL.match(message)
-    level = (
-        level_match.group(1).replace("WARN", "WARNING").replace("WARNINGING", "WARNING")
-        if level_match
-        else "INFO"
-    )
+    if level_match:  # `INFO: text` (Python's logging): the level becomes the record's, once
+        level = "WARNING" if level_match.group(1) == "WARN" else level_match.group(1)
+        message = message[level_match.end() :]
     return {
         "timestamp": datetime.now(UTC).isoformat(),
         "rank": rank,

@@ -6,10 +6,14 @@ One method per route of docs/master-api.md ("Training code"). Authenticated with
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from det_airflow.api._http import SERVICE_RETRY_SECONDS, Session
 from det_airflow.errors import APIError
+
+# A trial's own logs are for its training; httpx would log every report at INFO.
+logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 class RuntimeClient:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import subprocess
 import sys
 import time
 
@@ -36,8 +37,6 @@ def test_a_failing_worker_terminates_the_others_and_gives_its_status() -> None:
 
 def test_a_worker_that_ignores_sigterm_is_killed_after_the_grace() -> None:
     stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(300)"
-    import subprocess
-
     with Supervisor(grace=0.5) as workers:
         proc = workers.start([sys.executable, "-c", stubborn], stdout=subprocess.PIPE)
         assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -30,10 +31,19 @@ def test_overrides_come_before_a_double_dash() -> None:
 
 
 def test_layout_off_cluster_and_of_a_cpu_trial() -> None:
-    assert layout(None, {}) == Layout(nnodes=1, nproc_per_node=1, node_rank=0, master_addr="127.0.0.1")
+    alone = layout(None, {})
+    assert (alone.nnodes, alone.nproc_per_node, alone.node_rank, alone.master_addr) == (1, 1, 0, "127.0.0.1")
     assert layout(None, {"DET_SLOT_IDS": "[0, 1]"}).nproc_per_node == 2
     cpu_trial = cluster_info_from_env({"DET_TRIAL_ID": "1", "DET_SLOT_IDS": "[]"})
     assert layout(cpu_trial, {}).nproc_per_node == 1
+
+
+def test_one_container_rendezvous_at_a_free_port() -> None:
+    """Local and host-network trials share the machine: two on one fixed port would collide."""
+    port = layout(None, {}).master_port
+    assert port != 29400
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))  # free when chosen
 
 
 def test_layout_of_a_multi_container_trial() -> None:
@@ -44,12 +54,14 @@ def test_layout_of_a_multi_container_trial() -> None:
         "DET_CONTAINER_RANK": "1",
     }
     assert layout(cluster_info_from_env(env), env) == Layout(
-        nnodes=2, nproc_per_node=4, node_rank=1, master_addr="10.0.0.5"
+        nnodes=2, nproc_per_node=4, node_rank=1, master_addr="10.0.0.5", master_port=29400
     )
 
 
 def test_the_torchrun_command() -> None:
-    command = torchrun_command(Layout(2, 4, 1, "10.0.0.5"), ["--master_port", "1"], ["python3", "train.py"])
+    command = torchrun_command(
+        Layout(2, 4, 1, "10.0.0.5", 29400), ["--master_port", "1"], ["python3", "train.py"]
+    )
     assert command[:3] == [sys.executable, "-m", "torch.distributed.run"]
     args = command[3:]
     assert args == [
@@ -78,7 +90,7 @@ def test_two_cpu_workers_both_report(tmp_path: Path, child_env: dict[str, str]) 
     (tmp_path / "worker.py").write_text(WORKER)
     child_env.update(DET_SLOT_IDS="[0, 1]", DET_LOCAL_STORE=str(tmp_path / "store"))
     done = subprocess.run(
-        [*LAUNCHER, "--master_port", str(free_port()), "--", sys.executable, "worker.py"],
+        [*LAUNCHER, sys.executable, "worker.py"],
         cwd=tmp_path,
         env=child_env,
         capture_output=True,
@@ -142,3 +154,22 @@ def test_sigterm_to_the_launcher_stops_every_worker(tmp_path: Path, child_env: d
         assert wait_gone([int(p.read_text()) for p in pid_files]), "a worker was left running"
     finally:
         launcher.kill()
+
+
+def test_two_local_trials_at_once_do_not_collide(tmp_path: Path, child_env: dict[str, str]) -> None:
+    (tmp_path / "worker.py").write_text("import time; time.sleep(2); print('done')\n")
+    launchers = [
+        subprocess.Popen(
+            [*LAUNCHER, sys.executable, "worker.py"],
+            cwd=tmp_path,
+            env=child_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    for launcher in launchers:
+        output, _ = launcher.communicate(timeout=300)
+        assert launcher.returncode == 0, output
+        assert "[rank=0] done" in output

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from det_airflow.config import config_to_dict, load_config
@@ -44,10 +45,12 @@ def _config(max_length: int) -> dict:
     return config
 
 
-def _run(tmp_path: Path, spec: TrialSpec, **env: str) -> tuple[int, str]:
+def _run(tmp_path: Path, spec: TrialSpec, *, slots: int = 0, **env: str) -> tuple[int, str]:
     workdir = tmp_path / f"work-{spec.run_id}"
     shutil.copytree(EXAMPLE, workdir, ignore=shutil.ignore_patterns(".det_local", "__pycache__"))
-    trial_env = trial_environment(spec, local_store=tmp_path / "store", workdir=workdir)
+    trial_env = trial_environment(
+        spec, local_store=tmp_path / "store", workdir=workdir, slot_ids=range(slots)
+    )
     trial_env.update(env)
     lines: list[str] = []
     argv = entrypoint_argv(spec.config["entrypoint"])
@@ -82,6 +85,21 @@ def test_the_legacy_entrypoint_trains_and_resumes_from_the_latest_checkpoint(
     assert f"resumed from checkpoint {latest['uuid']} at batch 20" in output
     assert store.steps("training") == [5, 10, 15, 20, 25, 30]
     assert store.steps("validation") == [10, 20, 30]
+
+
+def test_two_workers_train_one_trial_and_the_chief_reports(tmp_path: Path, store: Store) -> None:
+    code, output = _run(tmp_path, _spec(_config(10)), slots=2)
+    assert code == 0, output
+    assert "[rank=0] " in output
+    assert store.steps("training") == [5, 10]  # once per boundary, not once per worker
+    assert store.steps("validation") == [10]
+    [checkpoint] = store.checkpoints()
+    state = torch.load(
+        tmp_path / "store" / "checkpoints" / checkpoint["uuid"] / "state_dict.pth", weights_only=False
+    )
+    assert len(state["rng_states"]) == 2  # every worker's generators, for an exact resume
+    # 16 per worker: an epoch of 1437 images is 89 per-slot batches, 45 steps of the two workers.
+    assert state["trainer"]["epoch_length"] == 45
 
 
 def test_invalid_hparams_end_the_legacy_trial_as_invalid(tmp_path: Path, store: Store) -> None:
