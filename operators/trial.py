@@ -124,7 +124,9 @@ class TrialOperator(BaseOperator):
                         f"trial {trial_id} failed (exit code {exit_code}) after its last restart"
                     )
                 if state == TrialState.PAUSED:
-                    self.log.info("Trial %s paused; this slot waits (holding no pool slot) to resume it", trial_id)
+                    self.log.info(
+                        "Trial %s paused; this slot waits (holding no pool slot) to resume it", trial_id
+                    )
                     self._defer(TrialSlotTrigger, ran, slot=self.slot)
                 self.log.info("Trial %s ended %s", trial_id, state)
                 ran.append(trial_id)

@@ -23,7 +23,9 @@ class RuntimeClient:
         self, master: str | None, token: str | None, trial_id: int, *, session: Session | None = None
     ) -> None:
         self.trial_id = int(trial_id)
-        self._session = session if session is not None else Session(master, token, retry_seconds=SERVICE_RETRY_SECONDS)
+        self._session = (
+            session if session is not None else Session(master, token, retry_seconds=SERVICE_RETRY_SECONDS)
+        )
         self._trial = f"/runtime/trials/{self.trial_id}"
 
     @property

@@ -28,6 +28,13 @@ def migrate(*, conn_id: str = DEFAULT_CONN_ID, master_url: str | None = None) ->
         else f"det tables at schema version {after} (were {before})"
     ]
     lines.append(ensure_service_connection(db, conn_id, master_url or airflow_bridge.master_url()))
+    from sqlalchemy.engine import make_url
+
+    from det_airflow.master.search import ensure_optuna_schema, optuna_storage_url
+
+    ensure_optuna_schema(db.engine)
+    optuna_url = make_url(optuna_storage_url(db.url)).render_as_string(hide_password=True)
+    lines.append(f"optuna studies of experiments with searcher.sampler: {optuna_url}")
     return lines
 
 

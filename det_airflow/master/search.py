@@ -26,19 +26,40 @@ from det_airflow.states import ExperimentState, TrialState
 Event = Callable[[SearchMethod], Sequence[Any]]
 
 
+OPTUNA_SCHEMA = "det_optuna"
+
+
 def optuna_storage_url(database_url: str) -> str:
-    """Where experiments' optuna studies live: the same database as everything else; on SQLite a
-    file beside Airflow's (one SQLite file has one writer, and the master writes while it asks optuna)."""
+    """Where experiments' optuna studies live, so `optuna-dashboard <url>` opens them.
+
+    PostgreSQL: the same database, in its own schema (optuna keeps an `alembic_version` table, as
+    Airflow does). SQLite: a file beside Airflow's (one SQLite file has one writer, and the master
+    writes while it asks optuna).
+    """
     if database_url.startswith("sqlite"):
         path = Path(database_url.split(":///", 1)[1])
         return f"sqlite:///{path.with_name('det_optuna.db')}"
+    if database_url.startswith("postgres"):
+        separator = "&" if "?" in database_url else "?"
+        return f"{database_url}{separator}options=-csearch_path%3D{OPTUNA_SCHEMA}"
     return database_url
+
+
+def ensure_optuna_schema(engine: Any) -> None:
+    if engine.dialect.name == "postgresql":
+        from sqlalchemy import text
+
+        with engine.begin() as conn:
+            conn.execute(text(f"CREATE SCHEMA IF NOT EXISTS {OPTUNA_SCHEMA}"))
 
 
 @functools.cache
 def _optuna_storage(url: str) -> Any:
     import optuna
 
+    from det_airflow.master.db import get_database
+
+    ensure_optuna_schema(get_database().engine)
     return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
 
 

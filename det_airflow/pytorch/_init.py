@@ -38,15 +38,17 @@ def init(
     Python's, NumPy's and torch's random generators are seeded before the block runs.
     """
     info = get_cluster_info()
+    # A CPU trial (no slots) trains on the CPU even where a GPU is visible.
+    use_cuda = torch.cuda.is_available() and (info is None or bool(info.slot_ids))
     own_group = False
     if distributed is None and _launched_distributed():
-        own_group = _init_process_group()
+        own_group = use_cuda and _init_nccl()
         distributed = DistributedContext.from_torch_distributed()
     try:
         with core.init(distributed=distributed, config=exp_conf) as core_context:
             config = dict(info.trial.config) if info and info.trial.config else dict(exp_conf or {})
             trial_hparams, seed = _hparams_and_seed(info, hparams, config)
-            device = _device(core_context.distributed, info)
+            device = _device(core_context.distributed) if use_cuda else torch.device("cpu")
             _seed_everything(seed)
             yield PyTorchTrialContext(
                 core_context, hparams=trial_hparams, exp_conf=config, trial_seed=seed, device=device
@@ -61,9 +63,9 @@ def _launched_distributed() -> bool:
     return bool(env.get(USE_TORCH_DISTRIBUTED)) or ("RANK" in env and "WORLD_SIZE" in env)
 
 
-def _init_process_group() -> bool:
+def _init_nccl() -> bool:
     """NCCL for GPU workers (the Core API sets up gloo itself otherwise); True if this call made it."""
-    if torch.distributed.is_initialized() or not torch.cuda.is_available():
+    if torch.distributed.is_initialized():
         return False
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return False
@@ -102,13 +104,10 @@ def _constant_hparams(section: Any) -> dict[str, Any]:
     return out
 
 
-def _device(dist: DistributedContext, info: ClusterInfo | None) -> torch.device:
-    # A CPU trial (no slots) trains on the CPU even where a GPU is visible.
-    if torch.cuda.is_available() and (info is None or info.slot_ids):
-        device = torch.device("cuda", dist.local_rank % torch.cuda.device_count())
-        torch.cuda.set_device(device)
-        return device
-    return torch.device("cpu")
+def _device(dist: DistributedContext) -> torch.device:
+    device = torch.device("cuda", dist.local_rank % torch.cuda.device_count())
+    torch.cuda.set_device(device)
+    return device
 
 
 def _seed_everything(seed: int) -> None:

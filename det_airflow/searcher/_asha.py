@@ -13,7 +13,7 @@ from det_airflow.searcher._asha_stopping import StoppingBracket
 from det_airflow.searcher._base import SearchMethod
 from det_airflow.searcher._brackets import Bracket, single_bracket
 from det_airflow.searcher._errors import SearcherError
-from det_airflow.searcher._rung import ordered
+from det_airflow.searcher._rung import ordered, pack, unpack
 from det_airflow.searcher._samplers import Outcome
 
 
@@ -123,7 +123,7 @@ class ASHASearch(SearchMethod):
     def state_dict(self) -> dict[str, Any]:
         return {
             **super().state_dict(),
-            "bracket_of": list(self._bracket_of),
+            "bracket_of": pack("h", self._bracket_of),
             "brackets": [bracket.state_dict() for bracket in self.brackets],
         }
 
@@ -134,7 +134,7 @@ class ASHASearch(SearchMethod):
                 f"the stored searcher state has {len(state['brackets'])} brackets, the config "
                 f"{len(self.brackets)}"
             )
-        self._bracket_of = list(state["bracket_of"])
+        self._bracket_of = unpack("h", state["bracket_of"])
         for bracket, bracket_state in zip(self.brackets, state["brackets"], strict=True):
             bracket.load_state_dict(bracket_state)
 

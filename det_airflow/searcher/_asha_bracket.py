@@ -7,13 +7,16 @@ from typing import Any
 
 from det_airflow.searcher._actions import Action, ExitedReason, Stop
 from det_airflow.searcher._brackets import Bracket
-from det_airflow.searcher._rung import Rung
+from det_airflow.searcher._rung import Rung, pack, unpack
 
 # A trial's state within its bracket.
 RUNNING = "running"  # training toward its rung; holds a concurrency place
 STOPPING = "stopping"  # told to Stop; its exit is awaited
 PAUSED = "paused"  # promotion-based only: reached its rung, waits holding no slot
 CLOSED = "closed"  # over
+# One letter per state in the stored trial table.
+_LETTERS = {RUNNING: "r", STOPPING: "s", PAUSED: "p", CLOSED: "c"}
+_STATES = {letter: state for state, letter in _LETTERS.items()}
 
 
 class AshaBracket(abc.ABC):
@@ -112,7 +115,12 @@ class AshaBracket(abc.ABC):
     def state_dict(self) -> dict[str, Any]:
         return {
             "rungs": [rung.state_dict() for rung in self._rungs],
-            "trials": {str(k): list(v) for k, v in self._trials.items()},
+            # The trial table packed: request ids, rung indexes, one letter per state.
+            "trials": [
+                pack("q", list(self._trials)),
+                pack("q", [entry[1] for entry in self._trials.values()]),
+                "".join(_LETTERS[entry[0]] for entry in self._trials.values()),
+            ],
             "top": sorted(self._top),
             "created": self._created,
             "running": self._running,
@@ -121,7 +129,11 @@ class AshaBracket(abc.ABC):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._rungs = [Rung.from_state(rung) for rung in state["rungs"]]
-        self._trials = {int(k): list(v) for k, v in state["trials"].items()}
+        ids, rungs, letters = state["trials"]
+        self._trials = {
+            request_id: [_STATES[letter], rung]
+            for request_id, rung, letter in zip(unpack("q", ids), unpack("q", rungs), letters, strict=True)
+        }
         self._top = set(state["top"])
         self._created = state["created"]
         self._running = state["running"]

@@ -106,3 +106,73 @@ def test_search_survives_a_restart_of_the_api_server(det: DetEnv, tmp_path: Path
     assert answer["experiment"]["state"] == "COMPLETED", answer["experiment"]
     assert len(answer["trials"]) == 8  # the search went on where it was: no trial created twice
     assert [t["request_id"] for t in answer["trials"]] == list(range(1, 9))
+
+
+def test_tpe_sampler_keeps_its_study_in_the_database(det: DetEnv, tmp_path: Path, postgres_url: str) -> None:
+    import optuna
+
+    config = asha_config(tmp_path, "tpe-random")
+    data = yaml.safe_load(config.read_text())
+    data["searcher"] = {
+        "name": "random",
+        "metric": "validation_loss",
+        "max_trials": 3,
+        "max_concurrent_trials": 2,
+        "max_length": {"batches": 40},
+        "sampler": "tpe",
+    }
+    config.write_text(yaml.safe_dump(data))
+    experiment_id = det.create(config)
+    answer = det.wait_experiment(experiment_id, timeout=600)
+    assert answer["experiment"]["state"] == "COMPLETED"
+
+    from det_airflow.master.search import optuna_storage_url
+
+    storage = optuna_storage_url(postgres_url)  # what `det admin migrate` prints for optuna-dashboard
+    summaries = {s.study_name: s for s in optuna.get_all_study_summaries(storage)}
+    study = summaries[f"det-experiment-{experiment_id}"]
+    assert study.n_trials == 3
+    loaded = optuna.load_study(study_name=study.study_name, storage=storage)
+    sampled = sorted(t.params["learning_rate"] for t in loaded.trials)
+    assert sampled == sorted(t["hparams"]["learning_rate"] for t in answer["trials"])
+
+
+def test_warm_start_begins_every_trial_from_the_source_trials_checkpoint(det: DetEnv, tmp_path: Path) -> None:
+    source_config = asha_config(tmp_path, "warm-source")
+    data = yaml.safe_load(source_config.read_text())
+    data["hyperparameters"] = yaml.safe_load((EXAMPLE / "const.yaml").read_text())["hyperparameters"]
+    data["searcher"] = {"name": "single", "metric": "validation_loss", "max_length": {"batches": 40}}
+    source_config.write_text(yaml.safe_dump(data))
+    source = det.wait_experiment(det.create(source_config))
+    (source_trial,) = source["trials"]
+    checkpoint = source_trial["latest_checkpoint"]
+    assert checkpoint
+
+    data["name"] = "warm-started"
+    data["searcher"] = {
+        "name": "single",
+        "metric": "validation_loss",
+        "max_length": {"batches": 80},
+        "source_trial_id": source_trial["id"],
+    }
+    warm_config = tmp_path / "warm.yaml"
+    warm_config.write_text(yaml.safe_dump(data))
+    warm = det.wait_experiment(det.create(warm_config))
+    assert warm["experiment"]["state"] == "COMPLETED"
+    (trial,) = warm["trials"]
+    logs = det.det("trial", "logs", str(trial["id"])).stdout
+    assert f"resumed from checkpoint {checkpoint}" in logs
+
+
+def test_legacy_model_def_entrypoint_runs_the_pytorch_trial(det: DetEnv) -> None:
+    experiment_id = det.create(
+        EXAMPLE / "const_trial.yaml", EXAMPLE, "--config", "searcher.max_length.batches=100"
+    )
+    answer = det.wait_experiment(experiment_id, timeout=600)
+    assert answer["experiment"]["state"] == "COMPLETED", answer["experiment"]
+    (trial,) = answer["trials"]
+    validation = det.get(f"/trials/{trial['id']}/metrics?group=validation")["metrics"]
+    assert validation[-1]["steps_completed"] == 100
+    assert validation[-1]["metrics"]["batches"] == 100 and "epochs" in validation[-1]["metrics"]
+    logs = det.det("trial", "logs", str(trial["id"])).stdout
+    assert "[rank=0]" in logs  # run through the torch_distributed launcher's wrap_rank

@@ -77,7 +77,9 @@ def test_invalid_experiment_yaml_is_reported_and_the_others_still_load(tmp_path:
     dags = build_dags(tmp_path)
 
     assert "det_good" in dags
-    with pytest.raises(Exception, match=r"bad\.yaml: searcher\.max_trials: expected an integer >= 1, got 'ten'"):
+    with pytest.raises(
+        Exception, match=r"bad\.yaml: searcher\.max_trials: expected an integer >= 1, got 'ten'"
+    ):
         dags["det_invalid_experiments"].validate()
 
 

@@ -20,7 +20,9 @@ from det_airflow.operators._logs import parse_line  # noqa: E402
         ("INFORMATION is not a level", None, "INFO", "INFORMATION is not a level"),
     ],
 )
-def test_rank_and_level_are_taken_from_the_line(line: str, rank: int | None, level: str, message: str) -> None:
+def test_rank_and_level_are_taken_from_the_line(
+    line: str, rank: int | None, level: str, message: str
+) -> None:
     record = parse_line(line, "stdout")
     assert (record["rank"], record["level"], record["message"]) == (rank, level, message)
     assert record["stdtype"] == "stdout"
