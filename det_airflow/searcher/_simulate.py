@@ -134,9 +134,10 @@ def simulate(
         budget: Stop once all trials together trained this many units.
 
     Example:
-        >>> sim = simulate(make_search_method(config), lambda create, units: random.random())
-        >>> sorted(sim.lengths().items())
-        [(58, 9), (234, 4), (937, 3)]
+        >>> # adaptive_asha, max_trials 16, max_length {batches: 937}
+        >>> sim = simulate(make_search_method(config), lambda create, units: rng.random())
+        >>> sorted(sim.lengths().items())  # trials per training length
+        [(58, 5), (234, 4), (937, 7)]
     """
     searcher = method.config.searcher
     if default_length is None:
