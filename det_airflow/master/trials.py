@@ -350,8 +350,12 @@ def searcher_operation(conn: Connection, trial_id: int) -> dict[str, Any]:
     if exp.searcher_state:
         length = search.method_for(exp).operation_length(trial.request_id)
     if length is None:
-        max_length = exp.config["searcher"].get("max_length") or {}
-        length = next(iter(max_length.values()), 0) if isinstance(max_length, dict) else int(max_length)
+        searcher = exp.config["searcher"]
+        max_length = searcher.get("max_length") or {}
+        if max_length:
+            length = next(iter(max_length.values())) if isinstance(max_length, dict) else int(max_length)
+        else:  # 0.38 form: the length is max_time, in units of time_metric
+            length = searcher.get("max_time") or 0
     return {"length": int(length), "completed": bool(trial.op_completed)}
 
 

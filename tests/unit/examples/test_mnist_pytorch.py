@@ -83,7 +83,7 @@ def test_off_cluster_it_trains_with_the_const_length_and_writes_the_local_store(
         ("training", 20),
         ("validation", 20),
     ]
-    assert set(metrics[-1]["metrics"]) == {"validation_loss", "accuracy"}
+    assert set(metrics[-1]["metrics"]) == {"validation_loss", "accuracy", "batches"}
     checkpoints = list(read_jsonl(store / "checkpoints.jsonl"))
     assert [c["steps_completed"] for c in checkpoints] == [10, 20]
     assert (store / "checkpoints" / checkpoints[-1]["uuid"] / "state.pt").is_file()

@@ -19,15 +19,34 @@ WRAP_RANK = [sys.executable, "-m", "det_airflow.launchers.wrap_rank"]
 
 def test_lines_end_at_newlines_and_carriage_returns() -> None:
     prefixer = LinePrefixer(b"[rank=2] ")
-    assert prefixer.feed(b"one\ntwo\r50%\r100%\n\n") == (
-        b"[rank=2] one\n[rank=2] two\r[rank=2] 50%\r[rank=2] 100%\n[rank=2] \n"
-    )
+    assert prefixer.feed(b"one\ntwo\r50%\r100%\n\n") == [
+        b"[rank=2] one\n",
+        b"[rank=2] two\r",
+        b"[rank=2] 50%\r",
+        b"[rank=2] 100%\n",
+        b"[rank=2] \n",
+    ]
 
 
-def test_chunks_are_passed_on_at_once_and_a_split_crlf_stays_one_break() -> None:
+def test_a_line_comes_out_whole_however_it_arrives() -> None:
     prefixer = LinePrefixer(b"[rank=0] ")
-    out = [prefixer.feed(chunk) for chunk in (b"par", b"tial\r", b"\nnext", b" line\n")]
-    assert out == [b"[rank=0] par", b"tial\r", b"\n[rank=0] next", b" line\n"]
+    assert [prefixer.feed(chunk) for chunk in (b"par", b"tial\r", b"\nnext", b" line\n")] == [
+        [],
+        [],
+        [b"[rank=0] partial\r\n"],  # a \r\n split across reads is one line break
+        [b"[rank=0] next line\n"],
+    ]
+    assert prefixer.flush() == b""
+
+
+def test_a_partial_line_is_flushed_and_then_continued() -> None:
+    prefixer = LinePrefixer(b"[rank=0] ")
+    assert prefixer.feed(b"Password: ") == []
+    assert prefixer.flush() == b"[rank=0] Password: "
+    assert prefixer.feed(b"ok\nnext\n") == [b"ok\n", b"[rank=0] next\n"]
+    assert prefixer.feed(b"bar\r") == []
+    assert prefixer.flush() == b"[rank=0] bar\r"
+    assert prefixer.feed(b"\nafter\n") == [b"\n", b"[rank=0] after\n"]
 
 
 def test_the_rank_is_a_number_or_the_first_variable_set() -> None:
