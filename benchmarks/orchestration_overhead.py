@@ -156,6 +156,7 @@ def main() -> int:
     parser.add_argument("--pg-url", help="PostgreSQL URL for Airflow's database (default SQLite)")
     parser.add_argument("--port", type=int, default=8191)
     parser.add_argument("--timeline", action="store_true", help="print when each task ran")
+    parser.add_argument("--repeat", type=int, default=3, help="measured rounds (det, then plain, each)")
     args = parser.parse_args()
 
     base = Path(tempfile.mkdtemp(prefix="det-bench-"))
@@ -186,30 +187,44 @@ def main() -> int:
         # Warm up both paths once (first task processes, imports, caches), then measure.
         run_det(client, work, args, 0.1, base / "warm-det")
         run_plain(client, 0.1, base / "warm-plain")
-        det_wall, det_t0, eid = run_det(client, work, args, args.work, base / "times-det")
-        plain_wall, plain_t0, run_id = run_plain(client, args.work, base / "times-plain")
-        if args.timeline:
-            exp = client.get(f"/det/api/v1/experiments/{eid}").json()["experiment"]
-            print_timeline(client, exp["dag_id"], exp["dag_run_id"], det_t0)
-            print_timeline(client, "plain_bench", run_id, plain_t0)
+        rounds = []
+        for r in range(args.repeat):
+            det_wall, det_t0, eid = run_det(client, work, args, args.work, base / f"times-det-{r}")
+            plain_wall, plain_t0, run_id = run_plain(client, args.work, base / f"times-plain-{r}")
+            if args.timeline:
+                exp = client.get(f"/det/api/v1/experiments/{eid}").json()["experiment"]
+                print_timeline(client, exp["dag_id"], exp["dag_run_id"], det_t0)
+                print_timeline(client, "plain_bench", run_id, plain_t0)
+            rounds.append(
+                (
+                    det_wall,
+                    training_times(base / f"times-det-{r}"),
+                    plain_wall,
+                    training_times(base / f"times-plain-{r}"),
+                )
+            )
     finally:
         af.stop()
 
-    det_work, plain_work = training_times(base / "times-det"), training_times(base / "times-plain")
-    if len(det_work) != args.trials or len(plain_work) != args.trials:
-        raise RuntimeError(f"expected {args.trials} timings, got {len(det_work)} and {len(plain_work)}")
-    det_over = det_wall * args.slots / args.trials - statistics.mean(det_work)
-    plain_over = plain_wall * args.slots / args.trials - statistics.mean(plain_work)
-    print(f"trials {args.trials}, pool slots {args.slots}, training {args.work:.1f} s per trial")
     print(
-        f"det experiment : wall {det_wall:6.1f} s, training {statistics.mean(det_work):.2f} s/trial, "
-        f"overhead {det_over:.2f} s/trial"
+        f"trials {args.trials}, pool slots {args.slots}, training {args.work:.1f} s per trial, {args.repeat} rounds"
     )
-    print(
-        f"plain Airflow  : wall {plain_wall:6.1f} s, training {statistics.mean(plain_work):.2f} s/trial, "
-        f"overhead {plain_over:.2f} s/trial"
-    )
-    print(f"ratio det/plain overhead: {det_over / plain_over:.2f}x")
+    print("round | det wall  train/trial  overhead/trial | plain wall  train/trial  overhead/trial | ratio")
+    det_overheads, plain_overheads = [], []
+    for r, (det_wall, det_work, plain_wall, plain_work) in enumerate(rounds, 1):
+        if len(det_work) != args.trials or len(plain_work) != args.trials:
+            raise RuntimeError(f"expected {args.trials} timings, got {len(det_work)} and {len(plain_work)}")
+        det_over = det_wall * args.slots / args.trials - statistics.mean(det_work)
+        plain_over = plain_wall * args.slots / args.trials - statistics.mean(plain_work)
+        det_overheads.append(det_over)
+        plain_overheads.append(plain_over)
+        print(
+            f"{r:5d} | {det_wall:7.1f} s  {statistics.mean(det_work):9.2f} s  {det_over:12.2f} s |"
+            f" {plain_wall:8.1f} s  {statistics.mean(plain_work):9.2f} s  {plain_over:12.2f} s | {det_over / plain_over:.2f}x"
+        )
+    det_median, plain_median = statistics.median(det_overheads), statistics.median(plain_overheads)
+    print(f"median overhead per trial: det {det_median:.2f} s, plain Airflow {plain_median:.2f} s")
+    print(f"ratio det/plain (medians): {det_median / plain_median:.2f}x")
     shutil.rmtree(base, ignore_errors=True)
     return 0
 
