@@ -87,5 +87,18 @@ class DetEnv:
                 )
             time.sleep(1)
 
+    def wait_dag_run(self, experiment: dict[str, Any], timeout: float = 120) -> str:
+        """Wait until the experiment's DAG run has ended (its tasks finish after the experiment)."""
+        path = f"/api/v2/dags/{experiment['dag_id']}/dagRuns/{experiment['dag_run_id']}"
+        deadline = time.monotonic() + timeout
+        with self.api() as client:
+            while True:
+                state = client.get(path).raise_for_status().json()["state"]
+                if state in ("success", "failed"):
+                    return str(state)
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"DAG run of experiment {experiment['id']} still {state}")
+                time.sleep(0.5)
+
     def experiment_count(self) -> int:
         return len(self.get("/experiments?all=true")["experiments"])

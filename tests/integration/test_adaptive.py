@@ -68,6 +68,7 @@ def test_asha_stops_trials_early_replaces_them_and_frees_their_slots(det: DetEnv
     for trial in stopped:
         assert trial["restarts"] == 0 and trial["latest_checkpoint"] is not None
     # Nothing is left holding a pool slot.
+    assert det.wait_dag_run(answer["experiment"]) == "success"
     assert pool_occupancy(det) == {
         "running_slots": 0,
         "queued_slots": 0,
@@ -176,3 +177,46 @@ def test_legacy_model_def_entrypoint_runs_the_pytorch_trial(det: DetEnv) -> None
     assert validation[-1]["metrics"]["batches"] == 100 and "epochs" in validation[-1]["metrics"]
     logs = det.det("trial", "logs", str(trial["id"])).stdout
     assert "[rank=0]" in logs  # run through the torch_distributed launcher's wrap_rank
+
+
+def test_promotion_asha_pauses_trials_at_their_rung_and_resumes_the_promoted(
+    det: DetEnv, tmp_path: Path
+) -> None:
+    experiment_id = det.create(asha_config(tmp_path, "asha-promotion", stop_once=False))
+
+    answer = det.wait_experiment(experiment_id, timeout=900)
+
+    assert answer["experiment"]["state"] == "COMPLETED", answer["experiment"]
+    trials = answer["trials"]
+    assert len(trials) == 8 and {t["state"] for t in trials} == {"COMPLETED"}
+    lengths = sorted(t["total_batches"] for t in trials)
+    assert lengths[0] == 40, lengths  # closed at the first rung, never promoted
+    promoted = [t for t in trials if t["total_batches"] > 40]
+    assert promoted, lengths
+    for trial in trials:
+        assert trial["restarts"] == 0 and trial["latest_checkpoint"] is not None
+    # A trial promoted after it had paused at its rung resumed from the rung's checkpoint (one
+    # promoted as it reached the rung trains on in the same process).
+    for trial in promoted:
+        logs = det.det("trial", "logs", str(trial["id"])).stdout
+        if "resumed from checkpoint" in logs:
+            assert "at batch 40" in logs
+    assert det.wait_dag_run(answer["experiment"]) == "success"
+    assert pool_occupancy(det) == {
+        "running_slots": 0,
+        "queued_slots": 0,
+        "deferred_slots": 0,
+        "scheduled_slots": 0,
+    }
+
+
+def test_missing_searcher_metric_ends_the_experiment_with_a_clear_error(det: DetEnv, tmp_path: Path) -> None:
+    config = asha_config(tmp_path, "asha-missing-metric", metric="val_acc", max_trials=2)
+    experiment_id = det.create(config)
+
+    answer = det.wait_experiment(experiment_id, timeout=600)
+
+    assert answer["experiment"]["state"] == "ERROR"
+    assert "'val_acc'" in answer["experiment"]["error"]
+    described = det.det("experiment", "describe", str(experiment_id), "--json").stdout
+    assert "val_acc" in described

@@ -294,9 +294,18 @@ def test_pause_checkpoints_and_frees_the_slot_and_activate_resumes_from_it(
     assert trial["state"] == "PAUSED", trial
     paused_at = trial["total_batches"]
     assert 0 < paused_at < 400
+    # The paused trial's task goes on waiting deferred, holding no pool slot.
+    deadline = time.monotonic() + 60
     with det.api() as client:
-        pool = client.get("/api/v2/pools/default_pool").raise_for_status().json()
-    assert pool["running_slots"] == 0  # the paused trial's task waits deferred, holding no slot
+        while True:
+            pool = client.get("/api/v2/pools/default_pool").raise_for_status().json()
+            if pool["running_slots"] == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+    assert pool["running_slots"] == 0
+    time.sleep(3)
+    with det.api() as client:
+        assert client.get("/api/v2/pools/default_pool").json()["running_slots"] == 0
 
     assert "Activated experiment" in det.det("experiment", "activate", str(experiment_id)).stdout
     answer = det.wait_experiment(experiment_id)
