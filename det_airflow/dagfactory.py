@@ -21,7 +21,7 @@ from det_airflow.errors import ConfigError, DetError
 from det_airflow.searcher import trial_slot_count
 
 EXPERIMENTS_SUBDIR = "experiments"  # where the master writes the configs of `det experiment create`
-_MASTER_FILE = re.compile(r"^exp_(\d+)$")
+_MASTER_FILE = re.compile(r"^exp_(\d+)$")  # the stem of experiment_file()
 _YAML_SUFFIXES = (".yaml", ".yml")
 _AIRFLOW_KEYS = {f.name for f in dataclasses.fields(AirflowSection)}
 _START = datetime(2024, 1, 1, tzinfo=UTC)
@@ -38,12 +38,23 @@ class ExperimentFile:
     experiment_id: int | None  # set for configs the master wrote for `det experiment create`
 
 
+def experiment_file(dags_folder: Path, experiment_id: int) -> Path:
+    """Where the master writes the config of an experiment created with `det experiment create`."""
+    return dags_folder / EXPERIMENTS_SUBDIR / f"exp_{experiment_id}.yaml"
+
+
+def experiment_dag_id(experiment_id: int) -> str:
+    """The DAG id of experiment_file(): `det_` + its stem."""
+    return f"det_exp_{experiment_id}"
+
+
 def dag_id_for_file(path: Path, dags_folder: Path) -> ExperimentFile:
     stem = path.stem
     relative = path.relative_to(dags_folder)
     match = _MASTER_FILE.match(stem)
     if match and relative.parts[0] == EXPERIMENTS_SUBDIR:
-        return ExperimentFile(path, f"det_{stem}", int(match.group(1)))
+        experiment_id = int(match.group(1))
+        return ExperimentFile(path, experiment_dag_id(experiment_id), experiment_id)
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", stem)
     return ExperimentFile(path, f"det_{safe}", None)
 
@@ -56,12 +67,23 @@ def experiment_yamls(dags_folder: Path) -> Iterator[Path]:
                 yield Path(root) / name
 
 
-def _airflow_defaults() -> dict[str, str]:
+def airflow_section_defaults() -> dict[str, str]:
+    """Defaults for an experiment's `airflow:` section: the matching keys of airflow.cfg `[det]`."""
     from airflow.configuration import conf
 
     if not conf.has_section("det"):
         return {}
     return {k: str(v) for k, v in (conf.getsection("det") or {}).items() if k in _AIRFLOW_KEYS}
+
+
+def trial_slots_problem(cfg: ExperimentConfig) -> tuple[str, str] | None:
+    """A mapped task cannot expand past `[core] max_map_length`: Airflow would fail the run."""
+    from airflow.configuration import conf
+
+    needed, limit = trial_slot_count(cfg), conf.getint("core", "max_map_length", fallback=1024)
+    if needed > limit:
+        return ("searcher", f"needs {needed} trial slots but Airflow's [core] max_map_length is {limit}")
+    return None
 
 
 def load_experiment(path: Path, defaults: dict[str, str]) -> ExperimentConfig | None:
@@ -77,14 +99,9 @@ def load_experiment(path: Path, defaults: dict[str, str]) -> ExperimentConfig | 
     if not is_experiment_mapping(raw):
         return None
     cfg = parse_config(raw, source_name=str(path), airflow_defaults=defaults)
-    from airflow.configuration import conf
-
-    needed, limit = trial_slot_count(cfg), conf.getint("core", "max_map_length", fallback=1024)
-    if needed > limit:
-        raise ConfigError(
-            [("searcher", f"needs {needed} trial slots but Airflow's [core] max_map_length is {limit}")],
-            source=str(path),
-        )
+    problem = trial_slots_problem(cfg)
+    if problem is not None:
+        raise ConfigError([problem], source=str(path))
     return cfg
 
 
@@ -169,7 +186,7 @@ def _invalid_dag(dag_id: str, message: str):  # type: ignore[no-untyped-def]
 
 def build_dags(dags_folder: Path, *, only_dag_id: str | None = None) -> dict[str, object]:
     """Every experiment DAG under `dags_folder` by DAG id; with `only_dag_id`, just that one."""
-    defaults = _airflow_defaults()
+    defaults = airflow_section_defaults()
     dags: dict[str, object] = {}
     problems: list[str] = []
     seen: dict[str, Path] = {}

@@ -9,7 +9,6 @@ from pathlib import Path
 
 # The file Airflow parses; every experiment YAML becomes a DAG through it.
 FACTORY_FILE = "det_experiments.py"
-EXPERIMENTS_SUBDIR = "experiments"
 DEFAULT_BUNDLE = "dags-folder"
 
 
@@ -26,12 +25,6 @@ def det_defaults() -> dict[str, str]:
     if not conf.has_section("det"):
         return {}
     return {key: str(value) for key, value in (conf.getsection("det") or {}).items()}
-
-
-def max_map_length() -> int:
-    from airflow.configuration import conf
-
-    return conf.getint("core", "max_map_length", fallback=1024)
 
 
 def dags_folder() -> Path:

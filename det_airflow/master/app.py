@@ -6,12 +6,12 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from det_airflow.api._http import API_PREFIX
-from det_airflow.errors import ConfigError, ContextError, DetError
+from det_airflow.errors import DetError
 
 
 def _status_for(exc: DetError) -> int:
     from det_airflow.master.db import SchemaError
-    from det_airflow.master.experiments import NotFound, StateError, SubmissionError
+    from det_airflow.master.experiments import NotFound, StateError
 
     if isinstance(exc, NotFound):
         return 404
@@ -19,9 +19,7 @@ def _status_for(exc: DetError) -> int:
         return 409
     if isinstance(exc, SchemaError):
         return 503
-    if isinstance(exc, ConfigError | ContextError | SubmissionError):
-        return 400
-    return 400
+    return 400  # bad input: ConfigError, ContextError, SubmissionError
 
 
 def create_app() -> FastAPI:

@@ -2,24 +2,25 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import yaml
 from sqlalchemy import Connection, Row, func, select
 
-from det_airflow.config import AirflowSection, ExperimentConfig, config_to_dict, parse_config
+from det_airflow.config import ExperimentConfig, config_to_dict, parse_config
+from det_airflow.dagfactory import (
+    airflow_section_defaults,
+    experiment_dag_id,
+    experiment_file,
+    trial_slots_problem,
+)
 from det_airflow.errors import ConfigError, DetError
 from det_airflow.master import airflow_bridge, schema
-from det_airflow.searcher import trial_slot_count
 from det_airflow.states import ExperimentState, TrialState
-
-_AIRFLOW_KEYS = {f.name for f in dataclasses.fields(AirflowSection)}
 
 
 class SubmissionError(DetError):
@@ -38,17 +39,9 @@ def now() -> datetime:
     return datetime.now(UTC)
 
 
-def dag_id_for(experiment_id: int) -> str:
-    return f"det_exp_{experiment_id}"
-
-
 def trial_pool(cfg: ExperimentConfig) -> str:
     """`resources.resource_pool` names the Airflow pool; else `airflow.pool` ([det] pool)."""
     return cfg.resources.resource_pool or cfg.airflow.pool
-
-
-def _airflow_defaults() -> dict[str, str]:
-    return {k: v for k, v in airflow_bridge.det_defaults().items() if k in _AIRFLOW_KEYS}
 
 
 def default_checkpoint_storage() -> dict[str, Any]:
@@ -60,7 +53,7 @@ def default_checkpoint_storage() -> dict[str, Any]:
 
 def prepare_config(source: str | dict[str, Any], *, source_name: str | None = None) -> ExperimentConfig:
     """Validate a submitted config and fill what the master decides: storage and seed."""
-    cfg = parse_config(source, source_name=source_name, airflow_defaults=_airflow_defaults())
+    cfg = parse_config(source, source_name=source_name, airflow_defaults=airflow_section_defaults())
     raw = dict(cfg.raw)
     if cfg.checkpoint_storage is None:
         raw["checkpoint_storage"] = default_checkpoint_storage()
@@ -69,7 +62,7 @@ def prepare_config(source: str | dict[str, Any], *, source_name: str | None = No
             **(raw.get("reproducibility") or {}),
             "experiment_seed": int(time.time()) % 2**31,
         }
-    cfg = parse_config(raw, source_name=source_name, airflow_defaults=_airflow_defaults())
+    cfg = parse_config(raw, source_name=source_name, airflow_defaults=airflow_section_defaults())
     check_resources(cfg)
     return cfg
 
@@ -94,12 +87,8 @@ def check_resources(cfg: ExperimentConfig) -> None:
                 f"{cfg.resources.slots_per_trial} slots per trial, but Airflow pool '{pool}' has only {slots} slots",
             )
         )
-    needed = trial_slot_count(cfg)
-    limit = airflow_bridge.max_map_length()
-    if needed > limit:
-        problems.append(
-            ("searcher", f"needs {needed} trial slots but Airflow's [core] max_map_length is {limit}")
-        )
+    if (problem := trial_slots_problem(cfg)) is not None:
+        problems.append(problem)
     if problems:
         raise ConfigError(problems)
 
@@ -174,19 +163,15 @@ def create_experiment(
         conn.execute(
             schema.experiments.update()
             .where(schema.experiments.c.id == experiment_id)
-            .values(dag_id=dag_id_for(experiment_id))
+            .values(dag_id=experiment_dag_id(experiment_id))
         )
         # Written inside the transaction: if the file cannot be written, nothing is stored.
         write_experiment_file(experiment_id, config_to_dict(cfg))
     return experiment_id
 
 
-def experiment_file(experiment_id: int) -> Path:
-    return airflow_bridge.dags_folder() / airflow_bridge.EXPERIMENTS_SUBDIR / f"exp_{experiment_id}.yaml"
-
-
 def write_experiment_file(experiment_id: int, config: dict[str, Any]) -> None:
-    path = experiment_file(experiment_id)
+    path = experiment_file(airflow_bridge.dags_folder(), experiment_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(
@@ -288,7 +273,7 @@ def delete_experiment(conn: Connection, experiment_id: int) -> None:
         conn.execute(table.delete().where(table.c.trial_id.in_(trial_ids)))
     conn.execute(schema.trials.delete().where(schema.trials.c.experiment_id == experiment_id))
     conn.execute(schema.experiments.delete().where(schema.experiments.c.id == experiment_id))
-    experiment_file(experiment_id).unlink(missing_ok=True)
+    experiment_file(airflow_bridge.dags_folder(), experiment_id).unlink(missing_ok=True)
 
 
 def maybe_finish(conn: Connection, experiment_id: int) -> None:
@@ -304,9 +289,7 @@ def maybe_finish(conn: Connection, experiment_id: int) -> None:
     ]
     if any(not s.is_terminal for s in states):
         return
-    if row.state == ExperimentState.STOPPING_CANCELED:
-        final = ExperimentState.CANCELED
-    elif row.state == ExperimentState.STOPPING_KILLED:
+    if row.state in (ExperimentState.STOPPING_CANCELED, ExperimentState.STOPPING_KILLED):
         final = ExperimentState.CANCELED
     elif row.error or (states and all(s == TrialState.ERROR for s in states)):
         final = ExperimentState.ERROR

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter
 
-from det_airflow.master import experiments, search, serialize, trials
+from det_airflow.master import experiments, routes_people, search, serialize, trials
 from det_airflow.master.auth import ServiceAuth
 from det_airflow.master.bodies import LogBatch, RegisterRun, TaskRef, TrialExit
 from det_airflow.master.db import get_database
@@ -83,8 +83,7 @@ def finalize(experiment_id: int) -> dict:
     return {"experiment": serialize.experiment(row, num_trials=count), "best_checkpoint": best}
 
 
-@router.get("/experiments/{experiment_id}/context")
-def experiment_context(experiment_id: int) -> Response:
-    with get_database().read() as conn:
-        row = experiments.get_experiment(conn, experiment_id)
-    return Response(row.context or b"", media_type="application/gzip")
+# The context tar.gz, for trial tasks: the same answer people get.
+router.add_api_route(
+    "/experiments/{experiment_id}/context", routes_people.experiment_context, methods=["GET"]
+)

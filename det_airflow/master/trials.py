@@ -139,7 +139,6 @@ def exit_run(conn: Connection, trial_id: int, exit_code: int) -> tuple[Row, bool
         return trial, False
     cfg = experiments.experiment_config(exp)
     exp_state = ExperimentState(exp.state)
-    retry = False
     event = None
     if trial.early_exit == "INVALID_HP":
         state, event = TrialState.COMPLETED, ExitedReason.INVALID_HP
@@ -169,7 +168,7 @@ def exit_run(conn: Connection, trial_id: int, exit_code: int) -> tuple[Row, bool
     else:
         search.send(conn, exp.id, lambda m: m.trial_exited_early(trial.request_id, event))
     experiments.maybe_finish(conn, exp.id)
-    return get_trial(conn, trial_id), retry
+    return get_trial(conn, trial_id), False
 
 
 def should_preempt(conn: Connection, trial_id: int) -> bool:
