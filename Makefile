@@ -18,7 +18,7 @@ ADMIN_PASSWORD = $$($(PY) -c 'import json, sys; print(json.load(open(sys.argv[1]
 QUICKSTART_EXPERIMENT = DET_USER=admin DET_PASS="$(ADMIN_PASSWORD)" \
 	$(DET) experiment create examples/mnist_pytorch/const.yaml examples/mnist_pytorch -f
 
-.PHONY: venv airflow-up stop test lint quickstart quickstart-experiment
+.PHONY: venv airflow-up stop test lint quickstart quickstart-experiment trial-image
 
 venv: $(VENV)/.installed
 
@@ -37,8 +37,13 @@ airflow-up: venv
 stop:
 	@if [ -f $(AIRFLOW_HOME_DIR)/airflow.cfg ]; then $(LOCALAIRFLOW) stop; else echo "nothing started"; fi
 
+# The image Docker trials run in (det-airflow-trial:cpu), built offline from this machine's Python
+# and the venv's trial-side packages (docs/containers.md). Needs a running dockerd.
+trial-image: venv
+	$(PY) images/trial_image.py --tag det-airflow-trial:cpu
+
 test: venv
-	$(VENV)/bin/pytest -q tests
+	$(VENV)/bin/pytest -q -rs tests
 
 lint: venv
 	$(VENV)/bin/ruff check .

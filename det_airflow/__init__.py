@@ -20,10 +20,22 @@ from det_airflow import core
 from det_airflow.cluster_info import ClusterInfo, TrialInfo, get_cluster_info
 from det_airflow.errors import InvalidHP
 
-__all__ = ["ClusterInfo", "InvalidHP", "TrialInfo", "core", "get_cluster_info", "pytorch"]
+__all__ = [
+    "LOG_FORMAT",
+    "ClusterInfo",
+    "InvalidHP",
+    "TrialInfo",
+    "core",
+    "experimental",
+    "get_cluster_info",
+    "pytorch",
+]
 
-# Submodules loaded on first attribute access (PEP 562): they import torch.
-_LAZY_SUBMODULES = frozenset({"pytorch"})
+#: Determined's log format, for ``logging.basicConfig(format=det.LOG_FORMAT)``.
+LOG_FORMAT = "%(levelname)s: [%(process)s] %(name)s: %(message)s"
+
+# Submodules loaded on first attribute access (PEP 562): they import torch or httpx.
+_LAZY_SUBMODULES = frozenset({"pytorch", "experimental"})
 
 
 def __getattr__(name: str) -> Any:

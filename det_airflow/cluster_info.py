@@ -1,4 +1,5 @@
-"""What a trial process knows about itself, read from the ``DET_*`` environment (REFERENCE.md section 3).
+"""What a trial process knows about itself, read from the ``DET_*`` environment (REFERENCE.md section 3)
+and the config file it names.
 
 ``det.get_cluster_info()`` answers None for a plain ``python3 train.py``; inside a trial (one the
 master launched, or one ``det experiment create --local`` runs) it answers a :class:`ClusterInfo`.
@@ -10,13 +11,20 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from det_airflow import trial_env
 from det_airflow.errors import DetError
 
 # Any of these marks the process as a trial; a plain run has none of them.
-_TRIAL_MARKERS = (trial_env.MASTER, trial_env.TRIAL_ID, trial_env.EXPERIMENT_CONFIG, trial_env.HPARAMS)
+_TRIAL_MARKERS = (
+    trial_env.MASTER,
+    trial_env.TRIAL_ID,
+    trial_env.EXPERIMENT_CONFIG_FILE,
+    trial_env.EXPERIMENT_CONFIG,
+    trial_env.HPARAMS,
+)
 
 
 @dataclass(frozen=True)
@@ -78,7 +86,7 @@ def cluster_info_from_env(env: Mapping[str, str]) -> ClusterInfo | None:
         experiment_id=experiment_id,
         trial_seed=_int(env, trial_env.TRIAL_SEED, 0),
         hparams=_json_object(env, trial_env.HPARAMS),
-        config=_json_object(env, trial_env.EXPERIMENT_CONFIG),
+        config=_experiment_config(env),
         steps_completed=_int(env, trial_env.STEPS_COMPLETED, 0),
         trial_run_id=run_id,
     )
@@ -105,23 +113,45 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
         raise DetError(f"environment variable {name}: expected an integer, got {value!r}") from None
 
 
-def _json(env: Mapping[str, str], name: str) -> Any:
+def _json(env: Mapping[str, str], name: str, where: str | None = None) -> Any:
     value = env.get(name)
     if not value:
         return None
     try:
         return json.loads(value)
     except ValueError as exc:
-        raise DetError(f"environment variable {name}: not valid JSON ({exc})") from None
+        raise DetError(f"{where or f'environment variable {name}'}: not valid JSON ({exc})") from None
 
 
-def _json_object(env: Mapping[str, str], name: str) -> dict[str, Any]:
-    value = _json(env, name)
+def _json_object(env: Mapping[str, str], name: str, where: str | None = None) -> dict[str, Any]:
+    value = _json(env, name, where)
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise DetError(f"environment variable {name}: expected a JSON object, got {type(value).__name__}")
+        raise DetError(
+            f"{where or f'environment variable {name}'}: expected a JSON object, got {type(value).__name__}"
+        )
     return value
+
+
+def _experiment_config(env: Mapping[str, str]) -> dict[str, Any]:
+    """The config from ``DET_EXPERIMENT_CONFIG`` (JSON) when set, else from the file that
+    ``DET_EXPERIMENT_CONFIG_FILE`` names (how trials receive it: a config can outgrow what one
+    environment variable may hold)."""
+    if env.get(trial_env.EXPERIMENT_CONFIG):
+        return _json_object(env, trial_env.EXPERIMENT_CONFIG)
+    path = env.get(trial_env.EXPERIMENT_CONFIG_FILE)
+    if not path:
+        return {}
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise DetError(
+            f"environment variable {trial_env.EXPERIMENT_CONFIG_FILE}: cannot read {path} ({exc.strerror or exc})"
+        ) from None
+    return _json_object(
+        {trial_env.EXPERIMENT_CONFIG_FILE: text}, trial_env.EXPERIMENT_CONFIG_FILE, f"file {path}"
+    )
 
 
 def _json_list(env: Mapping[str, str], name: str) -> list[Any]:

@@ -1,8 +1,9 @@
 """The context directory: packed into a tar.gz for the master, unpacked safely where a trial runs.
 
 Packing honours ``.detignore`` files (gitignore syntax; one in a subfolder applies relative to that
-folder), always leaves out ``*.pyc`` and ``__pycache__``, and refuses a context over the size limit.
-Extraction refuses members that would land outside the destination.
+folder), always leaves out ``*.pyc`` and ``__pycache__``, and refuses a context over the limits.
+The master checks an uploaded archive against the same limits (``check_archive``) before storing
+it, and extraction refuses members that would land outside the destination.
 
 Example:
     >>> packed = pack_context("mnist/")
@@ -19,6 +20,7 @@ import os
 import posixpath
 import re
 import tarfile
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -29,7 +31,29 @@ import pathspec
 from det_airflow.errors import ContextError
 
 DETIGNORE = ".detignore"
-DEFAULT_LIMIT_BYTES = 95 * 1024**2
+
+
+@dataclass(frozen=True)
+class ContextLimits:
+    """What a context may hold; the CLI's packer and the master's upload check share these.
+
+    Attributes:
+        archive_bytes: The tar.gz as sent (Determined's 95 MiB).
+        content_bytes: Bytes of files before compression (Determined's 95 MiB): every trial unpacks
+            them, so a small archive that expands to gigabytes is refused too.
+        entries: Files, folders and links. Each costs a tar header to read and an inode to write;
+            real training code has hundreds, a vendored virtualenv tens of thousands.
+    """
+
+    archive_bytes: int = 95 * 1024**2
+    content_bytes: int = 95 * 1024**2
+    entries: int = 50_000
+
+
+LIMITS = ContextLimits()
+DEFAULT_LIMIT_BYTES = LIMITS.content_bytes
+# Metadata blocks (PAX headers, GNU long names) are read into memory whole: cap each one.
+_MAX_HEADER_BYTES = 64 * 1024
 _ALWAYS_IGNORED = pathspec.GitIgnoreSpec.from_lines(["*.pyc", "__pycache__/"])
 _LARGEST_SHOWN = 5
 
@@ -74,6 +98,7 @@ def pack_context(
     *,
     includes: Iterable[str | os.PathLike[str]] = (),
     limit_bytes: int = DEFAULT_LIMIT_BYTES,
+    limits: ContextLimits = LIMITS,
 ) -> PackedContext:
     """Packs a context directory into a tar.gz.
 
@@ -84,10 +109,11 @@ def pack_context(
         directory: The context directory.
         includes: Extra files or folders, packed at the top level under their own names.
         limit_bytes: The most bytes of files (before compression) the context may hold.
+        limits: The entry count and archive size the master accepts.
 
     Raises:
         ContextError: A path is missing or not a folder, two top-level names collide, a file
-            cannot be read, or the files are over ``limit_bytes`` (the largest ones are named).
+            cannot be read, or the context is over a limit (the largest files are named).
     """
     root = Path(directory)
     if not root.exists():
@@ -107,9 +133,19 @@ def pack_context(
             entries += _scan(include, name) if include.is_dir() else [_file_entry(name, str(include))]
         entries.sort(key=lambda e: e.arcname)
         _check_size(root, entries, limit_bytes)
+        if len(entries) > limits.entries:
+            raise ContextError(
+                f"context directory {root} has {len(entries)} files and folders, over the limit of "
+                f"{limits.entries}. {_DETIGNORE_HINT}"
+            )
         data, size = _build_archive(entries)
     except OSError as exc:
         raise ContextError(f"cannot pack context directory {root}: {exc}") from exc
+    if len(data) > limits.archive_bytes:
+        raise ContextError(
+            f"context directory {root} packs to {format_size(len(data))}, over the limit of "
+            f"{format_size(limits.archive_bytes)}; largest files: {_largest(entries)}. {_DETIGNORE_HINT}"
+        )
     file_count = sum(e.kind != "dir" for e in entries)
     return PackedContext(data=data, size=size, file_count=file_count, directory=root)
 
@@ -186,16 +222,23 @@ def _inside(path: str, root: str) -> bool:
     return os.path.commonpath([path, root]) == root
 
 
+_DETIGNORE_HINT = (
+    f"List files that training does not need in {DETIGNORE} (gitignore syntax) to leave them out"
+)
+
+
+def _largest(entries: Iterable[_Entry]) -> str:
+    largest = sorted(entries, key=lambda e: (-e.size, e.arcname))[:_LARGEST_SHOWN]
+    return ", ".join(f"{e.arcname} ({format_size(e.size)})" for e in largest)
+
+
 def _check_size(root: Path, entries: list[_Entry], limit_bytes: int) -> None:
     size = sum(e.size for e in entries)
     if size <= limit_bytes:
         return
-    largest = sorted(entries, key=lambda e: (-e.size, e.arcname))[:_LARGEST_SHOWN]
-    listed = ", ".join(f"{e.arcname} ({format_size(e.size)})" for e in largest)
     raise ContextError(
         f"context directory {root} is {format_size(size)}, over the limit of {format_size(limit_bytes)}; "
-        f"largest files: {listed}. List files that training does not need in {DETIGNORE} "
-        "(gitignore syntax) to leave them out"
+        f"largest files: {_largest(entries)}. {_DETIGNORE_HINT}"
     )
 
 
@@ -225,6 +268,137 @@ def _build_archive(entries: list[_Entry]) -> tuple[bytes, int]:
                 tar.addfile(info, f)
             size += info.size
     return buffer.getvalue(), size
+
+
+NOT_A_TAR_GZ = "context: not a tar.gz archive"
+_METADATA_TYPES = frozenset(
+    {
+        tarfile.XHDTYPE,
+        tarfile.XGLTYPE,
+        tarfile.SOLARIS_XHDTYPE,
+        tarfile.GNUTYPE_LONGNAME,
+        tarfile.GNUTYPE_LONGLINK,
+    }
+)
+
+
+@dataclass(frozen=True)
+class ArchiveSummary:
+    """What ``check_archive`` found: bytes of files before compression, and entries."""
+
+    content_bytes: int
+    entries: int
+
+
+def check_archive(data: bytes, limits: ContextLimits = LIMITS) -> ArchiveSummary:
+    """Checks an uploaded context archive without unpacking it to disk.
+
+    The archive is read as a stream and refused as soon as a limit is passed, so an archive that
+    would expand to gigabytes costs about as much to refuse as its first header.
+
+    Raises:
+        ContextError: Not a tar.gz; over a limit of ``limits`` (with the largest files named); or a
+            member that is not a file, folder or link, has an absolute path or ``..``, or is a link
+            leaving the archive. Messages start with ``context:``.
+    """
+    if len(data) > limits.archive_bytes:
+        raise ContextError(
+            f"context: the archive is {format_size(len(data))}, over the limit of "
+            f"{format_size(limits.archive_bytes)}"
+        )
+    # Headers and padding add at most a few blocks per entry on top of the files themselves.
+    budget = limits.content_bytes + limits.entries * 3 * tarfile.BLOCKSIZE + _MAX_HEADER_BYTES
+    files: list[_Entry] = []
+    content = 0
+    count = 0
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(data), mode="rb") as gz:
+            if _empty_archive(gz):
+                return ArchiveSummary(0, 0)
+            stream = _CappedReader(gz, budget)
+            with tarfile.open(fileobj=stream, mode="r|", tarinfo=_BoundedTarInfo) as tar:
+                for member in tar:
+                    count += 1
+                    if count > limits.entries:
+                        raise ContextError(
+                            f"context: the archive has more than {limits.entries} files and folders, "
+                            "over the limit"
+                        )
+                    _check_upload_member(member)
+                    if member.isfile():
+                        files.append(_Entry(member.name, "file", size=member.size))
+                        content += member.size
+                        if content > limits.content_bytes:
+                            raise ContextError(
+                                f"context: the files expand to at least {format_size(content)}, over the "
+                                f"limit of {format_size(limits.content_bytes)}; largest files: "
+                                f"{_largest(files)}"
+                            )
+    except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
+        raise ContextError(NOT_A_TAR_GZ) from exc
+    return ArchiveSummary(content, count)
+
+
+def _empty_archive(gz: gzip.GzipFile) -> bool:
+    """A tar of an empty folder is only its end marker (zero blocks), which tarfile calls invalid."""
+    first = gz.read(tarfile.BLOCKSIZE)
+    gz.seek(0)
+    return len(first) == tarfile.BLOCKSIZE and not any(first)
+
+
+class _CappedReader(io.RawIOBase):
+    """Reads the decompressed stream, refusing it once it passes ``cap`` bytes."""
+
+    def __init__(self, source: gzip.GzipFile, cap: int) -> None:
+        super().__init__()
+        self._source = source
+        self._cap = cap
+        self._read = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int | None = -1) -> bytes:
+        if size is None or size < 0:
+            size = self._cap - self._read + 1
+        chunk = self._source.read(size)
+        self._read += len(chunk)
+        if self._read > self._cap:
+            raise ContextError(
+                f"context: the archive expands to more than {format_size(self._cap)}, over the limit"
+            )
+        return chunk
+
+
+class _BoundedTarInfo(tarfile.TarInfo):
+    """Refuses an oversized metadata block before tarfile reads all of it into memory."""
+
+    def _proc_member(self, tarfile: tarfile.TarFile) -> tarfile.TarInfo:  # type: ignore[override]
+        if self.type in _METADATA_TYPES and self.size > _MAX_HEADER_BYTES:
+            raise ContextError(
+                f"context: a metadata header of {format_size(self.size)} is over the limit of "
+                f"{format_size(_MAX_HEADER_BYTES)}"
+            )
+        return super()._proc_member(tarfile)  # type: ignore[misc]
+
+
+def _check_upload_member(member: tarfile.TarInfo) -> None:
+    name = member.name
+    problem = None
+    if _is_absolute(name):
+        problem = "it has an absolute path"
+    elif ".." in PurePosixPath(name).parts:
+        problem = "its path contains '..'"
+    elif not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
+        problem = "only files, folders and links are allowed"
+    elif member.issym():
+        target = posixpath.normpath(posixpath.join(posixpath.dirname(name), member.linkname))
+        if _is_absolute(member.linkname) or target == ".." or target.startswith("../"):
+            problem = f"it is a symlink to {member.linkname!r}, outside the context"
+    elif member.islnk() and (_is_absolute(member.linkname) or ".." in PurePosixPath(member.linkname).parts):
+        problem = f"it is a hard link to {member.linkname!r}, outside the context"
+    if problem is not None:
+        raise ContextError(f"context: {name!r}: {problem}")
 
 
 def extract_context(data: bytes, dest: str | os.PathLike[str]) -> None:

@@ -14,17 +14,27 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import yaml
-
-from det_airflow.config import AirflowSection, ExperimentConfig, is_experiment_mapping, parse_config
+from det_airflow.config import (
+    MAX_CONFIG_BYTES,
+    AirflowSection,
+    ExperimentConfig,
+    is_experiment_mapping,
+    parse_config,
+    read_yaml,
+)
 from det_airflow.errors import ConfigError, DetError
 from det_airflow.searcher import trial_slot_count
 
 EXPERIMENTS_SUBDIR = "experiments"  # where the master writes the configs of `det experiment create`
+FINISHED_SUBDIR = "finished"  # under EXPERIMENTS_SUBDIR: configs of finished experiments, not parsed
 _MASTER_FILE = re.compile(r"^exp_(\d+)$")  # the stem of experiment_file()
 _YAML_SUFFIXES = (".yaml", ".yml")
 _AIRFLOW_KEYS = {f.name for f in dataclasses.fields(AirflowSection)}
 _START = datetime(2024, 1, 1, tzinfo=UTC)
+
+
+INVALID_DAG_ID = "det_invalid_experiments"
+_SEARCHER_LINE = re.compile(r"^searcher\s*:", re.MULTILINE)
 
 
 class InvalidExperimentYAML(DetError):
@@ -41,6 +51,24 @@ class ExperimentFile:
 def experiment_file(dags_folder: Path, experiment_id: int) -> Path:
     """Where the master writes the config of an experiment created with `det experiment create`."""
     return dags_folder / EXPERIMENTS_SUBDIR / f"exp_{experiment_id}.yaml"
+
+
+def retire_experiment_file(dags_folder: Path, experiment_id: int) -> Path | None:
+    """Moves a finished experiment's config where the DAG processor no longer builds it; returns
+    the new path, or None when there was nothing to move.
+
+    Its run (tasks, logs in Airflow, and everything the master stored) is kept; only its DAG leaves
+    the active DAGs. So parse time grows with the experiments still to run, not with every
+    experiment ever created (benchmarks/dag_parse.py).
+    """
+    source = experiment_file(dags_folder, experiment_id)
+    target = source.parent / FINISHED_SUBDIR / source.name
+    target.parent.mkdir(exist_ok=True)
+    try:
+        os.replace(source, target)
+    except FileNotFoundError:
+        return None
+    return target
 
 
 def experiment_dag_id(experiment_id: int) -> str:
@@ -60,8 +88,11 @@ def dag_id_for_file(path: Path, dags_folder: Path) -> ExperimentFile:
 
 
 def experiment_yamls(dags_folder: Path) -> Iterator[Path]:
+    finished = dags_folder / EXPERIMENTS_SUBDIR / FINISHED_SUBDIR
     for root, dirs, files in os.walk(dags_folder):
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != "__pycache__")
+        dirs[:] = sorted(
+            d for d in dirs if not d.startswith(".") and d != "__pycache__" and Path(root) / d != finished
+        )
         for name in sorted(files):
             if name.endswith(_YAML_SUFFIXES) and not name.startswith("."):
                 yield Path(root) / name
@@ -88,14 +119,14 @@ def trial_slots_problem(cfg: ExperimentConfig) -> tuple[str, str] | None:
 
 def load_experiment(path: Path, defaults: dict[str, str]) -> ExperimentConfig | None:
     """The config in `path`, or None when the YAML is not an experiment (no top-level `searcher`)."""
-    text = path.read_text()
+    with path.open(encoding="utf-8", errors="replace") as file:
+        text = file.read(MAX_CONFIG_BYTES + 1)  # read_yaml refuses anything longer
     try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError:
-        if not re.search(r"^searcher\s*:", text, re.MULTILINE):
-            return None  # some other broken YAML: not ours to report
-        # The loader reports the syntax error with its line and column.
-        return parse_config(text, source_name=str(path), airflow_defaults=defaults)
+        raw = read_yaml(text, str(path))
+    except ConfigError:
+        if not _SEARCHER_LINE.search(text):
+            return None  # some other YAML we cannot read: not ours to report
+        raise
     if not is_experiment_mapping(raw):
         return None
     cfg = parse_config(raw, source_name=str(path), airflow_defaults=defaults)
@@ -196,21 +227,24 @@ def build_dags(dags_folder: Path, *, only_dag_id: str | None = None) -> dict[str
             continue
         try:
             cfg = load_experiment(path, defaults)
-        except (DetError, OSError) as exc:
-            problems.append(str(exc) if isinstance(exc, DetError) else f"{path}: {exc}")
+            if cfg is None:
+                continue
+            if file.dag_id in seen:
+                problems.append(
+                    f"{path}: DAG id '{file.dag_id}' is already used by {seen[file.dag_id]}; rename one file"
+                )
+                continue
+            dag = build_dag(file, cfg)
+        except DetError as exc:
+            problems.append(str(exc))
             continue
-        if cfg is None:
-            continue
-        if file.dag_id in seen:
-            problems.append(
-                f"{path}: DAG id '{file.dag_id}' is already used by {seen[file.dag_id]}; rename one file"
-            )
+        except Exception as exc:  # noqa: BLE001 - one experiment must never take the other DAGs down
+            problems.append(f"{path}: cannot build the experiment DAG: {type(exc).__name__}: {exc}")
             continue
         seen[file.dag_id] = path
-        dags[file.dag_id] = build_dag(file, cfg)
+        dags[file.dag_id] = dag
     if problems and only_dag_id is None:
-        dags["det_invalid_experiments"] = _invalid_dag(
-            "det_invalid_experiments",
-            "invalid experiment YAML:\n" + "\n".join(problems),
+        dags[INVALID_DAG_ID] = _invalid_dag(
+            INVALID_DAG_ID, "invalid experiment YAML:\n" + "\n".join(problems)
         )
     return dags

@@ -25,6 +25,7 @@ import os
 import secrets
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -101,6 +102,12 @@ def write_config(
     dags_folder = Path(dags_folder).resolve()
     for d in (home, home / "logs", home / "pids", dags_folder):
         d.mkdir(parents=True, exist_ok=True)
+    # Trials run as another user: they may pass through the home to their work folders and
+    # checkpoints, but not list it, and not read the logs or pid files.
+    home.chmod(0o711)
+    for d in (home / "logs", home / "pids"):
+        d.chmod(0o700)
+    opened = _open_for_trials(home)
     cfg_path = home / CONFIG_FILE
     old = configparser.RawConfigParser()
     if cfg_path.exists():
@@ -170,8 +177,35 @@ def write_config(
     tmp.chmod(0o600)
     tmp.replace(cfg_path)
     return LocalAirflow(
-        home=home, port=port, url=url, admin_user=ADMIN_USER, admin_password=password, dags_folder=dags_folder
+        home=home,
+        port=port,
+        url=url,
+        admin_user=ADMIN_USER,
+        admin_password=password,
+        dags_folder=dags_folder,
+        opened_for_trials=opened,
     )
+
+
+def _open_for_trials(home: Path) -> list[Path]:
+    """As root, let other users pass through (``o+x``, never ``o+r``) the folders above this Python
+    and above ``home``, so trials running as an unprivileged user can start this interpreter and
+    reach their work folders; answers the folders changed."""
+    if os.geteuid() != 0:
+        return []
+    from det_airflow.trial_process import interpreter_paths
+
+    targets = [home, *interpreter_paths()]
+    folders = dict.fromkeys(
+        folder for t in targets for p in (t.absolute(), t.resolve()) for folder in reversed(p.parents)
+    )
+    changed = []
+    for folder in folders:
+        mode = folder.stat().st_mode
+        if not mode & stat.S_IXOTH:
+            folder.chmod(stat.S_IMODE(mode) | stat.S_IXOTH)
+            changed.append(folder)
+    return changed
 
 
 def _write_password(path: Path, password: str | None) -> str:
@@ -199,6 +233,8 @@ class LocalAirflow:
     dags_folder: Path
     admin_user: str = ADMIN_USER
     admin_password: str = ""
+    #: Folders ``write_config()`` opened for passing through (``o+x``) so trials can run as another user.
+    opened_for_trials: list[Path] = field(default_factory=list, compare=False)
     _procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -271,6 +307,9 @@ class LocalAirflow:
             raise LocalAirflowError(
                 f"'airflow db migrate' failed (exit {result.returncode}):\n{_tail(self.log_file('migrate'))}"
             )
+        database = self.home / "airflow.db"
+        if database.exists():  # SQLite: the metadata, connections included, is for Airflow alone
+            database.chmod(0o600)
 
     # -- processes -----------------------------------------------------------------------------
 
@@ -580,6 +619,10 @@ def main(argv: list[str] | None = None) -> int:
                 extra=extra,
             )
             af.migrate()
+            for folder in af.opened_for_trials:
+                print(
+                    f"Let other users pass through {folder} (chmod o+x, no listing): trials run as an unprivileged user"
+                )
             print(f"Airflow home {home} ready (database migrated)")
         elif args.command == "start":
             af = LocalAirflow.load(home)

@@ -17,8 +17,10 @@ from __future__ import annotations
 import codecs
 import json
 import os
+import pwd
 import re
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -28,8 +30,18 @@ from pathlib import Path
 from typing import IO, Any
 
 from det_airflow import trial_env
+from det_airflow.errors import DetError
 
 STARTUP_HOOK = "startup-hook.sh"
+# det's own files in a trial's work folder: the config, the trial's HOME and TMPDIR.
+TRIAL_FILES_DIR = ".det"
+CONFIG_FILE_NAME = "experiment_config.json"
+# The user trials run as when the worker is root and `[det] trial_user` is not set.
+DEFAULT_TRIAL_USER = "det-trial"
+# All a trial keeps of the worker's environment: an allow-list, so that whatever Airflow or a
+# deployment adds (AIRFLOW_*, connections, database URLs, proxies, cloud keys) stays out.
+_PASSED_VARIABLES = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "TERM"})
+_PASSED_PREFIXES = ("LC_",)
 CHIEF_IP = "127.0.0.1"
 # `module:Class` (legacy PyTorchTrial entrypoints) as one token.
 _LEGACY_ENTRYPOINT = re.compile(r"^[\w.]+:\w+$")
@@ -98,21 +110,28 @@ def trial_environment(
     base_env: Mapping[str, str] | None = None,
     workdir: str | os.PathLike[str] | None = None,
 ) -> dict[str, str]:
-    """The environment of a trial process (REFERENCE.md section 3).
+    """The whole environment of a trial process (REFERENCE.md section 3), built from an allow-list.
 
-    ``base_env`` (default ``os.environ``) minus any inherited ``DET_*`` trial variables, plus the
-    config's ``environment.environment_variables`` (the cpu list), plus the trial's ``DET_*``
-    variables (which win), ``PYTHONUNBUFFERED=1`` and a ``PYTHONPATH`` that starts with the work
-    folder (``workdir``, else the process's current folder). When the environment has a ``PATH``,
-    this interpreter's folder comes first in it, so ``python3 train.py`` runs with det-airflow
-    installed. Without ``master_url`` the Core API writes to ``local_store``.
+    Of ``base_env`` (default ``os.environ``) only ``PATH``, ``LANG``, ``LANGUAGE``, ``LC_*``, ``TZ``
+    and ``TERM`` pass: nothing of the worker's (``AIRFLOW_HOME``, ``AIRFLOW__*``, ``AIRFLOW_CONN_*``,
+    database URLs, proxies, ``DET_*`` of the caller) reaches trial code. Then come ``HOME`` and
+    ``TMPDIR`` in the work folder's ``.det/``, the config's ``environment.environment_variables``
+    (the cpu list), the trial's ``DET_*`` variables (which win), ``PYTHONUNBUFFERED=1`` and a
+    ``PYTHONPATH`` that starts with the work folder (``workdir``, else the current folder). The
+    config itself is named by ``DET_EXPERIMENT_CONFIG_FILE`` (see :func:`write_trial_files`). When
+    there is a ``PATH``, this interpreter's folder comes first in it, so ``python3 train.py`` runs
+    with det-airflow installed. Without ``master_url`` the Core API writes to ``local_store``.
     """
-    env = {
-        k: v for k, v in (os.environ if base_env is None else base_env).items() if k not in _TRIAL_VARIABLES
-    }
+    base = os.environ if base_env is None else base_env
+    env = {k: v for k, v in base.items() if k in _PASSED_VARIABLES or k.startswith(_PASSED_PREFIXES)}
+    files = trial_files_dir(workdir if workdir is not None else Path.cwd())
+    env["HOME"] = str(files / "home")
+    env["TMPDIR"] = str(files / "tmp")
     env.update(_config_variables(spec.config))
     task_id = f"{spec.experiment_id}.{spec.trial_id}"
-    slots = [int(s) for s in slot_ids]
+    # The slots the trial holds: given by the caller, else the config's slots_per_trial (one
+    # process per slot under the launchers).
+    slots = [int(s) for s in slot_ids] or list(range(_slots_per_trial(spec.config)))
     det: dict[str, str | None] = {
         trial_env.MASTER: master_url,
         trial_env.SESSION_TOKEN: token,
@@ -120,7 +139,7 @@ def trial_environment(
         trial_env.EXPERIMENT_ID: str(spec.experiment_id),
         trial_env.TRIAL_SEED: str(spec.trial_seed),
         trial_env.HPARAMS: json.dumps(spec.hparams),
-        trial_env.EXPERIMENT_CONFIG: json.dumps(spec.config),
+        trial_env.EXPERIMENT_CONFIG_FILE: str(files / CONFIG_FILE_NAME),
         trial_env.LATEST_CHECKPOINT: spec.latest_checkpoint or "",
         trial_env.STEPS_COMPLETED: str(spec.steps_completed),
         trial_env.SLOT_IDS: json.dumps(slots),
@@ -133,6 +152,8 @@ def trial_environment(
         trial_env.LOCAL_STORE: str(Path(local_store).absolute()) if local_store is not None else None,
         trial_env.TEST_MODE: "1" if test_mode else None,
     }
+    for name in _TRIAL_VARIABLES:  # the config may not pose as the master or another trial
+        env.pop(name, None)
     env.update({k: v for k, v in det.items() if v is not None})
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONPATH"] = _python_path(workdir, env.get("PYTHONPATH", ""))
@@ -143,6 +164,22 @@ def trial_environment(
     return env
 
 
+def trial_files_dir(workdir: str | os.PathLike[str]) -> Path:
+    """The folder of det's own files in a trial's work folder: the config, ``HOME`` and ``TMPDIR``."""
+    return Path(workdir).absolute() / TRIAL_FILES_DIR
+
+
+def write_trial_files(spec: TrialSpec, workdir: str | os.PathLike[str]) -> Path:
+    """Write the experiment config into ``workdir/.det/`` and make the trial's ``HOME`` and
+    ``TMPDIR`` there; answers the config file's path (what ``DET_EXPERIMENT_CONFIG_FILE`` names)."""
+    files = trial_files_dir(workdir)
+    for folder in (files, files / "home", files / "tmp"):
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = files / CONFIG_FILE_NAME
+    path.write_text(json.dumps(spec.config))
+    return path
+
+
 def run_trial_process(
     workdir: str | os.PathLike[str],
     argv: Sequence[str],
@@ -151,6 +188,7 @@ def run_trial_process(
     on_output: Callable[[str, str], None],
     stop: threading.Event | None = None,
     kill_grace: float = 10.0,
+    user: TrialUser | None = None,
 ) -> int:
     """Run ``argv`` in ``workdir`` and wait for it; answers its exit code (negative: killed by that signal).
 
@@ -158,11 +196,15 @@ def run_trial_process(
     entrypoint. Output lines (split on ``\\n`` and ``\\r``) go to ``on_output(line, "stdout"|"stderr")``
     as they come, one call at a time. Setting ``stop`` sends SIGTERM to the process group, then
     SIGKILL after ``kill_grace`` seconds; whatever the entrypoint left running when it exits is killed.
+    With ``user`` the process runs as that user, its primary group and no other group.
     """
     workdir = Path(workdir)
     command = list(argv)
     if (workdir / STARTUP_HOOK).is_file():
         command = ["sh", "-c", f'. ./{STARTUP_HOOK} && exec "$@"', "sh", *command]
+    as_user: dict[str, Any] = {}
+    if user is not None:
+        as_user = {"user": user.uid, "group": user.gid, "extra_groups": []}
     try:
         proc = subprocess.Popen(
             command,
@@ -172,6 +214,7 @@ def run_trial_process(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,  # its own process group, which stop signals as a whole
+            **as_user,
         )
     except OSError as exc:
         on_output(f"cannot start the entrypoint {command[0]!r}: {exc.strerror or exc}", "stderr")
@@ -207,6 +250,125 @@ def run_trial_process(
     return proc.returncode
 
 
+class TrialIsolationError(DetError):
+    """A trial cannot be started as the unprivileged user it must run as."""
+
+
+@dataclass(frozen=True)
+class TrialUser:
+    """The unprivileged user a trial process runs as."""
+
+    name: str
+    uid: int
+    gid: int
+
+
+def trial_user(configured: str | None = None) -> TrialUser | None:
+    """The user trials run as: ``configured`` (``[det] trial_user``), else, when this process is
+    root, :data:`DEFAULT_TRIAL_USER` (created with ``useradd`` if missing); None means this
+    process's own user (a worker that is not root and sets no trial user)."""
+    is_root = os.geteuid() == 0
+    if configured and not is_root:
+        raise TrialIsolationError(
+            f"[det] trial_user = {configured}: the worker runs as uid {os.geteuid()}, not root, and cannot "
+            "start processes as another user; run the worker as root or remove trial_user"
+        )
+    if not is_root:
+        return None
+    name = configured or DEFAULT_TRIAL_USER
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        if configured:
+            raise TrialIsolationError(
+                f"[det] trial_user = {name}: no such user on this machine; create it "
+                f"(useradd --system --user-group --no-create-home --shell /usr/sbin/nologin {name}) "
+                "or remove trial_user"
+            ) from None
+        entry = _create_default_user(name)
+    if entry.pw_uid == 0:
+        raise TrialIsolationError(
+            f"[det] trial_user = {name}: trials must not run as root; name an unprivileged user"
+        )
+    return TrialUser(entry.pw_name, entry.pw_uid, entry.pw_gid)
+
+
+def hand_over(workdir: str | os.PathLike[str], user: TrialUser) -> None:
+    """Give ``workdir`` and everything in it to ``user``, readable by no one else."""
+    root = Path(workdir)
+    for folder, dirs, files in os.walk(root):
+        for name in [*dirs, *files]:
+            os.chown(os.path.join(folder, name), user.uid, user.gid, follow_symlinks=False)
+    os.chown(root, user.uid, user.gid)
+    root.chmod(0o700)
+
+
+def make_passable_dirs(path: str | os.PathLike[str]) -> Path:
+    """Create ``path`` (and its missing parents) with mode 0711: another user may pass through to
+    a folder whose name it knows, but may not list or read them."""
+    path = Path(path)
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    path.mkdir(parents=True, exist_ok=True)
+    for folder in missing:
+        folder.chmod(0o711)
+    return path
+
+
+def ensure_writable_dir(path: str | os.PathLike[str], user: TrialUser, *, adopt: bool = False) -> None:
+    """Make sure ``user`` can write in ``path``: a missing folder is created for it; an existing one
+    it cannot write to is handed to it only when ``adopt`` (a folder det itself owns, such as the
+    default checkpoint storage), else this fails naming the folder and the fix."""
+    path = Path(path).absolute()
+    if not path.exists():
+        make_passable_dirs(path.parent)
+        path.mkdir(exist_ok=True)
+        os.chown(path, user.uid, user.gid)
+        path.chmod(0o700)
+    elif not _allows(path.stat(), user, os.W_OK | os.X_OK):
+        if not adopt:
+            raise TrialIsolationError(
+                f"trial user {user.name} cannot write to {path}: make it writable by that user "
+                f"(chown {user.name} {path}) or choose another checkpoint_storage.host_path"
+            )
+        os.chown(path, user.uid, user.gid)
+    check_trial_access(user, read=[path])
+
+
+def check_trial_access(user: TrialUser, *, read: Iterable[str | os.PathLike[str]] = ()) -> None:
+    """Fail early, naming the folder and the fix, when ``user`` cannot reach one of ``read``
+    (every folder above it must let the user pass, and the path itself must be readable)."""
+    # Both the path as named and where its links lead (a venv's python links to the base one).
+    paths = dict.fromkeys(p for t in read for p in (Path(t).absolute(), Path(t).resolve()))
+    for path in paths:
+        for folder in reversed(path.parents):
+            mode = folder.stat()
+            if not _allows(mode, user, os.X_OK):
+                raise TrialIsolationError(
+                    f"trial user {user.name} cannot reach {path}: it may not pass through {folder} "
+                    f"(mode {stat.filemode(mode.st_mode)}, owner uid {mode.st_uid}). Allow passing "
+                    f"through only, without listing: chmod o+x {folder} (running "
+                    "'python -m det_airflow.localairflow init' as root does this for the interpreter "
+                    "and the Airflow home)"
+                )
+        if not _allows(path.stat(), user, os.R_OK):
+            raise TrialIsolationError(
+                f"trial user {user.name} cannot read {path} (mode {stat.filemode(path.stat().st_mode)}); "
+                f"make it readable by others: chmod o+r {path}"
+            )
+
+
+def interpreter_paths() -> list[Path]:
+    """What a trial needs to run this Python with det-airflow: the interpreter, its standard
+    library and det-airflow itself."""
+    import det_airflow
+
+    return [
+        Path(sys.executable),
+        Path(os.__file__).parent,
+        Path(det_airflow.__file__).parent,
+    ]
+
+
 def prepare_workdir(context_bytes: bytes | None, dest: str | os.PathLike[str]) -> Path:
     """Unpack a context archive (tar.gz from the master) into ``dest``; answers ``dest``."""
     from det_airflow.context_archive import extract_context
@@ -225,6 +387,46 @@ _TRIAL_VARIABLES = frozenset(
 )
 
 
+def _allows(st: os.stat_result, user: TrialUser, bits: int) -> bool:
+    """Whether the mode bits of ``st`` grant ``user`` all of ``bits`` (os.R_OK, W_OK, X_OK).
+
+    The trial keeps only its primary group, so that is the only group that counts."""
+    if st.st_uid == user.uid:
+        granted = st.st_mode >> 6
+    elif st.st_gid == user.gid:
+        granted = st.st_mode >> 3
+    else:
+        granted = st.st_mode
+    return granted & bits == bits
+
+
+def _create_default_user(name: str) -> pwd.struct_passwd:
+    """Create the dedicated trial user (a system user with no home and no login shell)."""
+    command = [
+        "useradd",
+        "--system",
+        "--user-group",
+        "--no-create-home",
+        "--shell",
+        "/usr/sbin/nologin",
+        name,
+    ]
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60)
+    except OSError as exc:
+        raise TrialIsolationError(
+            f"cannot create the trial user {name} ({' '.join(command)}: {exc.strerror or exc}); create it "
+            "yourself or set [det] trial_user to an existing unprivileged user"
+        ) from None
+    try:
+        return pwd.getpwnam(name)  # another worker may have created it at the same moment
+    except KeyError:
+        raise TrialIsolationError(
+            f"cannot create the trial user {name}: {' '.join(command)} said {result.stderr.strip()!r}; "
+            "create it yourself or set [det] trial_user to an existing unprivileged user"
+        ) from None
+
+
 def _config_variables(config: Mapping[str, Any]) -> dict[str, str]:
     """``NAME=VALUE`` entries of ``environment.environment_variables`` (the cpu list)."""
     environment = config.get("environment") or {}
@@ -239,13 +441,26 @@ def _config_variables(config: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
+def _slots_per_trial(config: Mapping[str, Any]) -> int:
+    resources = config.get("resources") or {}
+    slots = resources.get("slots_per_trial") if isinstance(resources, Mapping) else None
+    return slots if isinstance(slots, int) and not isinstance(slots, bool) and slots > 0 else 1
+
+
 def _python_path(workdir: str | os.PathLike[str] | None, existing: str) -> str:
     entries = [str(Path(workdir).absolute()) if workdir is not None else "."]
     # A source checkout of det-airflow (not installed in site-packages) must be importable by the trial.
     package_root = Path(__file__).resolve().parent.parent
     if package_root.name not in ("site-packages", "dist-packages"):
         entries.append(str(package_root))
-    entries.extend(p for p in existing.split(os.pathsep) if p)
+    existing_entries = [p for p in existing.split(os.pathsep) if p]
+    from det_airflow.compat import determined_path_entry
+
+    # `import determined` is ours unless a real Determined is installed or on the path (then it wins).
+    alias = determined_path_entry()
+    if alias is not None and not any((Path(p) / "determined").is_dir() for p in existing_entries):
+        entries.append(alias)
+    entries.extend(existing_entries)
     return os.pathsep.join(dict.fromkeys(entries))
 
 

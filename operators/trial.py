@@ -8,7 +8,7 @@ import time
 from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator, Context
 
@@ -18,6 +18,9 @@ from det_airflow.operators._logs import LogShipper
 from det_airflow.operators._master import master_credentials
 from det_airflow.operators.triggers import TrialSlotTrigger
 from det_airflow.states import ExperimentState, TrialState
+
+if TYPE_CHECKING:
+    from det_airflow.trial_process import TrialSpec, TrialUser
 
 
 def default_work_dir() -> Path:
@@ -149,12 +152,21 @@ class TrialOperator(BaseOperator):
     # --- running one trial ---
 
     def _run_trial(self, client: InternalClient, spec_dict: dict[str, Any], token: str) -> int:
+        from det_airflow.operators.runners import run_with, runner_name
+
+        where = runner_name(spec_dict.get("config") or {})
+        if where != "local":
+            return run_with(where, self, client, spec_dict, token)
         from det_airflow.trial_process import (
+            TrialIsolationError,
             TrialSpec,
+            check_trial_access,
             entrypoint_argv,
+            hand_over,
             prepare_workdir,
             run_trial_process,
             trial_environment,
+            write_trial_files,
         )
 
         spec = TrialSpec.from_dict(spec_dict)
@@ -163,28 +175,46 @@ class TrialOperator(BaseOperator):
             Path(self.work_dir or default_work_dir()) / f"exp_{spec.experiment_id}" / f"trial_{spec.trial_id}"
         )
         shutil.rmtree(workdir, ignore_errors=True)
-        prepare_workdir(client.context(spec.experiment_id), workdir)
-        env = trial_environment(spec, master_url=master, token=token, workdir=workdir)
-        argv = entrypoint_argv(spec.config["entrypoint"])
-        self.log.info(
-            "Trial %s (experiment %s, run %s) starting in %s: %s",
-            spec.trial_id,
-            spec.experiment_id,
-            spec.run_id,
-            workdir,
-            " ".join(argv),
-        )
         shipper = LogShipper(self._client(), spec.trial_id, log=self.log)
-        self._stop.clear()
-        watcher = threading.Thread(target=self._watch, args=(spec.trial_id,), daemon=True)
-        watcher.start()
+        from det_airflow.compat import determined_notice
+
+        self.log.info("%s", determined_notice())
+        shipper.add(determined_notice(), "stdout")
 
         def on_output(line: str, stream: str) -> None:
             self.log.info("%s", line)
             shipper.add(line, stream)
 
         try:
-            code = run_trial_process(workdir, argv, env, on_output=on_output, stop=self._stop)
+            user = self._trial_user(spec, workdir)
+            prepare_workdir(client.context(spec.experiment_id), workdir)
+            write_trial_files(spec, workdir)
+            if user is not None:
+                hand_over(workdir, user)
+                check_trial_access(user, read=[workdir])
+        except TrialIsolationError as exc:
+            # Into the trial's logs, where its owner looks, not only the Airflow task log.
+            on_output(f"error: {exc}", "stderr")
+            shipper.close()
+            shipper.client.close()
+            shutil.rmtree(workdir, ignore_errors=True)
+            return 126
+        env = trial_environment(spec, master_url=master, token=token, workdir=workdir)
+        argv = entrypoint_argv(spec.config["entrypoint"])
+        self.log.info(
+            "Trial %s (experiment %s, run %s) starting in %s as %s: %s",
+            spec.trial_id,
+            spec.experiment_id,
+            spec.run_id,
+            workdir,
+            user.name if user is not None else "the worker's user",
+            " ".join(argv),
+        )
+        self._stop.clear()
+        watcher = threading.Thread(target=self._watch, args=(spec.trial_id,), daemon=True)
+        watcher.start()
+        try:
+            code = run_trial_process(workdir, argv, env, on_output=on_output, stop=self._stop, user=user)
         finally:
             self._stop.set()
             shipper.close()
@@ -192,6 +222,33 @@ class TrialOperator(BaseOperator):
         self.log.info("Trial %s exited with code %s", spec.trial_id, code)
         shutil.rmtree(workdir, ignore_errors=True)
         return code
+
+    def _trial_user(self, spec: TrialSpec, workdir: Path) -> TrialUser | None:
+        """The user the trial runs as (None: the worker's own). When it is another user, make sure
+        it can run this Python, pass through to its work folder and write its checkpoints."""
+        from airflow.configuration import conf
+
+        from det_airflow.core._storage import CheckpointStorage
+        from det_airflow.master.experiments import default_checkpoint_storage
+        from det_airflow.trial_process import (
+            check_trial_access,
+            ensure_writable_dir,
+            interpreter_paths,
+            make_passable_dirs,
+            trial_user,
+        )
+
+        user = trial_user(conf.get("det", "trial_user", fallback=None) or None)
+        if user is None:
+            return None
+        check_trial_access(user, read=interpreter_paths())
+        make_passable_dirs(workdir.parent)
+        storage = spec.config.get("checkpoint_storage")
+        if storage and storage.get("type", "shared_fs") == "shared_fs":
+            path = CheckpointStorage.from_config(storage).base
+            default = Path(default_checkpoint_storage()["host_path"])
+            ensure_writable_dir(path, user, adopt=path == default)
+        return user
 
     def _watch(self, trial_id: int) -> None:
         """Kill the trial's process when its experiment is killed, or when it ignores a preemption."""
@@ -204,8 +261,11 @@ class TrialOperator(BaseOperator):
                 except APIError:
                     continue
                 exp_state = ExperimentState(status["experiment_state"])
-                if exp_state == ExperimentState.STOPPING_KILLED:
-                    self.log.warning("Experiment killed: stopping trial %s now", trial_id)
+                if (
+                    exp_state == ExperimentState.STOPPING_KILLED
+                    or status["trial"]["state"] == TrialState.STOPPING_KILLED
+                ):
+                    self.log.warning("Experiment or trial killed: stopping trial %s now", trial_id)
                     self._stop.set()
                     return
                 preempting = exp_state != ExperimentState.ACTIVE or status["trial"].get("stop_requested")

@@ -15,6 +15,8 @@ DEFAULT_MASTER = "localhost:8080"
 # People (the CLI) want a quick answer; tasks and trials would rather wait out a restart.
 DEFAULT_RETRY_SECONDS = 3.0
 SERVICE_RETRY_SECONDS = 180.0
+# Airflow's answer (403) to a bearer token it cannot verify.
+AIRFLOW_INVALID_TOKEN = "Invalid JWT token"
 
 
 def normalize_master_url(address: str | None) -> str:
@@ -64,26 +66,47 @@ class Session:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        """Send a request; map failures to APIError with the master's own message."""
-        deadline = time.monotonic() + self.retry_seconds
+    def request(
+        self, method: str, path: str, *, resend_on_failure: bool = False, **kwargs: Any
+    ) -> httpx.Response:
+        """Send a request; map failures to APIError with the master's own message.
+
+        A request that may have reached the master is sent again only with ``resend_on_failure``
+        (a create carrying a request id, which the master deduplicates); the same body goes out.
+        """
+        retried: type[Exception] | tuple[type[Exception], ...] = (
+            httpx.TransportError if resend_on_failure else (httpx.ConnectError, httpx.RemoteProtocolError)
+        )
+        deadline: float | None = None  # counted from the first failure, so a slow answer still gets a retry
         delay = 0.25
         while True:
             try:
                 response = self._client.request(method, path, **kwargs)
                 break
-            except (httpx.ConnectError, httpx.RemoteProtocolError) as exc:
-                if time.monotonic() + delay > deadline:
+            except httpx.TransportError as exc:
+                if deadline is None:
+                    deadline = time.monotonic() + self.retry_seconds
+                if not isinstance(exc, retried) or time.monotonic() + delay > deadline:
+                    if isinstance(exc, httpx.TimeoutException):
+                        raise APIError(f"the master at {self.master} did not answer in time") from None
                     raise APIError(f"cannot reach the master at {self.master}: {exc}") from None
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
-            except httpx.TimeoutException:
-                raise APIError(f"the master at {self.master} did not answer in time") from None
+        if response.status_code == 403 and _error_message(response) == AIRFLOW_INVALID_TOKEN:
+            # Airflow refuses a token it cannot verify (say, signed before its JWT secret changed)
+            # with 403; it is a stale login, not a missing permission.
+            raise APIError(
+                f"the master at {self.master} refused the stored login ({AIRFLOW_INVALID_TOKEN}): "
+                "run `det user login`, or set DET_USER and DET_PASS",
+                status_code=401,
+            )
         if response.status_code == 401:
             raise APIError(
                 f"not logged in to {self.master} (or the session expired): run `det user login`",
                 status_code=401,
             )
+        if response.status_code == 403:
+            raise APIError(f"permission denied: {_error_message(response)}", status_code=403)
         if response.status_code >= 400:
             raise APIError(_error_message(response), status_code=response.status_code)
         return response

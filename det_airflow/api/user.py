@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import json
 import os
+import uuid as uuid_module
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict
+from urllib.parse import quote
 
 import httpx
 
@@ -112,6 +114,11 @@ class ExperimentDetail(TypedDict):
     experiment: Experiment
     trials: list[Trial]
     config: dict[str, Any]
+
+
+def new_request_id() -> str:
+    """An id for one create request (1-64 characters of ``[A-Za-z0-9_-]``, as the master requires)."""
+    return uuid_module.uuid4().hex
 
 
 # --- stored logins ---------------------------------------------------------------------------------
@@ -228,16 +235,30 @@ def _env_login(master: str) -> Callable[[], str] | None:
     return relogin
 
 
-def connect(master: str | None) -> UserClient:
+def _prompted_login(master: str, username: str, ask_password: Callable[[str], str]) -> Callable[[], str]:
+    def relogin() -> str:
+        token = login(master, username, ask_password(username))
+        store_login(master, username, token)
+        return token
+
+    return relogin
+
+
+def connect(master: str | None, *, ask_password: Callable[[str], str] | None = None) -> UserClient:
     """A client for ``master`` with the stored login, or one made from ``DET_USER`` / ``DET_PASS``.
 
-    Without either, requests go out unauthenticated and a master that needs a login answers
+    When the master refuses the stored token (expired, or Airflow's JWT secret changed), the client
+    logs in again once with ``DET_USER`` / ``DET_PASS``, else with the stored username and a password
+    from ``ask_password`` (give it only when someone can answer), and resends the request.
+    Without any login, requests go out unauthenticated and a master that needs a login answers
     "not logged in ... run `det user login`".
     """
     master = normalize_master_url(master)
     relogin = _env_login(master)
     stored = load_login(master)
     if stored is not None:
+        if relogin is None and ask_password is not None and stored.username:
+            relogin = _prompted_login(master, stored.username, ask_password)
         return UserClient(master, stored.token, relogin=relogin)
     return UserClient(master, relogin() if relogin is not None else None, relogin=relogin)
 
@@ -271,16 +292,18 @@ class UserClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    def _request(
+        self, method: str, path: str, *, resend_on_failure: bool = False, **kwargs: Any
+    ) -> httpx.Response:
         try:
-            return self._session.request(method, path, **kwargs)
+            return self._session.request(method, path, resend_on_failure=resend_on_failure, **kwargs)
         except APIError as exc:
             if exc.status_code != 401 or self._relogin is None:
                 raise
             relogin, self._relogin = self._relogin, None  # only once
             self._session.close()
             self._session = Session(self.master, relogin())
-            return self._session.request(method, path, **kwargs)
+            return self._session.request(method, path, resend_on_failure=resend_on_failure, **kwargs)
 
     def _json(self, method: str, path: str, **kwargs: Any) -> Any:
         response = self._request(method, path, **kwargs)
@@ -296,13 +319,29 @@ class UserClient:
     # --- experiments ---
 
     def create_experiment(
-        self, config: str, context: str | None, *, paused: bool = False, parent_id: int | None = None
+        self,
+        config: str,
+        context: str | None,
+        *,
+        paused: bool = False,
+        parent_id: int | None = None,
+        request_id: str | None = None,
     ) -> Experiment:
-        """``config``: the YAML text; ``context``: the base64 tar.gz of the context directory, or None."""
-        body: dict[str, Any] = {"config": config, "context": context, "paused": paused}
+        """``config``: the YAML text; ``context``: the base64 tar.gz of the context directory, or None.
+
+        ``request_id`` (default: a new one) makes the create exactly-once: the master creates one
+        experiment per id, so the request is resent with the same body when the connection fails
+        before the answer arrives.
+        """
+        body: dict[str, Any] = {
+            "config": config,
+            "context": context,
+            "paused": paused,
+            "request_id": request_id or new_request_id(),
+        }
         if parent_id is not None:
             body["parent_id"] = parent_id
-        return self._json("POST", "/experiments", json=body)["experiment"]
+        return self._json("POST", "/experiments", json=body, resend_on_failure=True)["experiment"]
 
     def list_experiments(self, *, all: bool = False) -> list[Experiment]:  # noqa: A002 - the route's own name
         params = {"all": "true"} if all else {}
@@ -345,13 +384,31 @@ class UserClient:
     def unarchive_experiment(self, experiment_id: int) -> Experiment:
         return self._experiment_action(experiment_id, "unarchive")
 
-    def delete_experiment(self, experiment_id: int) -> None:
-        self._request("DELETE", f"/experiments/{experiment_id}")
+    def delete_experiment(self, experiment_id: int) -> list[str]:
+        """Delete an ended experiment; returns what the master could not remove (empty when all is gone)."""
+        return list(self._json("DELETE", f"/experiments/{experiment_id}").get("not_removed", []))
+
+    def add_label(self, experiment_id: int, label: str) -> Experiment:
+        return self._json("POST", f"/experiments/{experiment_id}/labels", json={"label": label})["experiment"]
+
+    def remove_label(self, experiment_id: int, label: str) -> Experiment:
+        path = f"/experiments/{experiment_id}/labels/{quote(label, safe='')}"
+        return self._json("DELETE", path)["experiment"]
+
+    def update_experiment(
+        self, experiment_id: int, *, name: str | None = None, description: str | None = None
+    ) -> Experiment:
+        """Changes the name and/or the description; fields left None are kept."""
+        body = {k: v for k, v in (("name", name), ("description", description)) if v is not None}
+        return self._json("PATCH", f"/experiments/{experiment_id}", json=body)["experiment"]
 
     # --- trials ---
 
     def get_trial(self, trial_id: int) -> Trial:
         return self._json("GET", f"/trials/{trial_id}")["trial"]
+
+    def kill_trial(self, trial_id: int) -> Trial:
+        return self._json("POST", f"/trials/{trial_id}/kill")["trial"]
 
     def trial_metrics(self, trial_id: int, *, group: str | None = None) -> list[Metrics]:
         params = {"group": group} if group else {}
@@ -367,7 +424,10 @@ class UserClient:
     # --- checkpoints and identity ---
 
     def get_checkpoint(self, uuid: str) -> Checkpoint:
-        return self._json("GET", f"/checkpoints/{uuid}")["checkpoint"]
+        return self._json("GET", f"/checkpoints/{quote(uuid, safe='')}")["checkpoint"]
+
+    def delete_checkpoint(self, uuid: str) -> None:
+        self._request("DELETE", f"/checkpoints/{quote(uuid, safe='')}")
 
     def whoami(self) -> str:
         """The username the master knows this client's token as (``GET /me``)."""
@@ -390,5 +450,6 @@ __all__ = [
     "forget_login",
     "load_login",
     "login",
+    "new_request_id",
     "store_login",
 ]

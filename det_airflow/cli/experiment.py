@@ -7,6 +7,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from det_airflow.cli import checkpoint as checkpoint_cli
 from det_airflow.cli import render
 from det_airflow.cli.logs import add_log_arguments, show_logs_from_args, show_trial_logs
 from det_airflow.errors import DetError
@@ -136,6 +137,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     delete.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
     delete.set_defaults(func=_delete)
 
+    list_checkpoints = verbs.add_parser("list-checkpoints", help="list an experiment's checkpoints")
+    checkpoint_cli.add_list_arguments(list_checkpoints)
+
+    label = verbs.add_parser("label", help="add or remove an experiment's labels")
+    label_verbs = label.add_subparsers(dest="label_verb", metavar="VERB", required=True)
+    for verb, help_text in (("add", "add a label"), ("remove", "remove a label")):
+        parser = label_verbs.add_parser(verb, help=help_text)
+        _add_id(parser)
+        parser.add_argument("label", metavar="LABEL")
+        parser.set_defaults(func=_label)
+
+    set_ = verbs.add_parser("set", help="change an experiment's name or description")
+    set_verbs = set_.add_subparsers(dest="field", metavar="FIELD", required=True)
+    for field in ("description", "name"):
+        parser = set_verbs.add_parser(field, help=f"set the experiment's {field}")
+        _add_id(parser)
+        parser.add_argument("value", metavar=field.upper())
+        parser.set_defaults(func=_set)
+
 
 def _add_id(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("experiment_id", metavar="ID", type=int, help="experiment ID")
@@ -148,7 +168,7 @@ def _add_output_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _connect(args: argparse.Namespace) -> UserClient:
-    from det_airflow.api.user import connect
+    from det_airflow.cli.user import connect
 
     return connect(args.master)
 
@@ -199,8 +219,13 @@ def _create(args: argparse.Namespace) -> int:
         with open(args.config_file, encoding="utf-8") as f:  # as written, comments included
             config_text = f.read()
 
+    from det_airflow.api.user import new_request_id
+
     client = _connect(args)
-    experiment = client.create_experiment(config_text, context, paused=args.paused)
+    # One id for this invocation: a resend after a lost answer cannot create a second experiment.
+    experiment = client.create_experiment(
+        config_text, context, paused=args.paused, request_id=new_request_id()
+    )
     print(f"Created experiment {experiment['id']}", flush=True)
     if args.follow_first_trial:
         return follow_first_trial(client, experiment["id"])
@@ -237,11 +262,11 @@ def wait_for_experiment(client: UserClient, experiment_id: int, interval: float)
 
 def _report_end(experiment: Experiment) -> int:
     state = render.format_state(experiment["state"])
-    print(f"Experiment {experiment['id']} ended in state {state}", flush=True)
+    print(render.clean(f"Experiment {experiment['id']} ended in state {state}"), flush=True)
     if state == ExperimentState.COMPLETED:
         return 0
     if experiment.get("error"):
-        print(f"Error: {experiment['error']}", file=sys.stderr)
+        print(render.clean(f"Error: {experiment['error']}"), file=sys.stderr)
     return 1
 
 
@@ -373,7 +398,7 @@ def _config(args: argparse.Namespace) -> None:
     import yaml
 
     config = _connect(args).get_experiment_config(args.experiment_id)
-    sys.stdout.write(yaml.safe_dump(config, default_flow_style=False, sort_keys=False))
+    sys.stdout.write(render.clean(yaml.safe_dump(config, default_flow_style=False, sort_keys=False)))
 
 
 def _wait(args: argparse.Namespace) -> int:
@@ -409,6 +434,26 @@ def _delete(args: argparse.Namespace) -> int:
         if answer.strip().lower() not in ("y", "yes"):
             print("Aborting experiment deletion.")
             return 0
-    _connect(args).delete_experiment(args.experiment_id)
+    not_removed = _connect(args).delete_experiment(args.experiment_id)
     print(f"Deleted experiment {args.experiment_id}")
-    return 0
+    for what in not_removed:
+        print(render.clean(f"not removed: {what}"), file=sys.stderr)
+    return 1 if not_removed else 0
+
+
+def _label(args: argparse.Namespace) -> None:
+    client = _connect(args)
+    label = render.clean(args.label)
+    if args.label_verb == "add":
+        client.add_label(args.experiment_id, args.label)
+        print(f"Added label '{label}' to experiment {args.experiment_id}")
+    else:
+        client.remove_label(args.experiment_id, args.label)
+        print(f"Removed label '{label}' from experiment {args.experiment_id}")
+
+
+def _set(args: argparse.Namespace) -> None:
+    if args.field == "name" and not args.value.strip():
+        raise DetError("an experiment's name cannot be empty")
+    _connect(args).update_experiment(args.experiment_id, **{args.field: args.value})
+    print(f"Set {args.field} of experiment {args.experiment_id} to '{render.clean(args.value)}'")

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
+from det_airflow.cli import render
 from det_airflow.states import TERMINAL_TRIAL_STATES
 
 if TYPE_CHECKING:
@@ -86,7 +87,7 @@ def format_log_line(line: LogLine) -> str:
     level = _level_name(line.get("level"))
     message = (line.get("message") or "").rstrip("\r\n")
     parts.append(f"|| {level}: {message}" if level else f"|| {message}")
-    return " ".join(parts)
+    return render.clean(" ".join(parts))
 
 
 class _Printer:

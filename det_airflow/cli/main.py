@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from det_airflow.cli import admin, experiment, preview_search, trial, user
+from det_airflow.cli import admin, checkpoint, experiment, preview_search, render, trial, user
 from det_airflow.errors import ConfigError, DetError
 
 MASTER_ENV = "DET_MASTER"
@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--version", action=_VersionAction)
     nouns = parser.add_subparsers(dest="noun", metavar="COMMAND", required=True)
-    for module in (experiment, trial, user, admin, preview_search):
+    for module in (experiment, trial, checkpoint, user, admin, preview_search):
         module.register(nouns)
     return parser
 
@@ -53,12 +53,13 @@ def _print_error(exc: DetError) -> None:
     if isinstance(exc, ConfigError) and len(exc.problems) > 1:
         where = f" in {exc.source}" if exc.source else ""
         print(
-            f"Error: the experiment configuration{where} has {len(exc.problems)} problems:", file=sys.stderr
+            render.clean(f"Error: the experiment configuration{where} has {len(exc.problems)} problems:"),
+            file=sys.stderr,
         )
         for path, message in exc.problems:
-            print(f"  {path}: {message}" if path else f"  {message}", file=sys.stderr)
+            print(render.clean(f"  {path}: {message}" if path else f"  {message}"), file=sys.stderr)
         return
-    print(f"Error: {exc}", file=sys.stderr)
+    print(render.clean(f"Error: {exc}"), file=sys.stderr)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -80,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(exc, BrokenPipeError):  # `det e list | head`: the reader left, nothing to say
             _silence_stdout()
             return EXIT_ERROR
-        print(f"Error: {exc}", file=sys.stderr)
+        print(render.clean(f"Error: {exc}"), file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED

@@ -1,9 +1,10 @@
-"""``det preview-search CONFIG``: the trials a search would run, simulated here (no master needed).
+"""``det preview-search CONFIG``: the trials a search would run and how long each trains (no master needed).
 
-As Determined's command: prints the searcher section, then how many trials train for how long.
-The counts come from running the very search method the master runs, fed made-up validation
-metrics from a seeded generator until it shuts down, so they follow the same code paths (stops,
-promotions, replacements) rather than a formula.
+As Determined 0.38's command: prints the searcher section, then how many trials train for how long.
+Stop-based ASHA (``adaptive_asha`` and ``async_halving``, the default ``stop_once: true``) is
+previewed with Determined's closed form per bracket, so the table is the one Determined prints.
+Other searches (promotion ASHA, random, grid, single) are simulated: the very search method the
+master runs, fed made-up validation metrics from a seeded generator until it shuts down.
 """
 
 from __future__ import annotations
@@ -22,6 +23,13 @@ if TYPE_CHECKING:
 HEADERS = ("Trials", "Training Time")
 # The simulation's made-up metrics; a config without experiment_seed previews with this one.
 PREVIEW_SEED = 0
+CLOSED_FORM_NOTE = (
+    "Closed form (as Determined 0.38): per bracket, max(int(trials / divisor), 1) trials continue "
+    "past each rung and the rest stop there."
+)
+SIMULATION_NOTE = (
+    "Simulation: the search method run offline on made-up metrics (seeded by experiment_seed, else 0)."
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -41,13 +49,23 @@ def _preview(args: argparse.Namespace) -> int:
     searcher = {k: v for k, v in config_to_dict(cfg)["searcher"].items() if v is not None}
     print("Using search configuration:")
     print(yaml.safe_dump(searcher, default_flow_style=False, sort_keys=False))
-    simulation = simulate_search(cfg)
+    from det_airflow.searcher import make_search_method
+    from det_airflow.searcher._simulate import closed_form_lengths
+
+    counts = closed_form_lengths(make_search_method(cfg))
+    if counts is not None:
+        print(f"{CLOSED_FORM_NOTE}\n")
+        spent = sum(units * count for units, count in counts.items())
+    else:
+        simulation = simulate_search(cfg)
+        counts, spent = simulation.lengths(), simulation.spent
+        print(f"{SIMULATION_NOTE}\n")
     length, unit = _length_and_unit(cfg)
-    lengths = sorted(simulation.lengths().items())
+    lengths = sorted(counts.items())
     rows = [(count, _training_time(units, length, unit)) for units, count in lengths]
     render.print_table(HEADERS, rows)
     trials = sum(count for _, count in lengths)
-    total = f" and train for a total of {simulation.spent} {unit}" if length else ""
+    total = f" and train for a total of {spent} {unit}" if length else ""
     print(f"This search will create a total of {trials} trial(s){total}.")
     return 0
 

@@ -3,12 +3,38 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S%z"
+
+# Terminal control sequences (ECMA-48), 7-bit and 8-bit forms. Text from the master (names, labels,
+# log lines, error messages) can carry them, and a terminal would act on them: clear the screen,
+# set the window title, write the clipboard (OSC 52), hide what follows.
+_CONTROL = re.compile(
+    r"""
+      (?:\x1b\[|\x9b) [\x30-\x3f]* [\x20-\x2f]* [\x40-\x7e]?           # CSI ... final byte
+    | (?:\x1b[\]PX^_]|[\x90\x98\x9d-\x9f]) .*? (?:\x07|\x1b\\|\x9c|\Z)  # OSC, DCS, SOS, PM, APC up to BEL/ST
+    | \x1b [\x20-\x2f]* [\x30-\x7e]?                                  # any other escape sequence
+    | [\x00-\x08\x0b-\x1f\x7f-\x9f]                                   # other C0 (not tab, newline), DEL, C1
+    """,
+    re.VERBOSE | re.DOTALL,
+)
+
+
+def clean(text: object) -> str:
+    """``text`` as a string without terminal control sequences; tabs and newlines are kept.
+
+    Everything the CLI prints that a user did not type goes through here.
+    """
+    return _CONTROL.sub("", str(text))
+
+
+def _clean_cell(value: Any) -> Any:
+    return clean(value) if isinstance(value, str) else value
 
 
 def format_time(value: str | None) -> str | None:
@@ -42,7 +68,7 @@ def print_table(
 ) -> None:
     """A tabulate "presto" table, or CSV with a header row."""
     out = out or sys.stdout
-    rows = [list(row) for row in rows]
+    rows = [[_clean_cell(cell) for cell in row] for row in rows]
     if csv:
         import csv as csv_module
 

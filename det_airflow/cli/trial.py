@@ -42,15 +42,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     out.add_argument("--json", action="store_true", help="print JSON")
     describe.set_defaults(func=_describe)
 
+    kill = verbs.add_parser("kill", help="stop a trial at once (no checkpoint)")
+    _add_id(kill)
+    kill.set_defaults(func=_kill)
+
 
 def _add_id(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("trial_id", metavar="ID", type=int, help="trial ID")
 
 
 def _connect(args: argparse.Namespace) -> UserClient:
-    from det_airflow.api.user import connect
+    from det_airflow.cli.user import connect
 
     return connect(args.master)
+
+
+def _kill(args: argparse.Namespace) -> None:
+    _connect(args).kill_trial(args.trial_id)
+    print(f"Killed trial {args.trial_id}")
 
 
 def _logs(args: argparse.Namespace) -> None:

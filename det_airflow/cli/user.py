@@ -1,15 +1,37 @@
-"""``det user login|logout|whoami``: the Airflow login the CLI uses with a master."""
+"""``det user ...``: the Airflow login the CLI uses with a master, and Determined's user verbs.
+
+Users are Airflow's (its auth manager decides who may do what), so the verbs that would change
+users say where that is done instead.
+"""
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
+from typing import TYPE_CHECKING
 
+from det_airflow.cli import render
 from det_airflow.errors import DetError
+
+if TYPE_CHECKING:
+    from det_airflow.api.user import UserClient
+
+LIST_HEADERS = ("Username", "Active")
+# Where Airflow's default (simple) auth manager keeps its users and their generated passwords.
+USERS_SETTING = "[core] simple_auth_manager_users"
+PASSWORDS_SETTING = "[core] simple_auth_manager_passwords_file"
+_MANAGED_BY_AIRFLOW = {
+    "create": f"add NAME:ROLE to {USERS_SETTING} in airflow.cfg and restart the API server "
+    f"(its password is generated into {PASSWORDS_SETTING})",
+    "change-password": f"edit the user's password in the file named by {PASSWORDS_SETTING} "
+    "and restart the API server",
+    "deactivate": f"remove the user from {USERS_SETTING} in airflow.cfg and restart the API server",
+}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    noun = subparsers.add_parser("user", help="log in to and out of a master")
+    noun = subparsers.add_parser("user", help="log in to and out of a master; users")
     verbs = noun.add_subparsers(dest="verb", metavar="VERB", required=True)
 
     login = verbs.add_parser("login", help="log in (an Airflow user) and remember the token")
@@ -21,6 +43,38 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     whoami = verbs.add_parser("whoami", help="show who the master thinks you are")
     whoami.set_defaults(func=_whoami)
+
+    ls = verbs.add_parser("list", aliases=["ls"], help="list users (the logged-in user)")
+    ls.set_defaults(func=_list)
+
+    create = verbs.add_parser("create", help="create a user (done in Airflow's auth manager)")
+    create.add_argument("username", metavar="USERNAME")
+    create.add_argument("--admin", action="store_true", help="give the user the Admin role")
+    create.set_defaults(func=_managed_by_airflow)
+
+    change = verbs.add_parser("change-password", help="change a password (done in Airflow's auth manager)")
+    change.add_argument("username", metavar="USERNAME", nargs="?")
+    change.set_defaults(func=_managed_by_airflow)
+
+    deactivate = verbs.add_parser("deactivate", help="deactivate a user (done in Airflow's auth manager)")
+    deactivate.add_argument("username", metavar="USERNAME")
+    deactivate.set_defaults(func=_managed_by_airflow)
+
+
+def connect(master: str) -> UserClient:
+    """A client for ``master`` that, on a terminal, asks for the password again if the login expired."""
+    from det_airflow.api.user import connect as connect_api
+
+    return connect_api(master, ask_password=_ask_password if sys.stdin.isatty() else None)
+
+
+def _ask_password(username: str) -> str:
+    import getpass
+
+    try:
+        return getpass.getpass(f"Password for user '{username}': ")
+    except EOFError:
+        raise DetError("no password given: type it when asked, or set DET_PASS") from None
 
 
 def _login(args: argparse.Namespace) -> None:
@@ -36,12 +90,7 @@ def _login(args: argparse.Namespace) -> None:
             raise DetError("no username given: det user login USERNAME")
     password = os.environ.get(api.PASSWORD_ENV)
     if password is None:
-        import getpass
-
-        try:
-            password = getpass.getpass(f"Password for user '{username}': ")
-        except EOFError:
-            raise DetError("no password given: type it when asked, or set DET_PASS") from None
+        password = _ask_password(username)
     token = api.login(args.master, username, password)
     api.store_login(args.master, username, token)
 
@@ -53,6 +102,19 @@ def _logout(args: argparse.Namespace) -> None:
 
 
 def _whoami(args: argparse.Namespace) -> None:
-    from det_airflow.api.user import connect
+    print(render.clean(f"You are logged in as user '{connect(args.master).whoami()}'"))
 
-    print(f"You are logged in as user '{connect(args.master).whoami()}'")
+
+def _list(args: argparse.Namespace) -> None:
+    render.print_table(LIST_HEADERS, [[connect(args.master).whoami(), True]])
+    print(
+        f"Airflow's auth manager keeps the other users (simple auth manager: {USERS_SETTING}).",
+        file=sys.stderr,
+    )
+
+
+def _managed_by_airflow(args: argparse.Namespace) -> None:
+    raise DetError(
+        f"det user {args.verb}: users are Airflow's, not det's; with Airflow's simple auth manager, "
+        f"{_MANAGED_BY_AIRFLOW[args.verb]}; with the FAB auth manager, use `airflow users` or its Security pages"
+    )

@@ -31,8 +31,10 @@ def read_airflow(value: Any, problems: Problems, defaults: Mapping[str, Any] | N
     before = len(problems)
     f = Fields(merged, _PATH, problems)
     d = AirflowSection()
+    executor = f.choice("executor", EXECUTORS, d.executor)
     section = AirflowSection(
-        executor=f.choice("executor", EXECUTORS, d.executor),
+        executor=executor,
+        trial_runner=f.choice("trial_runner", EXECUTORS, executor),
         pool=f.string("pool", d.pool, nonempty=True),
         queue=f.string("queue", d.queue, nonempty=True),
         master_conn_id=f.string("master_conn_id", d.master_conn_id, nonempty=True),

@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from det_airflow.config._fields import Fields, Problems, item, report_unknown, show
+from det_airflow.config._inactive import UNTYPED
 from det_airflow.config._types import BindMount, EnvironmentConfig
 
 _FIELDS = (
@@ -19,6 +20,7 @@ _FIELDS = (
     "registry_auth",
 )
 _FLAVORS = ("cpu", "cuda", "rocm")  # one image / variable list per kind of trial device
+_OLD_CUDA = "gpu"  # Determined's name for the CUDA flavor before ROCm images were told apart
 _MOUNT_FIELDS = ("host_path", "container_path", "read_only", "propagation")
 _DEFAULTS = EnvironmentConfig()
 
@@ -29,7 +31,7 @@ def read_environment(value: Any, problems: Problems) -> EnvironmentConfig:
     if not isinstance(value, Mapping):
         problems.add("environment", f"expected a mapping, got {show(value)}")
         return _DEFAULTS
-    f = Fields(value, "environment", problems, known=_FIELDS)
+    f = Fields(value, "environment", problems, known=_FIELDS + UNTYPED["environment"])
     images = _per_flavor(f, "image", _read_image)
     variables = _per_flavor(f, "environment_variables", _read_variables)
     return EnvironmentConfig(
@@ -53,10 +55,16 @@ def _per_flavor(f: Fields, key: str, read: Callable[[Any, str, Problems], Any]) 
     if not isinstance(value, Mapping):
         one = read(value, f.at(key), f.problems)
         return dict.fromkeys(_FLAVORS, one)
-    if "gpu" in value:  # Determined's name before CUDA and ROCm images were told apart
-        f.problems.add(f.at(f"{key}.gpu"), "unknown field; Determined renamed it, did you mean 'cuda'?")
-    report_unknown({k: v for k, v in value.items() if k != "gpu"}, f.at(key), f.problems, _FLAVORS)
-    return {flavor: read(value.get(flavor), f.at(f"{key}.{flavor}"), f.problems) for flavor in _FLAVORS}
+    report_unknown(value, f.at(key), f.problems, (*_FLAVORS, _OLD_CUDA))
+    written = {flavor: flavor for flavor in _FLAVORS}  # the key each flavor was read from
+    if _OLD_CUDA in value:
+        if value.get("cuda") is not None:
+            f.problems.add(f.at(f"{key}.{_OLD_CUDA}"), "give 'cuda' or its older name 'gpu', not both")
+        else:
+            written["cuda"] = _OLD_CUDA
+    return {
+        flavor: read(value.get(name), f.at(f"{key}.{name}"), f.problems) for flavor, name in written.items()
+    }
 
 
 def _read_image(value: Any, path: str, problems: Problems) -> str | None:

@@ -11,7 +11,9 @@ from det_airflow.config._airflow import read_airflow
 from det_airflow.config._environment import read_bind_mounts, read_environment
 from det_airflow.config._fields import Fields, Problems, item, show
 from det_airflow.config._hparams import check_global_batch_size, check_grid_counts, read_hyperparameters
+from det_airflow.config._inactive import UNTYPED
 from det_airflow.config._length import read_length
+from det_airflow.config._limits import INT32_MAX, INT64_MAX
 from det_airflow.config._names import generate_name
 from det_airflow.config._resources import read_resources
 from det_airflow.config._searcher import read_searcher
@@ -19,11 +21,15 @@ from det_airflow.config._storage import read_checkpoint_storage
 from det_airflow.config._types import ExperimentConfig, LogPolicy
 
 FIELDS = (
-    *(f.name for f in dataclasses.fields(ExperimentConfig) if f.name not in ("experiment_seed", "raw")),
+    *(
+        f.name
+        for f in dataclasses.fields(ExperimentConfig)
+        if f.name not in ("experiment_seed", "raw", "warnings")
+    ),
     "reproducibility",
 )
 MAX_NAME_LENGTH = 128
-MAX_SEED = 2**31 - 1
+MAX_SEED = INT32_MAX
 LOG_ACTIONS = ("cancel_retries", "exclude_node")
 _D = ExperimentConfig  # class attributes hold the field defaults
 
@@ -31,7 +37,9 @@ _D = ExperimentConfig  # class attributes hold the field defaults
 def read_experiment(
     data: Mapping[str, Any], problems: Problems, airflow_defaults: Mapping[str, Any] | None
 ) -> ExperimentConfig:
-    f = Fields(data, "", problems, known=FIELDS)
+    f = Fields(data, "", problems, known=FIELDS + UNTYPED[""])
+    for key in UNTYPED[""]:
+        f.mapping(key)  # free-form, but a section all the same
     resources = read_resources(data.get("resources"), problems)
     searcher = read_searcher(data.get("searcher"), problems)
     hparams = read_hyperparameters(data.get("hyperparameters"), problems)
@@ -54,17 +62,17 @@ def read_experiment(
         bind_mounts=read_bind_mounts(data.get("bind_mounts"), problems),
         checkpoint_storage=read_checkpoint_storage(data.get("checkpoint_storage"), problems),
         checkpoint_policy=f.choice("checkpoint_policy", ("best", "all", "none"), _D.checkpoint_policy),
-        max_restarts=f.integer("max_restarts", _D.max_restarts, low=0),
+        max_restarts=f.integer("max_restarts", _D.max_restarts, low=0, cap=INT32_MAX),
         min_validation_period=_read_period(f, "min_validation_period"),
         min_checkpoint_period=_read_period(f, "min_checkpoint_period"),
-        scheduling_unit=f.integer("scheduling_unit", _D.scheduling_unit, low=1),
-        records_per_epoch=f.integer("records_per_epoch", _D.records_per_epoch, low=0),
+        scheduling_unit=f.integer("scheduling_unit", _D.scheduling_unit, low=1, cap=INT32_MAX),
+        records_per_epoch=f.integer("records_per_epoch", _D.records_per_epoch, low=0, cap=INT64_MAX),
         perform_initial_validation=f.boolean("perform_initial_validation", _D.perform_initial_validation),
         experiment_seed=_read_seed(f),
         data=dict(f.mapping("data", {})),
         workspace=workspace,
         project=project,
-        preemption_timeout=f.integer("preemption_timeout", _D.preemption_timeout, low=0),
+        preemption_timeout=f.integer("preemption_timeout", _D.preemption_timeout, low=0, cap=INT32_MAX),
         profiling=dict(f.mapping("profiling", {})),
         debug=f.boolean("debug", _D.debug),
         log_policies=_read_log_policies(f),
@@ -136,6 +144,6 @@ def _read_log_policies(f: Fields) -> tuple[LogPolicy, ...]:
             p = Fields(action, p.at("action"), f.problems, known=("type",))
             action = p.choice("type", LOG_ACTIONS, required=True)
         else:
-            action = p.choice("action", LOG_ACTIONS, required=True)
+            action = p.choice("action", LOG_ACTIONS)
         policies.append(LogPolicy(pattern=pattern, action=action, name=name))
     return tuple(policies)

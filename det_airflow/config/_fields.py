@@ -7,8 +7,9 @@ config reports everything that is wrong. The loader raises once at the end if an
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Collection, Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 _MISSING = object()
 
@@ -73,13 +74,26 @@ def did_you_mean(word: object, choices: Collection[str]) -> str:
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
-def is_int(value: Any) -> bool:
+def is_int(value: Any) -> TypeGuard[int]:
     # YAML `true` is a Python bool, which is an int subclass; Determined rejects it, so do we.
     return isinstance(value, int) and not isinstance(value, bool)
 
 
 def is_number(value: Any) -> bool:
+    """A finite int or float: YAML's ``.inf`` and ``.nan`` are floats no schedule can use."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return isinstance(value, int) or math.isfinite(value)
+
+
+def is_numeric(value: Any) -> TypeGuard[int | float]:
+    """Any int or float, infinities and NaN included."""
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _past(value: Any, cap: float | None) -> bool:
+    """A number beyond ``cap`` (NaN included), as opposed to something that is no number at all."""
+    return cap is not None and is_numeric(value) and not value <= cap
 
 
 def int_kind(low: int | None = None, high: int | None = None) -> str:
@@ -87,7 +101,19 @@ def int_kind(low: int | None = None, high: int | None = None) -> str:
         return f"an integer between {low} and {high}"
     if low is not None:
         return f"an integer >= {low}"
+    if high is not None:
+        return f"an integer <= {high}"
     return "an integer"
+
+
+def number_kind(above: float | None = None, high: float | None = None) -> str:
+    if above is not None and high is not None:
+        return f"a number > {above:g} and <= {high:g}"
+    if above is not None:
+        return f"a number > {above:g}"
+    if high is not None:
+        return f"a number <= {high:g}"
+    return "a number"
 
 
 def report_unknown(data: Mapping[str, Any], path: str, problems: Problems, known: Collection[str]) -> None:
@@ -162,20 +188,34 @@ class Fields:
         *,
         low: int | None = None,
         high: int | None = None,
+        cap: int | None = None,
         required: str | bool = False,
     ) -> Any:
-        def ok(v: Any) -> bool:
-            return is_int(v) and (low is None or v >= low) and (high is None or v <= high)
+        """``high`` is part of the field's meaning and always stated; ``cap`` is a limit no real
+        config reaches (``_limits``), stated only to a value past it."""
+        top = high if high is not None else cap
 
-        return self.check(key, int_kind(low, high), ok, default, required)
+        def ok(v: Any) -> bool:
+            return is_int(v) and (low is None or v >= low) and (top is None or v <= top)
+
+        over = _past(self.data.get(key), cap)
+        return self.check(
+            key, int_kind(low, top if high is not None or over else None), ok, default, required
+        )
 
     def number(
-        self, key: str, default: Any = None, *, above: float | None = None, required: str | bool = False
+        self,
+        key: str,
+        default: Any = None,
+        *,
+        above: float | None = None,
+        cap: float | None = None,
+        required: str | bool = False,
     ) -> Any:
-        expected = "a number" if above is None else f"a number > {above:g}"
+        expected = number_kind(above, cap if _past(self.data.get(key), cap) else None)
 
         def ok(v: Any) -> bool:
-            return is_number(v) and (above is None or v > above)
+            return is_number(v) and (above is None or v > above) and (cap is None or v <= cap)
 
         value = self.check(key, expected, ok, default, required)
         return float(value) if is_number(value) else value

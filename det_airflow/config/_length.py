@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from det_airflow.config._fields import Fields, Problems, is_int, show
+from det_airflow.config._fields import Fields, Problems, int_kind, is_int, show
+from det_airflow.config._limits import INT64_MAX
 from det_airflow.config._types import Length, LengthUnit
 from det_airflow.errors import ConfigError
 
@@ -15,8 +16,8 @@ UNITS: tuple[LengthUnit, ...] = ("batches", "records", "epochs")
 def read_length(value: Any, path: str, problems: Problems, *, bare_int: bool = False) -> Length | None:
     """Reads a Length; ``bare_int`` also accepts a plain integer as batches (``searcher.max_length``)."""
     if bare_int and is_int(value):
-        if value < 0:
-            problems.add(path, f"expected an integer >= 0, got {show(value)}")
+        if not 0 <= value <= INT64_MAX:
+            problems.add(path, f"expected {int_kind(0, INT64_MAX if value > 0 else None)}, got {show(value)}")
             return None
         return Length("batches", value)
     if not isinstance(value, Mapping):
@@ -30,7 +31,7 @@ def read_length(value: Any, path: str, problems: Problems, *, bare_int: bool = F
         if units or set(value) <= set(UNITS):
             problems.add(path, f"expected exactly one of batches, records or epochs, got {show(value)}")
         return None
-    count = fields.integer(units[0], low=0, required=True)
+    count = fields.integer(units[0], low=0, cap=INT64_MAX, required=True)
     return None if count is None else Length(units[0], count)
 
 

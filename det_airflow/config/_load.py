@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import copy
-import datetime
 import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import yaml
-
 from det_airflow.config._experiment import read_experiment
 from det_airflow.config._fields import Problems, show
+from det_airflow.config._inactive import WARNING, inactive_fields
+from det_airflow.config._limits import MAX_CONFIG_BYTES
 from det_airflow.config._overrides import apply_overrides
 from det_airflow.config._types import ExperimentConfig
+from det_airflow.config._yaml import check_size, read_yaml, to_plain
 from det_airflow.errors import ConfigError
 
 
@@ -32,7 +32,8 @@ def load_config(
     name = os.fspath(path)
     try:
         with open(name, encoding="utf-8") as file:
-            text = file.read()
+            check_size(os.fstat(file.fileno()).st_size, name)
+            text = file.read(MAX_CONFIG_BYTES + 1)  # a file that grew since is refused by read_yaml
     except FileNotFoundError:
         raise ConfigError([("", "no such file")], source=name) from None
     except OSError as exc:
@@ -65,7 +66,7 @@ def parse_config(
         >>> cfg.resources.priority
         42
     """
-    data = _read_yaml(source, source_name) if isinstance(source, str) else _plain(source)
+    data = read_yaml(source, source_name) if isinstance(source, str) else _plain_mapping(source, source_name)
     if not isinstance(data, dict):
         raise ConfigError(
             [("", f"expected a mapping of fields (such as 'searcher:') at the top level, got {show(data)}")],
@@ -78,7 +79,19 @@ def parse_config(
     cfg = read_experiment(data, problems, airflow_defaults)
     if problems.items:
         raise ConfigError(_in_file_order(problems.items, data), source=source_name)
-    return cfg.replace(raw=copy.deepcopy(data))
+    inactive = inactive_fields(data)
+    warnings = (WARNING + ", ".join(inactive),) if inactive else ()
+    return cfg.replace(raw=copy.deepcopy(data), warnings=warnings)
+
+
+def _plain_mapping(source: Any, source_name: str | None) -> Any:
+    try:
+        return to_plain(source)
+    except RecursionError:
+        raise ConfigError(
+            [("", "refused: it nests mappings and lists too deeply to be an experiment config")],
+            source=source_name,
+        ) from None
 
 
 def _in_file_order(problems: list[tuple[str, str]], data: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -95,32 +108,3 @@ def _in_file_order(problems: list[tuple[str, str]], data: Mapping[str, Any]) -> 
 def is_experiment_mapping(obj: Any) -> bool:
     """True for a mapping with a top-level ``searcher`` key: how experiment YAMLs are told apart."""
     return isinstance(obj, Mapping) and "searcher" in obj
-
-
-def _read_yaml(text: str, source_name: str | None) -> Any:
-    try:
-        return _plain(yaml.safe_load(text))
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        what = exc.problem or exc.context or "cannot be parsed"
-        raise ConfigError([("", f"invalid YAML{where}: {what}")], source=source_name) from None
-    except yaml.YAMLError as exc:
-        raise ConfigError([("", f"invalid YAML: {exc}")], source=source_name) from None
-
-
-def _plain(value: Any) -> Any:
-    """JSON-like data: YAML dates become ISO strings and keys become strings, as Determined stores them."""
-    if isinstance(value, Mapping):
-        return {_key(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    if isinstance(value, datetime.date):
-        return value.isoformat()
-    return value
-
-
-def _key(key: Any) -> str:
-    if isinstance(key, bool):  # YAML 1.1 reads a bare `on:` or `yes:` key as true
-        return "true" if key else "false"
-    return key if isinstance(key, str) else str(key)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-import yaml
-
 from det_airflow.config._fields import show
+from det_airflow.config._yaml import read_yaml
+from det_airflow.errors import ConfigError
 
 _OPTION = "--config"
 
@@ -30,8 +30,8 @@ def apply_overrides(data: dict[str, Any], overrides: Iterable[str]) -> list[tupl
             problems.append((_OPTION, f"expected key=value (e.g. searcher.max_trials=4), got {override!r}"))
             continue
         try:
-            value = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
+            value = read_yaml(text)
+        except ConfigError as exc:
             problems.append((_OPTION, f"cannot read the value of {override!r} as YAML: {_first_line(exc)}"))
             continue
         problem = _set(data, parts, value)
@@ -61,5 +61,5 @@ def _set(data: dict[str, Any], parts: list[str], value: Any) -> str | None:
     return None
 
 
-def _first_line(exc: yaml.YAMLError) -> str:
+def _first_line(exc: ConfigError) -> str:
     return str(exc).strip().splitlines()[0]

@@ -5,9 +5,12 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any
 
 from det_airflow.config._fields import Fields, Problems, is_int, item, show
+from det_airflow.config._inactive import UNTYPED
+from det_airflow.config._limits import INT32_MAX, INT64_MAX
 from det_airflow.config._types import ResourcesConfig
 
 _FIELDS = tuple(f.name for f in dataclasses.fields(ResourcesConfig))
@@ -25,13 +28,13 @@ def read_resources(value: Any, problems: Problems) -> ResourcesConfig:
     if not isinstance(value, Mapping):
         problems.add(_PATH, f"expected a mapping, got {show(value)}")
         return _DEFAULTS
-    f = Fields(value, _PATH, problems, known=_FIELDS)
+    f = Fields(value, _PATH, problems, known=_FIELDS + UNTYPED[_PATH])
     d = _DEFAULTS
     return ResourcesConfig(
-        slots_per_trial=f.integer("slots_per_trial", d.slots_per_trial, low=0),
+        slots_per_trial=f.integer("slots_per_trial", d.slots_per_trial, low=0, cap=INT32_MAX),
         priority=f.integer("priority", d.priority, low=1, high=99),
         weight=f.number("weight", d.weight, above=0),
-        max_slots=f.integer("max_slots", d.max_slots, low=1),
+        max_slots=f.integer("max_slots", d.max_slots, low=1, cap=INT32_MAX),
         resource_pool=f.string("resource_pool", d.resource_pool),
         shm_size=_read_shm_size(f),
         devices=_read_devices(f),
@@ -42,13 +45,15 @@ def read_resources(value: Any, problems: Problems) -> ResourcesConfig:
 def parse_size(value: Any) -> int | None:
     """Bytes from an integer or a string such as ``"1.5G"``, ``"512M"``, ``"4Gi"``; None if unreadable."""
     if is_int(value):
-        return value if value >= 0 else None
+        return value if 0 <= value <= INT64_MAX else None
     if not isinstance(value, str):
         return None
     match = _SIZE.match(value)
     if match is None:
         return None
-    return int(float(match.group(1)) * _UNIT[match.group(2).lower()])
+    # Decimal: a long digit string would overflow a float on its way to int.
+    size = int(Decimal(match.group(1)) * _UNIT[match.group(2).lower()])
+    return size if size <= INT64_MAX else None
 
 
 def _read_shm_size(f: Fields) -> Any:
@@ -56,7 +61,8 @@ def _read_shm_size(f: Fields) -> Any:
         return _DEFAULTS.shm_size
     size = parse_size(f.data["shm_size"])
     if size is None:
-        f.bad("shm_size", "a size in bytes, or a string such as '4G', '1.5G' or '512Mi'")
+        limit = f" of at most {INT64_MAX}" if is_int(f.data["shm_size"]) and f.data["shm_size"] > 0 else ""
+        f.bad("shm_size", f"a size in bytes{limit}, or a string such as '4G', '1.5G' or '512Mi'")
         return _DEFAULTS.shm_size
     return size
 

@@ -6,8 +6,9 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from det_airflow.config._fields import Fields, Problems, is_int, item, show
+from det_airflow.config._fields import Fields, Problems, int_kind, is_int, is_numeric, item, show
 from det_airflow.config._length import read_length
+from det_airflow.config._limits import INT32_MAX, INT64_MAX, MAX_DIVISOR, MAX_RUNGS, MAX_TRIALS
 from det_airflow.config._types import SearcherConfig
 
 NAMES = ("single", "random", "grid", "adaptive_asha", "async_halving")
@@ -63,23 +64,29 @@ def read_searcher(value: Any, problems: Problems) -> SearcherConfig:
         metric=f.string("metric", required=True, nonempty=True),
         smaller_is_better=f.boolean("smaller_is_better", d.smaller_is_better),
         max_trials=f.integer(
-            "max_trials", low=1, required=f"for the {name} searcher" if name in _NEEDS_MAX_TRIALS else False
+            "max_trials",
+            low=1,
+            cap=MAX_TRIALS,
+            required=f"for the {name} searcher" if name in _NEEDS_MAX_TRIALS else False,
         ),
-        max_concurrent_trials=f.integer("max_concurrent_trials", d.max_concurrent_trials, low=0),
+        max_concurrent_trials=f.integer(
+            "max_concurrent_trials", d.max_concurrent_trials, low=0, cap=MAX_TRIALS
+        ),
         max_length=max_length,
         time_metric=f.string("time_metric", nonempty=True),
-        max_time=f.integer("max_time", low=1),
+        max_time=f.integer("max_time", low=1, cap=INT64_MAX),
         mode=f.choice("mode", ("aggressive", "standard", "conservative"), d.mode),
-        divisor=f.number("divisor", d.divisor, above=1),
-        max_rungs=f.integer("max_rungs", d.max_rungs, low=1),
+        divisor=f.number("divisor", d.divisor, above=1, cap=MAX_DIVISOR),
+        max_rungs=f.integer("max_rungs", d.max_rungs, low=1, cap=MAX_RUNGS),
         bracket_rungs=_read_bracket_rungs(f),
         num_rungs=f.integer(
             "num_rungs",
             low=1,
+            cap=MAX_RUNGS,
             required="for the async_halving searcher" if name == "async_halving" else False,
         ),
         stop_once=f.boolean("stop_once", d.stop_once),
-        source_trial_id=f.integer("source_trial_id", low=1),
+        source_trial_id=f.integer("source_trial_id", low=1, cap=INT32_MAX),
         source_checkpoint_uuid=f.string("source_checkpoint_uuid", nonempty=True),
         sampler=_read_sampler(f, name),
     )
@@ -106,8 +113,9 @@ def _read_bracket_rungs(f: Fields) -> tuple[int, ...]:
         f.bad("bracket_rungs", "a list of integers >= 1")
         return ()
     for i, rungs in enumerate(value):
-        if not (is_int(rungs) and rungs >= 1):
-            f.problems.add(item(f.at("bracket_rungs"), i), f"expected an integer >= 1, got {show(rungs)}")
+        if not (is_int(rungs) and 1 <= rungs <= MAX_RUNGS):
+            expected = int_kind(1, MAX_RUNGS if is_numeric(rungs) and rungs >= 1 else None)
+            f.problems.add(item(f.at("bracket_rungs"), i), f"expected {expected}, got {show(rungs)}")
     return tuple(value)
 
 

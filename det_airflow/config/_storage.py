@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from det_airflow.config._fields import Fields, Problems, did_you_mean, show
+from det_airflow.config._limits import INT32_MAX
 from det_airflow.config._types import CheckpointStorageConfig
 
 TYPES = ("shared_fs", "directory", "s3", "gcs", "azure")
@@ -25,7 +26,8 @@ _PATH = "checkpoint_storage"
 
 
 def read_checkpoint_storage(value: Any, problems: Problems) -> CheckpointStorageConfig | None:
-    """None when absent: the default storage is filled in later, from ``airflow.cfg [det]``."""
+    """None when absent or given without ``type``: the cluster default storage is filled in later,
+    from ``airflow.cfg [det]`` (see ``merge_checkpoint_storage``)."""
     if value is None:
         return None
     if not isinstance(value, Mapping):
@@ -40,6 +42,10 @@ def read_checkpoint_storage(value: Any, problems: Problems) -> CheckpointStorage
         if difflib.get_close_matches(key, _FIELDS, n=1, cutoff=0.8):
             problems.add(f"{_PATH}.{key}", "unknown field" + did_you_mean(key, _FIELDS))
     f = Fields(value, _PATH, problems)
+    if not f.given("type"):
+        # As in Determined, the fields given here refine the cluster's default storage.
+        _read_counts(f)
+        return None
     kind = f.choice("type", TYPES, required=True)
     if kind in _REQUIRED and not f.given(_REQUIRED[kind]):
         f.missing(_REQUIRED[kind], "a non-empty string", f"for {kind} storage")
@@ -54,13 +60,34 @@ def read_checkpoint_storage(value: Any, problems: Problems) -> CheckpointStorage
         bucket=f.string("bucket", nonempty=True),
         prefix=f.string("prefix"),
         container=f.string("container", nonempty=True),
-        save_experiment_best=f.integer(
-            "save_experiment_best", CheckpointStorageConfig.save_experiment_best, low=0
-        ),
-        save_trial_best=f.integer("save_trial_best", CheckpointStorageConfig.save_trial_best, low=0),
-        save_trial_latest=f.integer("save_trial_latest", CheckpointStorageConfig.save_trial_latest, low=0),
+        **_read_counts(f),
         options=dict(options),
     )
+
+
+def _read_counts(f: Fields) -> dict[str, Any]:
+    """How many checkpoints garbage collection keeps."""
+    return {
+        key: f.integer(key, getattr(CheckpointStorageConfig, key), low=0, cap=INT32_MAX)
+        for key in ("save_experiment_best", "save_trial_best", "save_trial_latest")
+    }
+
+
+def merge_checkpoint_storage(given: Any, default: Mapping[str, Any]) -> dict[str, Any]:
+    """The storage an experiment uses: its own section laid over the cluster's default, as
+    Determined's master does. A section of another ``type`` than the default replaces it whole.
+
+    Example:
+        >>> merge_checkpoint_storage({"save_trial_best": 3}, {"type": "shared_fs", "host_path": "/ckpt"})
+        {'type': 'shared_fs', 'host_path': '/ckpt', 'save_trial_best': 3}
+    """
+    if not isinstance(given, Mapping):
+        return dict(default)
+    if given.get("type") is not None and given.get("type") != default.get("type"):
+        return dict(given)
+    merged = dict(default)
+    merged.update({k: v for k, v in given.items() if v is not None})
+    return merged
 
 
 def checkpoint_storage_to_dict(storage: CheckpointStorageConfig | None) -> dict[str, Any] | None:

@@ -140,7 +140,8 @@ class CheckpointStorageConfig:
 @dataclass(frozen=True)
 class LogPolicy:
     pattern: str
-    action: Literal["cancel_retries", "exclude_node"]
+    # None: the policy only names the failure (Determined 0.38's default policies look like that).
+    action: Literal["cancel_retries", "exclude_node"] | None
     name: str | None = None
 
 
@@ -148,7 +149,8 @@ class LogPolicy:
 class AirflowSection:
     """det-airflow's own settings; defaults come from ``airflow.cfg [det]`` (see ``defaults``)."""
 
-    executor: Literal["local", "docker", "kubernetes"] = "local"  # where trials run
+    executor: Literal["local", "docker", "kubernetes"] = "local"  # where trials run (older name)
+    trial_runner: Literal["local", "docker", "kubernetes"] = "local"  # where trials run; wins over executor
     pool: str = "default_pool"
     queue: str | None = None
     master_conn_id: str = "det_default"
@@ -188,6 +190,8 @@ class ExperimentConfig:
     airflow: AirflowSection = field(default_factory=AirflowSection)
     # The mapping as the user wrote it (after --config overrides); kept for `det e config`.
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # Lines to show the user: valid Determined fields that det-airflow accepts but does not act on.
+    warnings: tuple[str, ...] = field(default=(), compare=False)
 
     def replace(self, **changes: Any) -> ExperimentConfig:
         return dataclasses.replace(self, **changes)

@@ -1,8 +1,8 @@
 """The few fields of the experiment config the Core API reads.
 
-The config arrives as the normalized dict in ``DET_EXPERIMENT_CONFIG``; these readers also accept
-the shapes a user writes (``max_length: 100`` or ``{batches: 100}``), so off-cluster code may pass
-a YAML it loaded itself.
+The config arrives as the normalized dict in the file that ``DET_EXPERIMENT_CONFIG_FILE`` names (read
+by ``det_airflow.cluster_info``); these readers also accept the shapes a user writes
+(``max_length: 100`` or ``{batches: 100}``), so off-cluster code may pass a YAML it loaded itself.
 """
 
 from __future__ import annotations

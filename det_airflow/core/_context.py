@@ -79,6 +79,12 @@ class Context:
                 logger.exception("could not send the last metrics while handling another error")
         return False
 
+    def alert(self, title: str | None = None, description: str | None = None, level: str = "warn") -> None:
+        """Raise an alert (Determined sends it to its webhooks): written to the trial log as one line."""
+        if self.distributed.is_chief:
+            text = ": ".join(part for part in (title, description) if part) or "(no title)"
+            logger.warning("ALERT [%s] %s", level, text)
+
     def close(self) -> None:
         try:
             self.train.close()
@@ -137,12 +143,14 @@ def init(
             storage = CheckpointStorage.from_config(checkpoint_storage)
         else:
             storage = CheckpointStorage(local.checkpoints_dir, type="directory")
-    train = TrainContext(dist, backend)
+    # Test mode sends each report at once and asks about preemption every time, so that a loop
+    # ends at its first check after reporting (see LocalBackend.should_preempt).
+    train = TrainContext(dist, backend, flush_every=1) if test_mode else TrainContext(dist, backend)
     return Context(
         distributed=dist,
         train=train,
         checkpoint=CheckpointContext(dist, storage, backend, train),
-        preempt=PreemptContext(dist, backend),
+        preempt=PreemptContext(dist, backend, min_interval=0.0 if test_mode else 1.0),
         searcher=SearcherContext(dist, backend, train),
         backend=backend,
         info=info,

@@ -22,11 +22,7 @@ def migrate(*, conn_id: str = DEFAULT_CONN_ID, master_url: str | None = None) ->
         raise DetError(
             f"cannot migrate the det tables in {db.engine.url!r}: {exc.__class__.__name__}: {exc.orig if hasattr(exc, 'orig') else exc}"
         ) from None
-    lines = [
-        f"det tables created at schema version {after}"
-        if before is None
-        else f"det tables at schema version {after} (were {before})"
-    ]
+    lines = [migration_summary(before, after)]
     lines.append(ensure_service_connection(db, conn_id, master_url or airflow_bridge.master_url()))
     from sqlalchemy.engine import make_url
 
@@ -36,6 +32,14 @@ def migrate(*, conn_id: str = DEFAULT_CONN_ID, master_url: str | None = None) ->
     optuna_url = make_url(optuna_storage_url(db.url)).render_as_string(hide_password=True)
     lines.append(f"optuna studies of experiments with searcher.sampler: {optuna_url}")
     return lines
+
+
+def migration_summary(before: int | None, after: int) -> str:
+    if before is None:
+        return f"det tables: created at version {after}"
+    if before == after:
+        return f"det tables: already at version {after}"
+    return f"det tables: upgraded from version {before} to {after}"
 
 
 def ensure_service_connection(db: Database, conn_id: str, master_url: str) -> str:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from fastapi import FastAPI, Request
+from airflow.api_fastapi.core_api.security import requires_authenticated
+from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from det_airflow.api._http import API_PREFIX
@@ -10,9 +11,12 @@ from det_airflow.errors import DetError
 
 
 def _status_for(exc: DetError) -> int:
+    from det_airflow.master.authz import PermissionDenied
     from det_airflow.master.db import SchemaError
     from det_airflow.master.experiments import NotFound, StateError
 
+    if isinstance(exc, PermissionDenied):
+        return 403
     if isinstance(exc, NotFound):
         return 404
     if isinstance(exc, StateError):
@@ -23,12 +27,19 @@ def _status_for(exc: DetError) -> int:
 
 
 def create_app() -> FastAPI:
-    from det_airflow.master import routes_internal, routes_people, routes_runtime
+    from det_airflow.master import limits, routes_internal, routes_people, routes_runtime
 
-    app = FastAPI(title="det-airflow master", docs_url=None, redoc_url=None)
+    # The API document is served below, behind a login, instead of at FastAPI's public default.
+    app = FastAPI(title="det-airflow master", docs_url=None, redoc_url=None, openapi_url=None)
     prefix = API_PREFIX.removeprefix("/det")
     for module in (routes_people, routes_internal, routes_runtime):
         app.include_router(module.router, prefix=prefix)
+
+    @app.get("/openapi.json", include_in_schema=False, dependencies=[Depends(requires_authenticated())])
+    def openapi() -> JSONResponse:
+        return JSONResponse(app.openapi())
+
+    limits.install(app)
 
     @app.exception_handler(DetError)
     async def _det_error(_request: Request, exc: DetError) -> JSONResponse:

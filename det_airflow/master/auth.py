@@ -6,6 +6,7 @@ import hashlib
 import secrets
 import time
 from typing import Annotated
+from urllib.parse import urlsplit
 
 from fastapi import Depends, HTTPException, Request, status
 from sqlalchemy import select
@@ -80,3 +81,48 @@ def require_any_trial(request: Request) -> int:
 TrialAuth = Annotated[int, Depends(require_trial)]
 AnyTrialAuth = Annotated[int, Depends(require_any_trial)]
 ServiceAuth = Depends(require_service)
+
+
+# What an HTML form can send without a CORS preflight; JSON clients never send these.
+_FORM_CONTENT_TYPES = frozenset({"application/x-www-form-urlencoded", "multipart/form-data", "text/plain"})
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def _own_origins(request: Request) -> set[str]:
+    from airflow.configuration import conf
+
+    origins = {f"{request.url.scheme}://{request.url.netloc}"}
+    if base_url := conf.get("api", "base_url", fallback=None):
+        parsed = urlsplit(base_url)
+        origins.add(f"{parsed.scheme}://{parsed.netloc}")
+    return origins
+
+
+def refuse_cross_site(request: Request) -> None:
+    """Refuse a change that a page of another site could make with the user's login cookie.
+
+    Bearer-token clients (the CLI) send neither a form content type nor an Origin header.
+    """
+    if request.method in _SAFE_METHODS:
+        return
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type in _FORM_CONTENT_TYPES:
+        raise HTTPException(
+            status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
+            f"{request.method} {request.url.path}: content type '{content_type}' is refused; send JSON",
+        )
+    fetch_site = request.headers.get("sec-fetch-site")
+    if fetch_site is not None and fetch_site not in ("same-origin", "none"):
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN,
+            f"{request.method} {request.url.path}: refused a {fetch_site} request",
+        )
+    origin = request.headers.get("origin")
+    if origin is not None and origin.rstrip("/") not in _own_origins(request):
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN,
+            f"{request.method} {request.url.path}: refused a request from origin '{origin}'",
+        )
+
+
+CrossSiteGuard = Depends(refuse_cross_site)

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, StrictInt, field_validator
+
+from det_airflow.master.limits import CONFIG_LIMIT_CHARS
+
+# What the tables' BigInteger columns hold; a larger count is a client bug, refused as 422.
+MAX_STEPS = 2**63 - 1
+Steps = Annotated[StrictInt, Field(ge=0, le=MAX_STEPS)]
+# A checkpoint UUID names a folder in checkpoint storage: no separators, and (checked below) not a
+# dots-only name such as `.` or `..`, which would be the storage folder itself or its parent.
+CHECKPOINT_UUID_PATTERN = r"^[A-Za-z0-9_.\-]{1,64}$"
 
 
 class CreateExperiment(BaseModel):
@@ -12,6 +21,20 @@ class CreateExperiment(BaseModel):
     context: str | None = Field(None, description="base64 of the context tar.gz")
     paused: bool = False
     parent_id: int | None = None
+    request_id: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9_\-]{1,64}$",
+        description="a client's idempotency key: a retry with the same key answers the experiment already made",
+    )
+
+    @field_validator("config")
+    @classmethod
+    def _config_size(cls, value: str) -> str:
+        if len(value) > CONFIG_LIMIT_CHARS:
+            raise ValueError(
+                f"the config is {len(value)} characters, over the limit of {CONFIG_LIMIT_CHARS} (1 MiB)"
+            )
+        return value
 
 
 class RegisterRun(BaseModel):
@@ -38,11 +61,12 @@ class TrialExit(BaseModel):
 
 
 class LogLineIn(BaseModel):
-    timestamp: str | None = None
-    container_id: str | None = None
-    rank: int | None = None
-    level: str | None = None
-    stdtype: str | None = None
+    # Bounds of the det_trial_logs columns, so that a bad line is a 422 rather than a database error.
+    timestamp: str | None = Field(None, max_length=64)
+    container_id: str | None = Field(None, max_length=64)
+    rank: int | None = Field(None, ge=0, le=2**31 - 1)
+    level: str | None = Field(None, max_length=16)
+    stdtype: str | None = Field(None, max_length=16)
     message: str
 
 
@@ -52,7 +76,7 @@ class LogBatch(BaseModel):
 
 class MetricReport(BaseModel):
     group: str = Field(min_length=1, max_length=64)
-    steps_completed: int = Field(ge=0)
+    steps_completed: Steps
     metrics: dict[str, Any]
     report_time: str | None = None
 
@@ -70,10 +94,17 @@ class EarlyExit(BaseModel):
 
 
 class CheckpointIn(BaseModel):
-    uuid: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")
-    steps_completed: int = Field(ge=0)
+    uuid: str = Field(pattern=CHECKPOINT_UUID_PATTERN)
+    steps_completed: Steps
     metadata: dict[str, Any] = Field(default_factory=dict)
-    resources: dict[str, int] = Field(default_factory=dict)
+    resources: dict[str, Annotated[StrictInt, Field(ge=0, le=MAX_STEPS)]] = Field(default_factory=dict)
+
+    @field_validator("uuid")
+    @classmethod
+    def _not_dots(cls, value: str) -> str:
+        if not value.strip("."):
+            raise ValueError(f"checkpoint uuid {value!r} names no folder of its own")
+        return value
 
 
 class SearcherCompleted(BaseModel):

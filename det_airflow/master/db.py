@@ -7,14 +7,12 @@ import functools
 import threading
 from collections.abc import Iterator
 
-from sqlalchemy import Connection, Engine, create_engine, event, inspect, select
+from sqlalchemy import Connection, Engine, create_engine, event, select
 
-from det_airflow.errors import DetError
-from det_airflow.master import schema
+from det_airflow.master import migrations, schema
+from det_airflow.master.migrations import SchemaError
 
-
-class SchemaError(DetError):
-    """The det tables are missing or older than this version of det-airflow."""
+__all__ = ["Database", "SchemaError", "get_database", "get_setting", "set_setting"]
 
 
 class Database:
@@ -51,26 +49,13 @@ class Database:
             yield conn
 
     def schema_version(self) -> int | None:
-        if not inspect(self.engine).has_table(schema.settings.name):
-            return None
         with self.read() as conn:
-            value = conn.execute(
-                select(schema.settings.c.value).where(schema.settings.c.key == "schema_version")
-            ).scalar()
-        return int(value) if value is not None else None
+            return migrations.stored_version(conn)
 
     def migrate(self) -> tuple[int | None, int]:
         """Create or upgrade the det tables; returns (version before, version after)."""
-        before = self.schema_version()
-        if before is not None and before > schema.SCHEMA_VERSION:
-            raise SchemaError(
-                f"the det tables are at schema version {before}, newer than this det-airflow "
-                f"({schema.SCHEMA_VERSION}); upgrade det-airflow"
-            )
-        schema.metadata.create_all(self.engine)
-        with self.begin() as conn:
-            set_setting(conn, "schema_version", str(schema.SCHEMA_VERSION))
-        return before, schema.SCHEMA_VERSION
+        with self._write_lock:
+            return migrations.upgrade(self.engine)
 
     def check(self) -> None:
         version = self.schema_version()

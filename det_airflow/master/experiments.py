@@ -2,25 +2,36 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import functools
 import os
+import shutil
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from sqlalchemy import Connection, Row, func, select
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
-from det_airflow.config import ExperimentConfig, config_to_dict, parse_config
+from det_airflow.config import ExperimentConfig, config_to_dict, merge_checkpoint_storage, parse_config
+from det_airflow.context_archive import LIMITS, check_archive, format_size
 from det_airflow.dagfactory import (
     airflow_section_defaults,
     experiment_dag_id,
     experiment_file,
     trial_slots_problem,
 )
-from det_airflow.errors import ConfigError, DetError
+from det_airflow.errors import ConfigError, ContextError, DetError
 from det_airflow.master import airflow_bridge, schema
+from det_airflow.master.limits import base64_length
 from det_airflow.states import ExperimentState, TrialState
+
+if TYPE_CHECKING:
+    from det_airflow.master.db import Database
 
 
 class SubmissionError(DetError):
@@ -55,8 +66,10 @@ def prepare_config(source: str | dict[str, Any], *, source_name: str | None = No
     """Validate a submitted config and fill what the master decides: storage and seed."""
     cfg = parse_config(source, source_name=source_name, airflow_defaults=airflow_section_defaults())
     raw = dict(cfg.raw)
-    if cfg.checkpoint_storage is None:
-        raw["checkpoint_storage"] = default_checkpoint_storage()
+    # Determined merges an experiment's storage settings over the cluster's default storage.
+    raw["checkpoint_storage"] = merge_checkpoint_storage(
+        raw.get("checkpoint_storage"), default_checkpoint_storage()
+    )
     if cfg.experiment_seed is None:
         raw["reproducibility"] = {
             **(raw.get("reproducibility") or {}),
@@ -123,6 +136,71 @@ def count_trials(conn: Connection, experiment_id: int) -> int:
     ).scalar_one()
 
 
+def create_once(
+    db: Database,
+    *,
+    config_yaml: str,
+    context: str | None,
+    owner: str,
+    paused: bool = False,
+    parent_id: int | None = None,
+    request_id: str | None = None,
+) -> tuple[Row, bool]:
+    """Validate and store a submitted experiment; returns it and whether it is new.
+
+    The config is parsed before the context is even decoded, the cheap refusals first. With a
+    ``request_id``, a retry (or a concurrent duplicate) answers the experiment the first one made.
+    """
+    if request_id is not None and (existing := _created_for(db, request_id, owner)) is not None:
+        return existing, False
+    cfg = prepare_config(config_yaml)
+    archive = decode_context(context)
+    try:
+        with db.begin() as conn:
+            experiment_id = create_experiment(
+                conn,
+                cfg,
+                config_yaml=config_yaml,
+                context=archive,
+                owner=owner,
+                paused=paused,
+                parent_id=parent_id,
+                request_id=request_id,
+            )
+            return get_experiment(conn, experiment_id), True
+    except IntegrityError:
+        if request_id is None or (existing := _created_for(db, request_id, owner)) is None:
+            raise
+        return existing, False
+
+
+def _created_for(db: Database, request_id: str, owner: str) -> Row | None:
+    with db.read() as conn:
+        row = conn.execute(
+            select(schema.experiments).where(schema.experiments.c.create_request_id == request_id)
+        ).first()
+    if row is not None and row.owner != owner:
+        raise StateError(f"request_id {request_id!r} was already used by another user; choose a new one")
+    return row
+
+
+def decode_context(data: str | None) -> bytes | None:
+    """The context tar.gz from its base64 text, checked against the context limits."""
+    if data is None:
+        return None
+    if len(data) > base64_length(LIMITS.archive_bytes):
+        raise ContextError(
+            f"context: the archive is {format_size(len(data) * 3 // 4)}, over the limit of "
+            f"{format_size(LIMITS.archive_bytes)}"
+        )
+    try:
+        archive = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise ContextError("context: not valid base64") from None
+    check_archive(archive)
+    return archive
+
+
 def create_experiment(
     conn: Connection,
     cfg: ExperimentConfig,
@@ -134,6 +212,7 @@ def create_experiment(
     parent_id: int | None = None,
     dag_id: str | None = None,
     dag_run_id: str | None = None,
+    request_id: str | None = None,
 ) -> int:
     """Store an experiment; one created from the CLI also gets its own DAG file."""
     result = conn.execute(
@@ -156,6 +235,7 @@ def create_experiment(
             progress=0.0,
             start_time=now(),
             archived=False,
+            create_request_id=request_id,
         )
     )
     experiment_id = int(result.inserted_primary_key[0])  # type: ignore[index]
@@ -171,12 +251,16 @@ def create_experiment(
 
 
 def write_experiment_file(experiment_id: int, config: dict[str, Any]) -> None:
+    """The file the DAG factory compiles. Secrets are masked: the DAGs folder is readable by every
+    Airflow component and often by people, and trials get the full config from the master."""
+    from det_airflow.master.serialize import masked_config
+
     path = experiment_file(airflow_bridge.dags_folder(), experiment_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(
         f"# Experiment {experiment_id}, written by the det master. Do not edit.\n"
-        + yaml.safe_dump(config, sort_keys=False)
+        + yaml.safe_dump(masked_config(config), sort_keys=False)
     )
     os.replace(tmp, path)
 
@@ -215,6 +299,8 @@ def register_run(
     if config_yaml is None:
         raise SubmissionError("register needs the experiment config")
     cfg = prepare_config(config_yaml, source_name=dag_id)
+    if context is not None:
+        check_archive(context)
     new_id = create_experiment(
         conn, cfg, config_yaml=config_yaml, context=context, owner=owner, dag_id=dag_id, dag_run_id=run_id
     )
@@ -264,16 +350,44 @@ def change_state(conn: Connection, experiment_id: int, action: str) -> None:
         maybe_finish(conn, experiment_id)
 
 
-def delete_experiment(conn: Connection, experiment_id: int) -> None:
-    row = get_experiment(conn, experiment_id, lock=True)
+def delete_experiment(db: Database, experiment_id: int) -> list[str]:
+    """Remove an ended experiment and everything it owned; returns what could not be removed.
+
+    Files and Airflow's records go first and the rows last, so after a failure part way the
+    experiment is still listed and the delete can be run again.
+    """
+    with db.read() as conn:
+        row = get_experiment(conn, experiment_id)
+        checkpoints = conn.execute(
+            select(schema.checkpoints.c.uuid, schema.checkpoints.c.storage).where(
+                schema.checkpoints.c.experiment_id == experiment_id
+            )
+        ).all()
     if not ExperimentState(row.state).is_terminal:
-        raise StateError(f"experiment {experiment_id} is {row.state}; cancel or kill it before deleting")
-    trial_ids = select(schema.trials.c.id).where(schema.trials.c.experiment_id == experiment_id)
-    for table in (schema.trial_logs, schema.metrics, schema.checkpoints):
-        conn.execute(table.delete().where(table.c.trial_id.in_(trial_ids)))
-    conn.execute(schema.trials.delete().where(schema.trials.c.experiment_id == experiment_id))
-    conn.execute(schema.experiments.delete().where(schema.experiments.c.id == experiment_id))
-    experiment_file(airflow_bridge.dags_folder(), experiment_id).unlink(missing_ok=True)
+        raise StateError(f"experiment {experiment_id} is {row.state}; cancel or kill it before deleting it")
+    if (
+        row.dag_id
+        and row.dag_run_id
+        and airflow_bridge.dag_run_state(row.dag_id, row.dag_run_id) == "running"
+    ):
+        raise StateError(
+            f"experiment {experiment_id} is {row.state}, but its DAG run '{row.dag_run_id}' of DAG "
+            f"'{row.dag_id}' is still running in Airflow; delete the experiment once that run has ended"
+        )
+    not_removed = [
+        *_remove_airflow_records(row),
+        *_remove_checkpoint_files(checkpoints),
+        *_remove_optuna_study(row),
+        *_remove_tree(airflow_bridge.trial_work_dir() / f"exp_{experiment_id}", "trial work directory"),
+    ]
+    with db.begin() as conn:
+        get_experiment(conn, experiment_id, lock=True)
+        trial_ids = select(schema.trials.c.id).where(schema.trials.c.experiment_id == experiment_id)
+        for table in (schema.trial_logs, schema.metrics, schema.checkpoints):
+            conn.execute(table.delete().where(table.c.trial_id.in_(trial_ids)))
+        conn.execute(schema.trials.delete().where(schema.trials.c.experiment_id == experiment_id))
+        conn.execute(schema.experiments.delete().where(schema.experiments.c.id == experiment_id))
+    return not_removed
 
 
 def maybe_finish(conn: Connection, experiment_id: int) -> None:
@@ -342,3 +456,55 @@ def finalize(conn: Connection, experiment_id: int) -> tuple[Row, str | None]:
         .limit(1)
     ).scalar()
     return get_experiment(conn, experiment_id), best
+
+
+def _remove_airflow_records(row: Row) -> list[str]:
+    """The experiment's own DAG (`det experiment create`), or only its run of a shared DAG."""
+    try:
+        if row.dag_id == experiment_dag_id(row.id):
+            path = experiment_file(airflow_bridge.dags_folder(), row.id)
+            try:
+                # First, or the DAG processor would bring the DAG back from the file.
+                path.unlink(missing_ok=True)
+            except OSError as exc:
+                return [f"experiment file {path}: {exc.strerror or exc}; so its DAG '{row.dag_id}' was kept"]
+            airflow_bridge.delete_dag(row.dag_id)
+        elif row.dag_id and row.dag_run_id:
+            # A YAML under dags/ is the user's: its DAG stays for the runs it still has.
+            airflow_bridge.delete_dag_run(row.dag_id, row.dag_run_id)
+    except airflow_bridge.AirflowRecordError as exc:
+        return [str(exc)]
+    return []
+
+
+def _remove_checkpoint_files(checkpoints: Sequence[Row]) -> list[str]:
+    not_removed: list[str] = []
+    for uuid, storage in checkpoints:
+        location = (storage or {}).get("path")
+        if not location or Path(location).name != uuid:
+            not_removed.append(f"checkpoint {uuid}: its files are not at a known path ({location!r})")
+            continue
+        not_removed += _remove_tree(Path(location), f"checkpoint {uuid}")
+    return not_removed
+
+
+def _remove_optuna_study(row: Row) -> list[str]:
+    from det_airflow.master import search
+
+    if experiment_config(row).searcher.sampler == "random":
+        return []  # random sampling keeps no optuna study
+    try:
+        search.delete_study(row.id)
+    except SQLAlchemyError as exc:
+        return [f"optuna study '{search.study_name(row.id)}': {exc.__class__.__name__}: {exc}"]
+    return []
+
+
+def _remove_tree(path: Path, what: str) -> list[str]:
+    try:
+        shutil.rmtree(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        return [f"{what} at {path}: {exc.strerror or exc}"]
+    return []

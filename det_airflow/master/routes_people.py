@@ -1,29 +1,47 @@
-"""Routes for people (CLI and UI): an Airflow login is required."""
+"""Routes for people (CLI and UI): an Airflow login, and Airflow's auth manager decides (authz.py)."""
 
 from __future__ import annotations
 
 import base64
 import binascii
+import re
+import shutil
+from pathlib import Path
 from typing import Annotated, Any
 
-from airflow.api_fastapi.core_api.security import get_user, requires_authenticated
+from airflow.api_fastapi.core_api.security import requires_authenticated
 from fastapi import APIRouter, Depends, Query, Response
-from sqlalchemy import select
+from pydantic import BaseModel, Field
+from sqlalchemy import Connection, Row, select
 
-from det_airflow.errors import ContextError
+from det_airflow.core._storage import CheckpointStorage
+from det_airflow.errors import ContextError, DetError
 from det_airflow.master import airflow_bridge, experiments, schema, serialize, trials
+from det_airflow.master.auth import CrossSiteGuard
+from det_airflow.master.authz import Caller, CallerDep, check_change, check_create, check_read, readable
 from det_airflow.master.bodies import CreateExperiment
 from det_airflow.master.db import get_database
+from det_airflow.states import TrialState
 
-# Every route needs an Airflow login: the master runs inside Airflow's API server.
-router = APIRouter(dependencies=[Depends(requires_authenticated())])
+# Every route needs an Airflow login (the master runs inside Airflow's API server), and no change
+# may come from another site's page riding on the login cookie.
+router = APIRouter(dependencies=[Depends(requires_authenticated()), CrossSiteGuard])
+
+MAX_NAME = 256
+MAX_LABEL = 255
+MAX_LABELS = 100
+MAX_DESCRIPTION = 10_000
+# No control characters: names and labels are printed to terminals.
+_PRINTABLE = r"^[^\x00-\x1f\x7f]*$"
 
 
-def _username(user: Annotated[Any, Depends(get_user)]) -> str:
-    return str(user.get_name())
+class LabelBody(BaseModel):
+    label: str = Field(min_length=1, max_length=MAX_LABEL, pattern=_PRINTABLE)
 
 
-Username = Annotated[str, Depends(_username)]
+class ExperimentPatch(BaseModel):
+    name: str | None = Field(None, min_length=1, max_length=MAX_NAME, pattern=_PRINTABLE)
+    description: str | None = Field(None, max_length=MAX_DESCRIPTION)
 
 
 def decode_context(data: str | None) -> bytes | None:
@@ -35,34 +53,50 @@ def decode_context(data: str | None) -> bytes | None:
         raise ContextError("context: not valid base64") from None
 
 
+def _experiment_answer(conn: Connection, row: Row) -> dict:
+    return {"experiment": serialize.experiment(row, num_trials=experiments.count_trials(conn, row.id))}
+
+
+def _config_for(caller: Caller, row: Row) -> dict[str, Any]:
+    return row.config if caller.sees_secrets_of(row) else serialize.masked_config(row.config)
+
+
+def _readable_trial(conn: Connection, caller: Caller, trial_id: int, what: str) -> Row:
+    trial = trials.get_trial(conn, trial_id)
+    check_read(caller, experiments.get_experiment(conn, trial.experiment_id), what)
+    return trial
+
+
 @router.post("/experiments")
-def create_experiment(body: CreateExperiment, owner: Username) -> dict:
-    context = decode_context(body.context)
-    cfg = experiments.prepare_config(body.config)
+def create_experiment(body: CreateExperiment, caller: CallerDep) -> dict:
+    check_create(caller)
     db = get_database()
-    with db.begin() as conn:
-        experiment_id = experiments.create_experiment(
-            conn,
-            cfg,
-            config_yaml=body.config,
-            context=context,
-            owner=owner,
-            paused=body.paused,
-            parent_id=body.parent_id,
-        )
-        row = experiments.get_experiment(conn, experiment_id)
-    airflow_bridge.request_reparse()
-    return {"experiment": serialize.experiment(row, num_trials=0)}
+    row, created = experiments.create_once(
+        db,
+        config_yaml=body.config,
+        context=body.context,
+        owner=caller.name,
+        paused=body.paused,
+        parent_id=body.parent_id,
+        request_id=body.request_id,
+    )
+    # Fields accepted but not acted on: one line the CLI prints, never silently dropped.
+    warnings = list(experiments.experiment_config(row).warnings)
+    if created:
+        airflow_bridge.request_reparse()
+        return {"experiment": serialize.experiment(row, num_trials=0), "warnings": warnings}
+    with db.read() as conn:
+        return {**_experiment_answer(conn, row), "warnings": warnings}
 
 
 @router.get("/experiments")
-def list_experiments(all: bool = False) -> dict:  # noqa: A002 - the CLI's flag name
+def list_experiments(caller: CallerDep, all: bool = False) -> dict:  # noqa: A002 - the CLI's flag name
     table = schema.experiments
     query = select(table).order_by(table.c.id)
     if not all:
         query = query.where(table.c.archived.is_(False))
     with get_database().read() as conn:
-        rows = conn.execute(query).all()
+        rows = readable(caller, conn.execute(query).all())
         return {
             "experiments": [
                 serialize.experiment(r, num_trials=experiments.count_trials(conn, r.id)) for r in rows
@@ -70,7 +104,7 @@ def list_experiments(all: bool = False) -> dict:  # noqa: A002 - the CLI's flag 
         }
 
 
-def _trials_of(conn, experiment_id: int) -> list[dict]:  # type: ignore[no-untyped-def]
+def _trials_of(conn: Connection, experiment_id: int) -> list[dict]:
     rows = conn.execute(
         select(schema.trials)
         .where(schema.trials.c.experiment_id == experiment_id)
@@ -80,35 +114,38 @@ def _trials_of(conn, experiment_id: int) -> list[dict]:  # type: ignore[no-untyp
 
 
 @router.get("/experiments/{experiment_id}")
-def describe_experiment(experiment_id: int) -> dict:
+def describe_experiment(experiment_id: int, caller: CallerDep) -> dict:
     with get_database().read() as conn:
         row = experiments.get_experiment(conn, experiment_id)
+        check_read(caller, row, "describe")
         trial_list = _trials_of(conn, experiment_id)
     return {
         "experiment": serialize.experiment(row, num_trials=len(trial_list)),
         "trials": trial_list,
-        "config": row.config,
+        "config": _config_for(caller, row),
     }
 
 
 @router.get("/experiments/{experiment_id}/config")
-def experiment_config(experiment_id: int) -> dict:
+def experiment_config(experiment_id: int, caller: CallerDep) -> dict:
     with get_database().read() as conn:
-        return {"config": experiments.get_experiment(conn, experiment_id).config}
+        row = experiments.get_experiment(conn, experiment_id)
+    check_read(caller, row, "read the config of")
+    return {"config": _config_for(caller, row)}
 
 
 @router.get("/experiments/{experiment_id}/trials")
-def experiment_trials(experiment_id: int) -> dict:
+def experiment_trials(experiment_id: int, caller: CallerDep) -> dict:
     with get_database().read() as conn:
-        experiments.get_experiment(conn, experiment_id)
+        check_read(caller, experiments.get_experiment(conn, experiment_id), "list the trials of")
         return {"trials": _trials_of(conn, experiment_id)}
 
 
 @router.get("/experiments/{experiment_id}/checkpoints")
-def experiment_checkpoints(experiment_id: int) -> dict:
+def experiment_checkpoints(experiment_id: int, caller: CallerDep) -> dict:
     table = schema.checkpoints
     with get_database().read() as conn:
-        experiments.get_experiment(conn, experiment_id)
+        check_read(caller, experiments.get_experiment(conn, experiment_id), "list the checkpoints of")
         rows = conn.execute(
             select(table)
             .where(table.c.experiment_id == experiment_id)
@@ -117,46 +154,107 @@ def experiment_checkpoints(experiment_id: int) -> dict:
     return {"checkpoints": [serialize.checkpoint(r) for r in rows]}
 
 
-@router.get("/experiments/{experiment_id}/context")
 def experiment_context(experiment_id: int) -> Response:
+    """The context tar.gz; det tasks reach it through the internal route with the service token."""
     with get_database().read() as conn:
         row = experiments.get_experiment(conn, experiment_id)
     return Response(row.context or b"", media_type="application/gzip")
 
 
+@router.get("/experiments/{experiment_id}/context")
+def people_experiment_context(experiment_id: int, caller: CallerDep) -> Response:
+    with get_database().read() as conn:
+        check_read(caller, experiments.get_experiment(conn, experiment_id), "download the context of")
+    return experiment_context(experiment_id)
+
+
+# Registered before the `/{action}` route below, which would otherwise take `labels` for an action.
+@router.post("/experiments/{experiment_id}/labels")
+def add_label(experiment_id: int, body: LabelBody, caller: CallerDep) -> dict:
+    table = schema.experiments
+    with get_database().begin() as conn:
+        row = experiments.get_experiment(conn, experiment_id, lock=True)
+        check_change(caller, row, "label")
+        labels = list(row.labels or [])
+        if body.label not in labels:
+            if len(labels) >= MAX_LABELS:
+                raise DetError(
+                    f"experiment {experiment_id} already has {MAX_LABELS} labels, the most allowed"
+                )
+            labels.append(body.label)
+            conn.execute(table.update().where(table.c.id == experiment_id).values(labels=labels))
+        return _experiment_answer(conn, experiments.get_experiment(conn, experiment_id))
+
+
+@router.delete("/experiments/{experiment_id}/labels/{label:path}")
+def remove_label(experiment_id: int, label: str, caller: CallerDep) -> dict:
+    table = schema.experiments
+    with get_database().begin() as conn:
+        row = experiments.get_experiment(conn, experiment_id, lock=True)
+        check_change(caller, row, "unlabel")
+        labels = list(row.labels or [])
+        if label in labels:
+            labels.remove(label)
+            conn.execute(table.update().where(table.c.id == experiment_id).values(labels=labels))
+        return _experiment_answer(conn, experiments.get_experiment(conn, experiment_id))
+
+
+@router.patch("/experiments/{experiment_id}")
+def patch_experiment(experiment_id: int, body: ExperimentPatch, caller: CallerDep) -> dict:
+    values = body.model_dump(exclude_none=True)
+    if not values:
+        raise DetError("nothing to change: give 'name' or 'description'")
+    table = schema.experiments
+    with get_database().begin() as conn:
+        row = experiments.get_experiment(conn, experiment_id, lock=True)
+        check_change(caller, row, "edit")
+        conn.execute(table.update().where(table.c.id == experiment_id).values(**values))
+        return _experiment_answer(conn, experiments.get_experiment(conn, experiment_id))
+
+
 @router.post("/experiments/{experiment_id}/{action}")
-def change_experiment(experiment_id: int, action: str) -> dict:
+def change_experiment(experiment_id: int, action: str, caller: CallerDep) -> dict:
     if action not in ("pause", "activate", "cancel", "kill", "archive", "unarchive"):
         raise experiments.NotFound(f"unknown experiment action '{action}'")
     with get_database().begin() as conn:
+        check_change(caller, experiments.get_experiment(conn, experiment_id), action)
         experiments.change_state(conn, experiment_id, action)
-        row = experiments.get_experiment(conn, experiment_id)
-        return {
-            "experiment": serialize.experiment(row, num_trials=experiments.count_trials(conn, experiment_id))
-        }
+        return _experiment_answer(conn, experiments.get_experiment(conn, experiment_id))
 
 
 @router.delete("/experiments/{experiment_id}")
-def delete_experiment(experiment_id: int) -> dict:
-    with get_database().begin() as conn:
-        experiments.delete_experiment(conn, experiment_id)
-    return {}
+def delete_experiment(experiment_id: int, caller: CallerDep) -> dict:
+    db = get_database()
+    with db.read() as conn:
+        check_change(caller, experiments.get_experiment(conn, experiment_id), "delete")
+    return {"not_removed": experiments.delete_experiment(db, experiment_id)}
 
 
 @router.get("/trials/{trial_id}")
-def describe_trial(trial_id: int) -> dict:
+def describe_trial(trial_id: int, caller: CallerDep) -> dict:
     with get_database().read() as conn:
-        return {"trial": serialize.trial(trials.get_trial(conn, trial_id))}
+        trial = _readable_trial(conn, caller, trial_id, "describe a trial of")
+    return {"trial": serialize.trial(trial)}
+
+
+@router.post("/trials/{trial_id}/kill")
+def kill_trial(trial_id: int, caller: CallerDep) -> dict:
+    with get_database().begin() as conn:
+        trial = trials.get_trial(conn, trial_id)
+        check_change(
+            caller, experiments.get_experiment(conn, trial.experiment_id), f"kill trial {trial_id} of"
+        )
+        return {"trial": serialize.trial(trials.kill_trial(conn, trial_id))}
 
 
 @router.get("/trials/{trial_id}/metrics")
-def trial_metrics(trial_id: int, group: str | None = None) -> dict:
+def trial_metrics(trial_id: int, caller: CallerDep, group: str | None = None) -> dict:
     table = schema.metrics
     query = select(table).where(table.c.trial_id == trial_id)
     if group:
         query = query.where(table.c.group == group)
     with get_database().read() as conn:
-        trials.get_trial(conn, trial_id)
+        _readable_trial(conn, caller, trial_id, "read the metrics of")
         rows = conn.execute(query.order_by(table.c.steps_completed, table.c.id)).all()
     return {"metrics": [serialize.metrics(r) for r in rows]}
 
@@ -164,22 +262,68 @@ def trial_metrics(trial_id: int, group: str | None = None) -> dict:
 @router.get("/trials/{trial_id}/logs")
 def trial_logs(
     trial_id: int,
+    caller: CallerDep,
     after: int | None = None,
     limit: Annotated[int | None, Query(ge=1, le=100_000)] = None,
     tail: Annotated[int | None, Query(ge=0)] = None,
 ) -> dict:
     with get_database().read() as conn:
-        trial = trials.get_trial(conn, trial_id)
+        trial = _readable_trial(conn, caller, trial_id, "read the logs of")
         rows = trials.read_logs(conn, trial_id, after=after, limit=limit, tail=tail)
     return {"logs": [serialize.log_line(r) for r in rows], "trial_state": trial.state}
 
 
 @router.get("/checkpoints/{uuid}")
-def describe_checkpoint(uuid: str) -> dict:
+def describe_checkpoint(uuid: str, caller: CallerDep) -> dict:
     with get_database().read() as conn:
-        return {"checkpoint": serialize.checkpoint(trials.get_checkpoint(conn, uuid))}
+        row = trials.get_checkpoint(conn, uuid)
+        check_read(caller, experiments.get_experiment(conn, row.experiment_id), "read a checkpoint of")
+    return {"checkpoint": serialize.checkpoint(row)}
+
+
+@router.delete("/checkpoints/{uuid}")
+def delete_checkpoint(uuid: str, caller: CallerDep) -> dict:
+    with get_database().begin() as conn:
+        row = trials.get_checkpoint(conn, uuid)
+        exp = experiments.get_experiment(conn, row.experiment_id, lock=True)
+        check_change(caller, exp, f"delete checkpoint {uuid} of")
+        if row.state == "DELETED":
+            return {}
+        trial = trials.get_trial(conn, row.trial_id)
+        if trial.latest_checkpoint == uuid and not TrialState(trial.state).is_terminal:
+            raise experiments.StateError(
+                f"checkpoint {uuid} is the latest of trial {trial.id}, which is {trial.state} "
+                "and would resume from it; delete it once the trial has ended"
+            )
+        folder = _checkpoint_folder(exp, row)
+        trials.delete_checkpoint(conn, row.trial_id, uuid)
+        # Inside the transaction: if the files cannot be removed, the checkpoint stays COMPLETED.
+        if folder is not None and folder.exists():
+            try:
+                shutil.rmtree(folder)
+            except OSError as exc:
+                raise DetError(f"cannot remove the files of checkpoint {uuid} at {folder}: {exc}") from None
+    return {}
+
+
+_UUID = re.compile(r"^[A-Za-z0-9_\-][A-Za-z0-9_.\-]*$")
+
+
+def _checkpoint_folder(exp: Row, checkpoint: Row) -> Path | None:
+    """The checkpoint's folder on this machine, only if it lies directly in the experiment's storage."""
+    storage_config = exp.config.get("checkpoint_storage") or {}
+    if storage_config.get("type") != "shared_fs":
+        return None  # a container path or a cloud bucket: not files of this machine
+    base = CheckpointStorage.from_config(storage_config).base.resolve()
+    folder = Path(str((checkpoint.storage or {}).get("path", ""))).resolve()
+    if not _UUID.match(checkpoint.uuid) or folder.parent != base or folder.name != checkpoint.uuid:
+        raise DetError(
+            f"checkpoint {checkpoint.uuid}: its path {folder} is not a folder of the experiment's "
+            f"checkpoint storage {base}; not deleting it"
+        )
+    return folder
 
 
 @router.get("/me")
-def whoami(username: Username) -> dict:
-    return {"username": username}
+def whoami(caller: CallerDep) -> dict:
+    return {"username": caller.name}

@@ -21,7 +21,7 @@ from sqlalchemy import (
 )
 
 # Bump when a table changes; `det admin migrate` brings a database up to this version.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 metadata = MetaData()
 
@@ -56,6 +56,11 @@ experiments = Table(
     Column("end_time", DateTime(timezone=True)),
     Column("archived", Boolean, nullable=False, default=False),
     Column("error", Text),
+    # The client's idempotency key: a retried `det experiment create` finds the experiment it made.
+    Column("create_request_id", String(64)),
+    UniqueConstraint("create_request_id", name="det_experiments_create_request_uq"),
+    # IDs are never reused (SQLite would otherwise hand out a deleted experiment's id again).
+    sqlite_autoincrement=True,
 )
 
 trials = Table(
@@ -86,6 +91,7 @@ trials = Table(
     Column("op_completed", Boolean, nullable=False, default=False),
     Column("task", JSON),  # dag_id, run_id, task_id, map_index of the task running it
     UniqueConstraint("experiment_id", "request_id", name="det_trials_request_uq"),
+    sqlite_autoincrement=True,
 )
 
 metrics = Table(

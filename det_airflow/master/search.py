@@ -63,6 +63,27 @@ def _optuna_storage(url: str) -> Any:
     return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
 
 
+def study_name(experiment_id: int) -> str:
+    """The optuna study of an experiment whose searcher samples with optuna."""
+    return f"det-experiment-{experiment_id}"
+
+
+def delete_study(experiment_id: int) -> bool:
+    """Remove the experiment's optuna study; False when there was none."""
+    import optuna
+
+    from det_airflow.master.db import get_database
+
+    try:
+        optuna.delete_study(
+            study_name=study_name(experiment_id),
+            storage=_optuna_storage(optuna_storage_url(get_database().url)),
+        )
+    except KeyError:
+        return False
+    return True
+
+
 def method_for(row: Row, *, fresh: bool = False) -> SearchMethod:
     """The experiment's search method, as stored (or new, to start the search)."""
     from det_airflow.master.db import get_database
@@ -72,7 +93,7 @@ def method_for(row: Row, *, fresh: bool = False) -> SearchMethod:
     if cfg.searcher.sampler != "random":
         kwargs = {
             "optuna_storage": _optuna_storage(optuna_storage_url(get_database().url)),
-            "study_name": f"det-experiment-{row.id}",
+            "study_name": study_name(row.id),
         }
     if fresh:
         return make_search_method(cfg, **kwargs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from datetime import UTC, datetime
 from typing import Any
 
@@ -102,3 +103,60 @@ def log_line(row: Row) -> dict[str, Any]:
         "stdtype": row.stdtype,
         "message": row.message,
     }
+
+
+MASK = "********"
+# checkpoint_storage and registry_auth keys whose values are credentials.
+_SECRET_KEYS = frozenset(
+    {
+        "access_key",
+        "secret_key",
+        "session_token",
+        "connection_string",
+        "account_key",
+        "sas_token",
+        "credentials",
+        "password",
+        "auth",
+        "identitytoken",
+        "registrytoken",
+    }
+)
+
+
+def masked_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The config with its secrets masked: environment variable values, storage and registry
+    credentials, and every value under ``data.secrets``. For anyone but the owner and admins."""
+    masked = copy.deepcopy(config)
+    environment = masked.get("environment")
+    if isinstance(environment, dict):
+        if "environment_variables" in environment:
+            environment["environment_variables"] = _masked_variables(environment["environment_variables"])
+        if isinstance(environment.get("registry_auth"), dict):
+            _mask_keys(environment["registry_auth"])
+    if isinstance(masked.get("checkpoint_storage"), dict):
+        _mask_keys(masked["checkpoint_storage"])
+    data = masked.get("data")
+    if isinstance(data, dict) and "secrets" in data:
+        secrets = data["secrets"]
+        data["secrets"] = {k: MASK for k in secrets} if isinstance(secrets, dict) else MASK
+    return masked
+
+
+def _masked_variables(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_masked_variable(item) for item in value]
+    if isinstance(value, dict):  # {cpu: [...], cuda: [...]}, or a NAME: VALUE mapping
+        return {k: _masked_variables(v) if isinstance(v, list | dict) else MASK for k, v in value.items()}
+    return MASK
+
+
+def _masked_variable(item: Any) -> str:
+    name, sep, _value = str(item).partition("=")
+    return f"{name}={MASK}" if sep else MASK
+
+
+def _mask_keys(section: dict[str, Any]) -> None:
+    for key, value in section.items():
+        if key.lower() in _SECRET_KEYS and value is not None:
+            section[key] = MASK

@@ -12,6 +12,7 @@ from sqlalchemy import Connection, Row, select
 
 from det_airflow.master import experiments, schema, search
 from det_airflow.master.auth import hash_token, new_token
+from det_airflow.master.bodies import MAX_STEPS
 from det_airflow.master.experiments import NotFound, now
 from det_airflow.searcher import ExitedReason, SearchMethod
 from det_airflow.states import ExperimentState, TrialState
@@ -140,7 +141,9 @@ def exit_run(conn: Connection, trial_id: int, exit_code: int) -> tuple[Row, bool
     cfg = experiments.experiment_config(exp)
     exp_state = ExperimentState(exp.state)
     event = None
-    if trial.early_exit == "INVALID_HP":
+    if trial.state == TrialState.STOPPING_KILLED:  # `det trial kill`: whatever the exit, no retry
+        state, event = TrialState.CANCELED, ExitedReason.USER_CANCELED
+    elif trial.early_exit == "INVALID_HP":
         state, event = TrialState.COMPLETED, ExitedReason.INVALID_HP
     elif exit_code == 0:
         if not trial.stop_requested and (exp_state == ExperimentState.PAUSED or trial.pause_requested):
@@ -171,6 +174,30 @@ def exit_run(conn: Connection, trial_id: int, exit_code: int) -> tuple[Row, bool
     return get_trial(conn, trial_id), False
 
 
+def kill_trial(conn: Connection, trial_id: int) -> Row:
+    """Stop one trial now: a running one is STOPPING_KILLED (its task kills the process and it ends
+    CANCELED); one that is not running ends CANCELED at once. The search method hears a user cancel."""
+    trial = get_trial(conn, trial_id)
+    experiments.get_experiment(conn, trial.experiment_id, lock=True)
+    trial = get_trial(conn, trial_id, lock=True)
+    state = TrialState(trial.state)
+    if state.is_terminal or state == TrialState.STOPPING_KILLED:
+        return trial
+    if state in (TrialState.QUEUED, TrialState.PAUSED):
+        _update(
+            conn, trial_id, state=TrialState.CANCELED, stop_requested=True, end_time=now(), token_hash=None
+        )
+        search.send(
+            conn,
+            trial.experiment_id,
+            lambda m: m.trial_exited_early(trial.request_id, ExitedReason.USER_CANCELED),
+        )
+        experiments.maybe_finish(conn, trial.experiment_id)
+    else:
+        _update(conn, trial_id, state=TrialState.STOPPING_KILLED, stop_requested=True)
+    return get_trial(conn, trial_id)
+
+
 def should_preempt(conn: Connection, trial_id: int) -> bool:
     trial = get_trial(conn, trial_id)
     state = conn.execute(
@@ -190,9 +217,16 @@ def _finite(value: Any) -> bool:
 
 
 def report_metrics(conn: Connection, trial_id: int, reports: list[dict[str, Any]]) -> None:
-    """Store a batch of metric reports; every validation report reaches the search method."""
+    """Store a batch of metric reports; every validation report reaches the search method.
+
+    A report is known by (trial, run, group, steps_completed), as in Determined: a run reports each
+    group once per step count, so a client retrying a batch whose answer it lost stores nothing twice
+    and the search method sees each validation once. A later run (after a restart) reports afresh.
+    """
     trial = get_trial(conn, trial_id)
-    exp = experiments.get_experiment(conn, trial.experiment_id)
+    # Experiment, then trial, as in exit_run; a retry racing its original waits for it here.
+    exp = experiments.get_experiment(conn, trial.experiment_id, lock=True)
+    trial = get_trial(conn, trial_id, lock=True)
     cfg = experiments.experiment_config(exp)
     metric_name, smaller = cfg.searcher.metric, cfg.searcher.smaller_is_better
     summary = dict(trial.summary or {})
@@ -200,8 +234,12 @@ def report_metrics(conn: Connection, trial_id: int, reports: list[dict[str, Any]
     best, best_steps = trial.best_validation, trial.best_validation_steps
     validations = []
     rows = []
+    seen = _reported(conn, trial_id, trial.run_id, {int(r["steps_completed"]) for r in reports})
     for report in reports:
         group, steps, values = report["group"], int(report["steps_completed"]), report["metrics"]
+        if (group, steps) in seen:
+            continue
+        seen.add((group, steps))
         rows.append(
             {
                 "trial_id": trial_id,
@@ -243,6 +281,16 @@ def report_metrics(conn: Connection, trial_id: int, reports: list[dict[str, Any]
         search.send(conn, exp.id, functools.partial(_validation_event, request_id, values, steps))
 
 
+def _reported(conn: Connection, trial_id: int, run_id: int, steps: set[int]) -> set[tuple[str, int]]:
+    table = schema.metrics
+    rows = conn.execute(
+        select(table.c.group, table.c.steps_completed).where(
+            table.c.trial_id == trial_id, table.c.trial_run_id == run_id, table.c.steps_completed.in_(steps)
+        )
+    )
+    return {(group, int(steps_completed)) for group, steps_completed in rows}
+
+
 def _validation_event(request_id: int, values: dict[str, Any], steps: int, method: SearchMethod) -> list:
     return list(method.validation_completed(request_id, values, steps))
 
@@ -264,9 +312,25 @@ def report_early_exit(conn: Connection, trial_id: int, reason: str) -> None:
     _update(conn, trial_id, early_exit=reason)
 
 
+class CheckpointConflict(experiments.StateError):
+    """A checkpoint UUID is already registered for other files (HTTP 409)."""
+
+
 def register_checkpoint(conn: Connection, trial_id: int, body: dict[str, Any]) -> Row:
+    """Register a checkpoint; registering the same one again (a retry) answers the stored one."""
     trial = get_trial(conn, trial_id)
     exp = experiments.get_experiment(conn, trial.experiment_id)
+    get_trial(conn, trial_id, lock=True)
+    existing = conn.execute(
+        select(schema.checkpoints).where(schema.checkpoints.c.uuid == body["uuid"])
+    ).first()
+    if existing is not None:
+        if existing.trial_id == trial_id and existing.steps_completed == int(body["steps_completed"]):
+            return existing
+        raise CheckpointConflict(
+            f"checkpoint {body['uuid']} is already registered (trial {existing.trial_id}, "
+            f"{existing.steps_completed} steps); a new checkpoint needs a new uuid"
+        )
     storage = dict(exp.config.get("checkpoint_storage") or {})
     base = storage.get("host_path") or storage.get("container_path") or ""
     if storage.get("storage_path"):
@@ -292,7 +356,7 @@ def register_checkpoint(conn: Connection, trial_id: int, body: dict[str, Any]) -
             state="COMPLETED",
             metadata=body.get("metadata") or {},
             resources=resources,
-            size=sum(resources.values()),
+            size=min(sum(resources.values()), MAX_STEPS),
             storage={"type": storage.get("type"), "path": os.path.join(base, body["uuid"])},
             report_time=now(),
             validation_metric=metric,

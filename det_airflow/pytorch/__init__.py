@@ -16,11 +16,13 @@ A legacy experiment (``entrypoint: model_def:MyTrial``) runs the same through
 experiment config's settings as the Trainer's defaults.
 """
 
+from det_airflow.pytorch._callback import PyTorchCallback
 from det_airflow.pytorch._context import PyTorchTrialContext
-from det_airflow.pytorch._data import DataLoader
+from det_airflow.pytorch._data import DataLoader, TorchData
 from det_airflow.pytorch._init import init
 from det_airflow.pytorch._lr_scheduler import LRScheduler
 from det_airflow.pytorch._period import Batch, Epoch, TrainUnit
+from det_airflow.pytorch._reducer import MetricReducer
 from det_airflow.pytorch._trainer import Trainer
 from det_airflow.pytorch._trial import PyTorchTrial
 
@@ -29,8 +31,11 @@ __all__ = [
     "DataLoader",
     "Epoch",
     "LRScheduler",
+    "MetricReducer",
+    "PyTorchCallback",
     "PyTorchTrial",
     "PyTorchTrialContext",
+    "TorchData",
     "TrainUnit",
     "Trainer",
     "init",

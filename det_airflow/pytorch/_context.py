@@ -13,6 +13,7 @@ from det_airflow.core import Context as CoreContext
 from det_airflow.core import DistributedContext
 from det_airflow.errors import DetError
 from det_airflow.pytorch._lr_scheduler import LRScheduler
+from det_airflow.pytorch._reducer import MetricReducer, WrappedReducer, wrap
 
 
 class PyTorchTrialContext:
@@ -47,6 +48,7 @@ class PyTorchTrialContext:
         self._stop_requested = False
         self._current_batch_idx: int | None = None
         self._epoch_len: int | None = None
+        self._reducers: list[WrappedReducer] = []
 
     # --- what the trial builds -------------------------------------------------------------------
 
@@ -61,6 +63,22 @@ class PyTorchTrialContext:
             wrapped = nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
         self.models.append(wrapped)
         return wrapped
+
+    def wrap_reducer(
+        self,
+        reducer: MetricReducer | Callable[[list[Any]], Any],
+        name: str | None = None,
+        for_training: bool = True,
+        for_validation: bool = True,
+    ) -> MetricReducer:
+        """Register a custom metric reducer; its result joins the training and/or validation metrics.
+
+        A function ``fn(values) -> metric`` is wrapped in a reducer whose ``update(value)`` collects
+        values (``name`` is then required). Answers the reducer for the trial to ``update``.
+        """
+        wrapped = wrap(reducer, name, for_training=for_training, for_validation=for_validation)
+        self._reducers.append(wrapped)
+        return wrapped.reducer
 
     def wrap_optimizer(self, optimizer: torch.optim.Optimizer, **_: Any) -> torch.optim.Optimizer:
         """Register an optimizer (checkpointed; step it with :meth:`step_optimizer`)."""

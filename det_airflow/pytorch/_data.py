@@ -12,6 +12,9 @@ from torch.utils.data import Dataset, IterableDataset, Sampler
 
 from det_airflow.errors import DetError
 
+#: What a batch may be, as Determined types it (training code uses it in annotations).
+TorchData = dict[str, torch.Tensor] | Sequence[torch.Tensor] | torch.Tensor
+
 # Keeps the seed of an epoch's shuffle within torch.Generator.manual_seed's range.
 _SEED_SPACE = 2**63
 

@@ -26,6 +26,8 @@ def init(
     hparams: Mapping[str, Any] | None = None,
     exp_conf: Mapping[str, Any] | None = None,
     distributed: DistributedContext | None = None,
+    aggregation_frequency: int = 1,
+    enable_tensorboard_logging: bool = True,
 ) -> Iterator[PyTorchTrialContext]:
     """Start training: ``with det.pytorch.init() as context: Trainer(MyTrial(context), context).fit()``.
 
@@ -36,7 +38,16 @@ def init(
     local store (see ``det.core.init``). Under the torch_distributed launcher (or torchrun) the
     workers join one process group (NCCL on GPUs, gloo on CPUs) unless ``distributed`` is given.
     Python's, NumPy's and torch's random generators are seeded before the block runs.
+
+    ``aggregation_frequency`` (gradient aggregation over several batches) and
+    ``enable_tensorboard_logging`` are accepted for Determined code; only their defaults (1, and no
+    TensorBoard files, which det-airflow does not write) take effect.
     """
+    if aggregation_frequency != 1:
+        logger.warning(
+            "det.pytorch.init(aggregation_frequency=%s): not supported; gradients are applied every batch",
+            aggregation_frequency,
+        )
     info = get_cluster_info()
     # A CPU trial (no slots) trains on the CPU even where a GPU is visible.
     use_cuda = torch.cuda.is_available() and (info is None or bool(info.slot_ids))

@@ -4,7 +4,7 @@ worker's random generators and the data position, in one ``state_dict.pth``."""
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,9 +51,12 @@ def save(
     lr_schedulers: Sequence[LRScheduler],
     rng_states: list[dict[str, Any]],
     trainer: dict[str, Any],
+    extra: dict[str, Any] | None = None,
 ) -> None:
+    """Write the state; ``extra`` (callbacks' state, what their save hooks added) is saved beside it."""
     torch.save(
         {
+            **(extra or {}),
             "format": FORMAT,
             "models_state_dict": [m.state_dict() for m in models],
             "optimizers_state_dict": [o.state_dict() for o in optimizers],
@@ -71,8 +74,11 @@ def load(
     models: Sequence[nn.Module],
     optimizers: Sequence[torch.optim.Optimizer],
     lr_schedulers: Sequence[LRScheduler],
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Load weights and optimizer and scheduler state; answers ``(trainer state, rng states)``.
+    on_load_start: Callable[[dict[str, Any]], None] = lambda state: None,
+) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
+    """Load weights and optimizer and scheduler state; answers ``(trainer state, rng states, all of it)``.
+
+    ``on_load_start`` sees the whole saved state before anything is loaded (callbacks' hook).
 
     The random generators are not set here: the Trainer sets them last, right before training.
     """
@@ -82,10 +88,11 @@ def load(
     # The trial's own checkpoint in the experiment's storage: trusted as much as the trial's code,
     # and it holds Python and NumPy generator states that weights_only loading refuses.
     state = torch.load(file, map_location="cpu", weights_only=False)
+    on_load_start(state)
     _load_each("model", models, state["models_state_dict"])
     _load_each("optimizer", optimizers, state["optimizers_state_dict"])
     _load_each("LR scheduler", lr_schedulers, state["lr_schedulers_state_dict"])
-    return dict(state["trainer"]), list(state["rng_states"])
+    return dict(state["trainer"]), list(state["rng_states"]), state
 
 
 def _load_each(what: str, objects: Sequence[Any], states: list[Any]) -> None:

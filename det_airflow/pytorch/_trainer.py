@@ -16,12 +16,14 @@ import torch
 from det_airflow.core import EarlyExitReason
 from det_airflow.errors import DetError
 from det_airflow.pytorch import _state
+from det_airflow.pytorch._callback import PyTorchCallback
 from det_airflow.pytorch._config import CHECKPOINT_POLICIES, ConfigDefaults, read_defaults
 from det_airflow.pytorch._context import PyTorchTrialContext
 from det_airflow.pytorch._data import DataLoader
 from det_airflow.pytorch._lr_scheduler import LRScheduler
 from det_airflow.pytorch._metrics import MetricAverager, average
 from det_airflow.pytorch._period import Batch, TrainUnit, period_in_batches
+from det_airflow.pytorch._reducer import reduce_all
 from det_airflow.pytorch._trial import PyTorchTrial
 
 logger = logging.getLogger("det_airflow.pytorch")
@@ -87,17 +89,26 @@ class Trainer:
         self._last_validation: tuple[int, dict[str, Any]] | None = None
         self._training_metrics = MetricAverager()
         self._used = False
+        callbacks = trial.build_callbacks()
+        bad = {name: cb for name, cb in callbacks.items() if not isinstance(cb, PyTorchCallback)}
+        if bad:
+            name, cb = next(iter(bad.items()))
+            raise DetError(
+                f"build_callbacks()[{name!r}]: expected a det.pytorch.PyTorchCallback, got {type(cb).__name__}"
+            )
+        self._callbacks: dict[str, PyTorchCallback] = dict(callbacks)
 
     def fit(
         self,
-        max_length: TrainUnit | None = None,
-        validation_period: TrainUnit | None = None,
         checkpoint_period: TrainUnit | None = None,
+        validation_period: TrainUnit | None = None,
+        max_length: TrainUnit | None = None,
         reporting_period: TrainUnit | None = None,
         checkpoint_policy: str | None = None,
         latest_checkpoint: str | None = None,
         step_zero_validation: bool | None = None,
         test_mode: bool | None = None,
+        profiling_enabled: bool | None = None,
     ) -> None:
         """Train to ``max_length``, validating, reporting and checkpointing on the way.
 
@@ -116,10 +127,15 @@ class Trainer:
         (pause, cancel, preemption, a searcher's stop): if so it checkpoints and returns, and the
         trial resumes later from that checkpoint exactly where it left off. It always validates at
         the end of training, and checkpoints there unless the policy is ``none``.
+
+        The parameters are in Determined's order, so positional calls bind as they do there.
+        ``profiling_enabled`` is accepted; det-airflow does not collect profiles.
         """
         if self._used:
             raise DetError("Trainer.fit() can be called once per Trainer")
         self._used = True
+        if profiling_enabled:
+            logger.warning("Trainer.fit(profiling_enabled=True): profiling is not collected by det-airflow")
         plan = self._make_plan(
             max_length=max_length,
             validation_period=validation_period,
@@ -130,9 +146,16 @@ class Trainer:
             step_zero_validation=step_zero_validation,
             test_mode=test_mode,
         )
-        if self._run(plan) and (self._policy != "none" or self._test_mode):
-            if self._last_checkpoint != self._batches:
-                self._checkpoint(self._batches)
+        try:
+            if self._run(plan) and (self._policy != "none" or self._test_mode):
+                if self._last_checkpoint != self._batches:
+                    self._checkpoint(self._batches)
+        finally:
+            self._hook("on_trial_shutdown")
+
+    def _hook(self, name: str, *args: Any) -> None:
+        for callback in self._callbacks.values():
+            getattr(callback, name)(*args)
 
     # --- setup ---------------------------------------------------------------------------------
 
@@ -197,8 +220,10 @@ class Trainer:
         )
         if rng is not None:
             _state.set_rng_state(rng)
+        self._hook("on_trial_startup", self._batches, plan.latest_checkpoint)
         for model in self._context.models:
             model.train()
+        self._hook("on_training_start")
         if plan.step_zero_validation and self._batches == 0:
             self._validate(0)
         if plan.max_length is not None:
@@ -265,12 +290,17 @@ class Trainer:
         """Load the checkpoint's state; answers this worker's random generator state (set later)."""
         context = self._context
         with self._core.checkpoint.restore_path(storage_id) as path:
-            trainer, rng_states = _state.load(
+            trainer, rng_states, saved = _state.load(
                 path,
                 models=context._modules,
                 optimizers=context.optimizers,
                 lr_schedulers=context.lr_schedulers,
+                on_load_start=lambda state: self._hook("on_checkpoint_load_start", state),
             )
+        callback_states = saved.get("callbacks") or {}
+        for name, callback in self._callbacks.items():
+            if name in callback_states:
+                callback.load_state_dict(callback_states[name])
         self._batches = self._last_checkpoint = int(trainer["batches_trained"])
         logger.info("resumed from checkpoint %s at batch %d", storage_id, self._batches)
         if len(rng_states) != self._dist.size:
@@ -300,6 +330,8 @@ class Trainer:
             boundary = self._next_boundary(batches, target)
             # The hot loop: nothing here talks to the master or waits for the device.
             while batches < boundary:
+                if batches % epoch_len == 0:
+                    self._hook("on_training_epoch_start", batches // epoch_len)
                 batch = next(self._train_iter)
                 if move:
                     batch = context.to_device(batch)
@@ -309,9 +341,10 @@ class Trainer:
                 self._batches = batches
                 for scheduler in batch_schedulers:
                     scheduler._auto_step()
-                if epoch_schedulers and batches % epoch_len == 0:
+                if batches % epoch_len == 0:
                     for scheduler in epoch_schedulers:
                         scheduler._auto_step()
+                    self._hook("on_training_epoch_end", batches // epoch_len - 1)
             if not self._at_boundary(batches, target):
                 return False
         return True
@@ -372,8 +405,10 @@ class Trainer:
         if not self._training_metrics:
             return
         metrics = average(self._training_metrics, self._dist)
+        metrics.update(reduce_all([r for r in self._context._reducers if r.for_training], self._dist))
         metrics.update(self._time(batches))
         self._core.train.report_training_metrics(batches, metrics)
+        self._hook("on_training_workload_end", metrics, None)
 
     def _validation_at(self, batches: int) -> dict[str, Any]:
         """The validation metrics at ``batches``, validating now unless done already."""
@@ -385,8 +420,14 @@ class Trainer:
 
     def _validate(self, batches: int) -> bool:
         """Validate and report; answers whether the checkpoint policy wants a checkpoint now."""
+        reducers = [r for r in self._context._reducers if r.for_validation]
+        for wrapped in reducers:
+            wrapped.reducer.reset()
+        self._hook("on_validation_start")
         metrics = self._evaluate()
+        metrics.update(reduce_all(reducers, self._dist))
         metrics.update(self._time(batches))
+        self._hook("on_validation_end", metrics)
         policy = self._policy
         best = None
         if policy == "best" and self._dist.is_chief:
@@ -473,6 +514,10 @@ class Trainer:
                 "format": _state.FORMAT,
                 "framework": f"torch-{torch.__version__}",
             }
+            extra: dict[str, Any] = {
+                "callbacks": {name: cb.state_dict() for name, cb in self._callbacks.items()}
+            }
+            self._hook("on_checkpoint_save_start", extra)
             with self._core.checkpoint.store_path(metadata) as (path, storage_id):
                 _state.save(
                     path,
@@ -485,7 +530,11 @@ class Trainer:
                         "epochs_trained": batches // self._epoch_len,
                         "epoch_length": self._epoch_len,
                     },
+                    extra=extra,
                 )
+                self._hook("on_checkpoint_write_end", str(path))
+                self._hook("on_checkpoint_end", str(path))
+            self._hook("on_checkpoint_upload_end", storage_id)
             logger.info("checkpoint %s saved at batch %d", storage_id, batches)
         self._last_checkpoint = batches
 

@@ -6,6 +6,7 @@ import abc
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from det_airflow.pytorch._callback import PyTorchCallback
     from det_airflow.pytorch._context import PyTorchTrialContext
     from det_airflow.pytorch._data import DataLoader
 
@@ -58,3 +59,7 @@ class PyTorchTrial(abc.ABC):
     def evaluate_full_dataset(self, data_loader: Any) -> dict[str, Any]:
         """Metrics of the whole validation set, computed from its torch DataLoader."""
         raise NotImplementedError
+
+    def build_callbacks(self) -> dict[str, PyTorchCallback]:
+        """Callbacks the Trainer calls, by a name that keys their state in checkpoints."""
+        return {}

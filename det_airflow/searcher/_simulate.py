@@ -198,3 +198,32 @@ def simulate(
         else:
             trials.start(request_id)
     return Simulation(trials.trials, actions, reports, trials.spent, finished)
+
+
+def closed_form_lengths(method: SearchMethod) -> Counter[int] | None:
+    """How many trials end at each length, by Determined 0.38's preview formula for stop-based ASHA.
+
+    Per bracket, at each rung below the top ``max(int(trials / divisor), 1)`` trials continue and
+    the rest stop at that rung's length; the trials left reach the top rung. The counts of all
+    brackets are added up. Answers None for a method this formula does not describe (promotion
+    ASHA, searches without rungs), which only a simulation can preview.
+
+    Example:
+        >>> # adaptive_asha conservative, max_trials 10, max_time 1000, divisor 3
+        >>> sorted(closed_form_lengths(make_search_method(config)).items())
+        [(111, 5), (333, 2), (1000, 3)]
+    """
+    searcher = method.config.searcher
+    brackets = getattr(method, "brackets", None)
+    if not brackets or not searcher.stop_once:
+        return None
+    lengths: Counter[int] = Counter()
+    for bracket in brackets:
+        trials = bracket.plan.max_trials
+        *lower, top = bracket.units
+        for units in lower:
+            continued = max(int(trials / searcher.divisor), 1)
+            lengths[units] += max(trials - continued, 0)
+            trials = min(continued, trials)
+        lengths[top] += trials
+    return +lengths

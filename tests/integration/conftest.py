@@ -211,10 +211,16 @@ def _run_airflow(
         af.stop()
 
 
+#: Users of the test Airflows' simple auth manager, ``name: role``; Airflow writes the passwords
+#: of all but the admin into the passwords file (``home / PASSWORDS_FILE``) when its API server starts.
+TEST_USERS = {"admin": "admin", "viewer": "viewer", "alice": "user", "bob": "user"}
+
+
 @pytest.fixture(scope="session")
 def airflow_config_extra() -> dict[str, dict[str, str]]:
     """Sections added to the test Airflows' ``airflow.cfg`` (e.g. ``[det]``); override to change."""
-    return {}
+    users = ",".join(f"{name}:{role}" for name, role in TEST_USERS.items())
+    return {"core": {"simple_auth_manager_users": users}}
 
 
 def _postgres_driver(url: str) -> str:
@@ -232,8 +238,11 @@ def airflow(
 
     Its DAGs folder (``airflow.dags_folder``) is an empty temporary folder the tests write to.
     """
-    base = tmp_path_factory.mktemp("airflow-pg")
-    yield from _run_airflow(base, _postgres_driver(postgres_url), "postgres", airflow_config_extra)
+    base = _airflow_base("airflow-pg")
+    try:
+        yield from _run_airflow(base, _postgres_driver(postgres_url), "postgres", airflow_config_extra)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -241,8 +250,18 @@ def airflow_sqlite(
     tmp_path_factory: pytest.TempPathFactory, airflow_config_extra: dict[str, dict[str, str]]
 ) -> Iterator[LocalAirflow]:
     """A running Airflow on SQLite, as ``make quickstart`` sets it up."""
-    base = tmp_path_factory.mktemp("airflow-sqlite")
-    yield from _run_airflow(base, sqlite_url(base / "home"), "sqlite", airflow_config_extra)
+    base = _airflow_base("airflow-sqlite")
+    try:
+        yield from _run_airflow(base, sqlite_url(base / "home"), "sqlite", airflow_config_extra)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _airflow_base(name: str) -> Path:
+    """A folder for an Airflow home outside pytest's temporary root, which pytest keeps private to
+    its user (0700) at every session start: trials run as another user and must pass through to
+    their work folders and checkpoints in the home."""
+    return Path(tempfile.mkdtemp(prefix=f"det-{name}-"))
 
 
 # -- REST API helpers ------------------------------------------------------------------------------

@@ -8,9 +8,10 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -20,6 +21,20 @@ REPO = Path(__file__).resolve().parents[2]
 DET = Path(sys.executable).parent / "det"
 EXAMPLE = REPO / "examples" / "mnist_pytorch"
 TERMINAL = {"COMPLETED", "CANCELED", "ERROR"}
+T = TypeVar("T")
+
+
+def wait_until(condition: Callable[[], T], what: str, timeout: float = 120.0, interval: float = 0.5) -> T:
+    """Poll ``condition`` until it returns something truthy and return that; fail naming ``what``
+    (and the last value seen) when it does not happen within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not happen within {timeout:.0f} s (last seen: {value!r})")
+        time.sleep(interval)
 
 
 @dataclass

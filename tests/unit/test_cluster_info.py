@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -89,3 +90,38 @@ def test_bad_json_is_a_clear_error() -> None:
         cluster_info_from_env({trial_env.TRIAL_ID: "1", trial_env.HPARAMS: "{lr: 1"})
     with pytest.raises(DetError, match="DET_TRIAL_ID: expected an integer"):
         cluster_info_from_env({trial_env.TRIAL_ID: "one"})
+
+
+def test_the_config_is_read_from_the_file_the_environment_names(tmp_path: Path) -> None:
+    path = tmp_path / "experiment_config.json"
+    path.write_text(json.dumps(CONFIG))
+    info = cluster_info_from_env({trial_env.TRIAL_ID: "1", trial_env.EXPERIMENT_CONFIG_FILE: str(path)})
+    assert info is not None and info.trial.config == CONFIG and info.user_data == CONFIG["data"]
+
+
+def test_the_config_file_alone_marks_a_trial(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(CONFIG))
+    info = cluster_info_from_env({trial_env.EXPERIMENT_CONFIG_FILE: str(path)})
+    assert info is not None and info.trial.config == CONFIG
+
+
+def test_the_config_variable_still_wins_when_set(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"data": {"from": "file"}}))
+    env = {
+        trial_env.EXPERIMENT_CONFIG: json.dumps({"data": {"from": "variable"}}),
+        trial_env.EXPERIMENT_CONFIG_FILE: str(path),
+    }
+    info = cluster_info_from_env(env)
+    assert info is not None and info.user_data == {"from": "variable"}
+
+
+def test_an_unreadable_or_broken_config_file_is_a_clear_error(tmp_path: Path) -> None:
+    missing = tmp_path / "missing.json"
+    with pytest.raises(DetError, match=f"DET_EXPERIMENT_CONFIG_FILE: cannot read {missing}"):
+        cluster_info_from_env({trial_env.EXPERIMENT_CONFIG_FILE: str(missing)})
+    broken = tmp_path / "broken.json"
+    broken.write_text("[1, 2]")
+    with pytest.raises(DetError, match=f"file {broken}: expected a JSON object, got list"):
+        cluster_info_from_env({trial_env.EXPERIMENT_CONFIG_FILE: str(broken)})

@@ -1,15 +1,26 @@
-"""Packing the context directory (.detignore, size limit, links) and extracting it safely."""
+"""Packing the context directory (.detignore, limits, links), checking an uploaded archive against
+the same limits, and extracting it safely."""
 
 from __future__ import annotations
 
+import gzip
 import io
 import os
 import tarfile
+import tracemalloc
 from pathlib import Path
 
 import pytest
 
-from det_airflow.context_archive import extract_context, format_size, pack_context
+from det_airflow.context_archive import (
+    LIMITS,
+    NOT_A_TAR_GZ,
+    ContextLimits,
+    check_archive,
+    extract_context,
+    format_size,
+    pack_context,
+)
 from det_airflow.errors import ContextError
 
 
@@ -293,3 +304,149 @@ def test_links_inside_the_destination_are_extracted(tmp_path):
 def test_data_that_is_not_an_archive_is_refused(tmp_path):
     with pytest.raises(ContextError, match="not a valid tar.gz"):
         extract_context(b"definitely not a tarball", tmp_path / "dest")
+
+
+# --- checking an uploaded archive ----------------------------------------------------------------
+
+SMALL = ContextLimits(archive_bytes=4096, content_bytes=1000, entries=3)
+
+
+def test_an_archive_within_every_limit_is_summarized():
+    data = _tar(_file("a.py", b"x" * 600), _file("lib/b.py", b"y" * 400), _link("c.py", "a.py"))
+    summary = check_archive(data, SMALL)
+    assert (summary.content_bytes, summary.entries) == (1000, 3)
+
+
+def test_one_byte_more_of_files_is_refused_with_the_largest_named():
+    data = _tar(_file("a.py", b"x" * 600), _file("lib/b.py", b"y" * 401))
+    with pytest.raises(ContextError) as err:
+        check_archive(data, SMALL)
+    assert str(err.value) == (
+        "context: the files expand to at least 1001.0B, over the limit of 1000.0B; "
+        "largest files: a.py (600.0B), lib/b.py (401.0B)"
+    )
+
+
+def test_one_entry_more_is_refused():
+    data = _tar(*[_file(f"f{i}.py") for i in range(4)])
+    with pytest.raises(
+        ContextError, match="^context: the archive has more than 3 files and folders, over the limit$"
+    ):
+        check_archive(data, SMALL)
+    assert check_archive(_tar(*[_file(f"f{i}.py") for i in range(3)]), SMALL).entries == 3
+
+
+def test_the_compressed_size_is_checked_at_the_limit_and_one_byte_past():
+    data = _tar(_file("a.py", b"x"))
+    assert check_archive(data, ContextLimits(archive_bytes=len(data))).entries == 1
+    with pytest.raises(ContextError) as err:
+        check_archive(data, ContextLimits(archive_bytes=len(data) - 1))
+    assert str(err.value) == (
+        f"context: the archive is {format_size(len(data))}, over the limit of {format_size(len(data) - 1)}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("member", "message"),
+    [
+        (_file("/etc/passwd"), "context: '/etc/passwd': it has an absolute path"),
+        (_file("a/../../up.py"), "context: 'a/../../up.py': its path contains '..'"),
+        (_link("out", "../../etc"), "context: 'out': it is a symlink to '../../etc', outside the context"),
+        (
+            _link("abs", "/etc/passwd"),
+            "context: 'abs': it is a symlink to '/etc/passwd', outside the context",
+        ),
+        (
+            _link("hard", "/etc/shadow", tarfile.LNKTYPE),
+            "context: 'hard': it is a hard link to '/etc/shadow', outside the context",
+        ),
+        (_device("null"), "context: 'null': only files, folders and links are allowed"),
+    ],
+)
+def test_members_that_leave_the_context_or_are_special_are_refused(member, message):
+    with pytest.raises(ContextError) as err:
+        check_archive(_tar(_file("ok.py"), member))
+    assert str(err.value) == message
+
+
+def test_links_that_stay_inside_are_accepted():
+    data = _tar(_file("pkg/real.py"), _link("pkg/alias.py", "real.py"), _link("top.py", "pkg/../pkg/real.py"))
+    assert check_archive(data).entries == 3
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"", b"plain bytes", gzip.compress(b"gzip, but no tar inside " * 50), _tar(_file("a.py"))[:-20]],
+    ids=["empty", "not-gzip", "gzip-not-tar", "truncated"],
+)
+def test_anything_but_a_tar_gz_is_refused(data):
+    with pytest.raises(ContextError, match=f"^{NOT_A_TAR_GZ}$"):
+        check_archive(data)
+
+
+def _zeros_tar_gz(size: int, name: str = "zeros.bin") -> bytes:
+    buffer = io.BytesIO()
+    zeros = bytes(1024 * 1024)
+    with (
+        gzip.GzipFile(fileobj=buffer, mode="wb", compresslevel=9) as gz,
+        tarfile.open(fileobj=gz, mode="w|") as tar,
+    ):
+        info = tarfile.TarInfo(name)
+        info.size = size
+
+        class Zeros(io.RawIOBase):
+            left = size
+
+            def readable(self):
+                return True
+
+            def readinto(self, b):
+                n = min(len(b), self.left, len(zeros))
+                b[:n] = zeros[:n]
+                self.left -= n
+                return n
+
+        tar.addfile(info, io.BufferedReader(Zeros()))
+    return buffer.getvalue()
+
+
+def test_a_gzip_bomb_is_refused_at_its_first_header_without_expanding_it():
+    bomb = _zeros_tar_gz(512 * 1024 * 1024)  # 512 MiB of zeros in about half a megabyte
+    assert len(bomb) < 600_000
+    tracemalloc.start()
+    try:
+        with pytest.raises(ContextError, match="expand to at least 512.0MB, over the limit of 95.0MB"):
+            check_archive(bomb)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1024 * 1024, f"refusing the bomb took {format_size(peak)} of memory"
+
+
+def test_an_oversized_metadata_header_is_refused_before_it_is_read():
+    info = tarfile.TarInfo("a.py")
+    info.pax_headers = {"comment": "x" * (LIMITS.content_bytes // 1000)}
+    with pytest.raises(ContextError, match=r"^context: a metadata header of .* is over the limit of 64.0KB$"):
+        check_archive(_tar((info, b"x")))
+
+
+def test_what_the_packer_accepts_the_upload_check_accepts(tmp_path):
+    ctx = _write(
+        tmp_path / "ctx", {"train.py": "print(1)\n", "lib/model.py": "x = 1\n", "data/a.csv": "1,2\n"}
+    )
+    packed = pack_context(ctx)
+    summary = check_archive(packed.data)
+    assert (summary.content_bytes, summary.entries) == (packed.size, packed.file_count + 2)
+
+
+def test_the_packer_refuses_more_entries_than_the_master_accepts(tmp_path):
+    ctx = _write(tmp_path / "ctx", {f"f{i}.py": "" for i in range(4)})
+    with pytest.raises(ContextError, match=r"has 4 files and folders, over the limit of 3\."):
+        pack_context(ctx, limits=SMALL)
+    assert pack_context(ctx, limits=ContextLimits(entries=4)).file_count == 4
+
+
+def test_the_packer_refuses_an_archive_over_the_compressed_limit(tmp_path):
+    ctx = _write(tmp_path / "ctx", {"noise.bin": os.urandom(3000), "a.py": "x"})
+    with pytest.raises(ContextError, match=r"packs to .*, over the limit of 2.0KB; largest files: noise.bin"):
+        pack_context(ctx, limits=ContextLimits(archive_bytes=2048))

@@ -8,7 +8,8 @@ import pytest
 
 pytest.importorskip("airflow")
 
-from det_airflow.dagfactory import build_dags  # noqa: E402
+from det_airflow import dagfactory  # noqa: E402
+from det_airflow.dagfactory import INVALID_DAG_ID, InvalidExperimentYAML, build_dags  # noqa: E402
 
 CONST = """
 name: digits
@@ -89,3 +90,111 @@ def test_a_task_process_builds_only_its_own_dag(tmp_path: Path) -> None:
     write(tmp_path / "c.yaml", "entrypoint: x\nsearcher: {name: pbt, metric: loss}\n")
 
     assert list(build_dags(tmp_path, only_dag_id="det_b")) == ["det_b"]
+
+
+def ten_experiments(folder: Path) -> set[str]:
+    for i in range(10):
+        write(folder / f"exp{i}" / f"good{i}.yaml", CONST)
+    return {f"det_good{i}" for i in range(10)}
+
+
+def invalid_message(dags: dict[str, object]) -> str:
+    with pytest.raises(InvalidExperimentYAML) as info:
+        dags[INVALID_DAG_ID].validate()  # type: ignore[attr-defined]
+    return str(info.value)
+
+
+def test_one_poisoned_yaml_among_ten_fails_alone_with_its_message(tmp_path: Path) -> None:
+    good = ten_experiments(tmp_path)
+    poisoned = write(
+        tmp_path / "poisoned.yaml", CONST.replace("max_restarts: 3", "max_restarts: 100000000000000000000")
+    )
+
+    dags = build_dags(tmp_path)
+
+    assert set(dags) == good | {INVALID_DAG_ID}
+    assert invalid_message(dags) == (
+        "invalid experiment YAML:\n"
+        f"{poisoned}: max_restarts: expected an integer between 0 and 2147483647, got 100000000000000000000"
+    )
+
+
+def test_an_unexpected_failure_while_building_one_experiment_spares_the_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    good = ten_experiments(tmp_path)
+    poisoned = write(tmp_path / "poisoned.yaml", CONST)
+    real_build = dagfactory.build_dag
+
+    def build(file: dagfactory.ExperimentFile, cfg: object) -> object:
+        # Stands in for a bug in any library the factory calls: an error that is not ours.
+        if file.path == poisoned:
+            raise OverflowError("int too large to convert to C int")
+        return real_build(file, cfg)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(dagfactory, "build_dag", build)
+
+    dags = build_dags(tmp_path)
+
+    assert set(dags) == good | {INVALID_DAG_ID}
+    assert (
+        f"{poisoned}: cannot build the experiment DAG: OverflowError: int too large to convert to C int"
+        in (invalid_message(dags))
+    )
+
+
+def test_an_unreadable_experiment_file_is_reported_and_the_others_load(tmp_path: Path) -> None:
+    good = ten_experiments(tmp_path)
+    dangling = tmp_path / "gone.yaml"
+    dangling.symlink_to(tmp_path / "nowhere.yaml")
+
+    dags = build_dags(tmp_path)
+
+    assert set(dags) == good | {INVALID_DAG_ID}
+    assert f"{dangling}: cannot build the experiment DAG: FileNotFoundError" in invalid_message(dags)
+
+
+BILLION_LAUGHS = (
+    "searcher: {name: single, metric: loss}\nentrypoint: x\na: &a [1,1,1,1,1,1,1,1,1]\n"
+    + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [" + ",".join([f"*{chr(97 + i)}"] * 9) + "]\n" for i in range(8)
+    )
+)
+
+
+def test_an_alias_bomb_is_refused_as_its_own_import_error(tmp_path: Path) -> None:
+    good = ten_experiments(tmp_path)
+    bomb = write(tmp_path / "bomb.yaml", BILLION_LAUGHS)
+
+    dags = build_dags(tmp_path)
+
+    assert set(dags) == good | {INVALID_DAG_ID}
+    assert (
+        f"{bomb}: refused YAML: it holds more than 100,000 values once its aliases (*name) are expanded"
+        in (invalid_message(dags))
+    )
+
+
+def test_a_dag_id_used_twice_is_reported_once_and_the_first_file_keeps_it(tmp_path: Path) -> None:
+    first = write(tmp_path / "a" / "same.yaml", CONST)
+    second = write(tmp_path / "b" / "same.yaml", CONST)
+    write(tmp_path / "c" / "same.yaml", "just: data\n")  # not an experiment: no clash
+
+    dags = build_dags(tmp_path)
+
+    assert set(dags) == {"det_same", INVALID_DAG_ID}
+    assert invalid_message(dags) == (
+        f"invalid experiment YAML:\n{second}: DAG id 'det_same' is already used by {first}; rename one file"
+    )
+
+
+def test_a_retired_experiment_is_no_longer_built_and_the_running_ones_are(tmp_path: Path) -> None:
+    for experiment_id in (1, 2, 3):
+        write(dagfactory.experiment_file(tmp_path, experiment_id), CONST)
+
+    moved = dagfactory.retire_experiment_file(tmp_path, 2)
+
+    assert moved == tmp_path / "experiments" / "finished" / "exp_2.yaml"
+    assert moved.read_text() == CONST
+    assert set(build_dags(tmp_path)) == {"det_exp_1", "det_exp_3"}
+    assert dagfactory.retire_experiment_file(tmp_path, 2) is None  # already retired: nothing to move

@@ -5,11 +5,16 @@ from __future__ import annotations
 import io
 import json
 import os
+import pwd
+import shutil
 import signal
+import stat
 import sys
 import tarfile
+import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,11 +22,18 @@ import pytest
 from det_airflow import trial_env
 from det_airflow.cluster_info import cluster_info_from_env
 from det_airflow.trial_process import (
+    DEFAULT_TRIAL_USER,
+    TrialIsolationError,
     TrialSpec,
+    check_trial_access,
+    ensure_writable_dir,
     entrypoint_argv,
+    hand_over,
     prepare_workdir,
     run_trial_process,
     trial_environment,
+    trial_user,
+    write_trial_files,
 )
 
 SPEC = {
@@ -113,7 +125,8 @@ def test_the_environment_of_a_trial_on_a_master() -> None:
     assert env[trial_env.TRIAL_ID] == "12" and env[trial_env.EXPERIMENT_ID] == "4"
     assert env[trial_env.TRIAL_SEED] == "777"
     assert json.loads(env[trial_env.HPARAMS]) == SPEC["hparams"]
-    assert json.loads(env[trial_env.EXPERIMENT_CONFIG]) == SPEC["config"]
+    assert env[trial_env.EXPERIMENT_CONFIG_FILE] == "/run/trial/.det/experiment_config.json"
+    assert trial_env.EXPERIMENT_CONFIG not in env
     assert env[trial_env.LATEST_CHECKPOINT] == "ckpt-1" and env[trial_env.STEPS_COMPLETED] == "300"
     assert json.loads(env[trial_env.SLOT_IDS]) == [0, 1]
     assert env[trial_env.CHIEF_IP] == "127.0.0.1" and env[trial_env.CONTAINER_RANK] == "0"
@@ -121,14 +134,100 @@ def test_the_environment_of_a_trial_on_a_master() -> None:
     assert env["FOO"] == "bar" and env["EQ"] == "a=b" and "GPU_ONLY" not in env
     assert env["PYTHONUNBUFFERED"] == "1"
     python_path = env["PYTHONPATH"].split(os.pathsep)
-    assert python_path[0] == "/run/trial" and python_path[-1] == "/opt/lib"
+    assert python_path[0] == "/run/trial" and "/opt/lib" not in python_path
+    assert env["HOME"] == "/run/trial/.det/home" and env["TMPDIR"] == "/run/trial/.det/tmp"
     assert trial_env.LOCAL_STORE not in env and trial_env.TEST_MODE not in env
 
 
-def test_the_training_side_reads_back_what_the_environment_says() -> None:
-    env = trial_environment(TrialSpec.from_dict(SPEC), master_url="http://m", token="t", base_env={})
+WORKER_ENV = {
+    "PATH": "/usr/bin",
+    "LANG": "C.UTF-8",
+    "LC_ALL": "C.UTF-8",
+    "TZ": "UTC",
+    "TERM": "xterm",
+    "HOME": "/root",
+    "TMPDIR": "/var/tmp/airflow",
+    "AIRFLOW_HOME": "/srv/airflow",
+    "AIRFLOW_CONFIG": "/srv/airflow/airflow.cfg",
+    "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": "postgresql://airflow:pw@db/airflow",
+    "AIRFLOW__API_AUTH__JWT_SECRET": "jwt",
+    "AIRFLOW__CORE__FERNET_KEY": "fernet",
+    "AIRFLOW_CONN_DET_DEFAULT": "http://:service-token@127.0.0.1:8080",
+    "AIRFLOW_VAR_SECRET": "v",
+    "DATABASE_URL": "postgresql://u:p@db/x",
+    "HTTPS_PROXY": "http://proxy:3128",
+    "http_proxy": "http://proxy:3128",
+    "AWS_SECRET_ACCESS_KEY": "aws",
+    "PYTHONPATH": "/srv/airflow/plugins",
+    "PYTHONSTARTUP": "/srv/airflow/startup.py",
+    "LD_PRELOAD": "/srv/airflow/hook.so",
+    "_DET_LOCALAIRFLOW_HOME": "/srv/airflow",
+}
+
+
+def test_nothing_of_the_workers_environment_survives_but_the_allow_list(tmp_path: Path) -> None:
+    env = trial_environment(
+        TrialSpec.from_dict(SPEC), master_url="http://m", token="t", base_env=WORKER_ENV, workdir=tmp_path
+    )
+    kept = {k: v for k, v in WORKER_ENV.items() if env.get(k) == v}
+    assert kept == {"LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TZ": "UTC", "TERM": "xterm"}
+    assert not [k for k in env if "AIRFLOW" in k or "PROXY" in k.upper()]
+    secrets = ("pw@db", "jwt", "fernet", "service-token", "aws", "/srv/airflow")
+    assert not [(k, v) for k, v in env.items() if any(s in v for s in secrets)]
+    assert env["PATH"].split(os.pathsep)[1:] == ["/usr/bin"]
+    assert env["HOME"] == str(tmp_path / ".det" / "home") and env["TMPDIR"] == str(tmp_path / ".det" / "tmp")
+
+
+def test_the_configs_variables_are_the_way_to_add_to_the_environment() -> None:
+    spec = dict(
+        SPEC,
+        config={"environment": {"environment_variables": ["HTTPS_PROXY=http://mine:1", "PYTHONPATH=/opt/x"]}},
+    )
+    env = trial_environment(TrialSpec.from_dict(spec), base_env=WORKER_ENV, workdir="/w")
+    assert env["HTTPS_PROXY"] == "http://mine:1"
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == "/w" and env["PYTHONPATH"].endswith("/opt/x")
+
+
+def test_the_config_may_not_pose_as_another_trial_or_master() -> None:
+    config = {
+        "environment": {"environment_variables": ["DET_MASTER=http://evil", "DET_EXPERIMENT_CONFIG={}"]}
+    }
+    env = trial_environment(TrialSpec.from_dict(dict(SPEC, config=config)), base_env={})
+    assert trial_env.MASTER not in env and trial_env.EXPERIMENT_CONFIG not in env
+
+
+def test_the_config_reaches_the_trial_through_a_file(tmp_path: Path) -> None:
+    spec = TrialSpec.from_dict(SPEC)
+    path = write_trial_files(spec, tmp_path)
+    env = trial_environment(spec, base_env={}, workdir=tmp_path)
+    assert (
+        env[trial_env.EXPERIMENT_CONFIG_FILE]
+        == str(path)
+        == str(tmp_path / ".det" / "experiment_config.json")
+    )
+    assert json.loads(path.read_text()) == SPEC["config"]
+    assert Path(env["HOME"]).is_dir() and Path(env["TMPDIR"]).is_dir()
+    assert stat.S_IMODE((tmp_path / ".det").stat().st_mode) == 0o700
+
+
+def test_a_200_kb_config_starts_a_trial_that_reads_it(tmp_path: Path) -> None:
+    config = dict(SPEC["config"], data={"blob": "x" * 200_000})
+    spec = TrialSpec.from_dict(dict(SPEC, config=config))
+    write_trial_files(spec, tmp_path)
+    env = trial_environment(spec, base_env={"PATH": os.environ["PATH"]}, workdir=tmp_path)
+    script = "import det_airflow as det; print(len(det.get_cluster_info().user_data['blob']))"
+    out = Output()
+    code = run_trial_process(tmp_path, [sys.executable, "-c", script], env, on_output=out)
+    assert (code, out.of("stdout")) == (0, ["200000"]), out.lines
+
+
+def test_the_training_side_reads_back_what_the_environment_says(tmp_path: Path) -> None:
+    spec = TrialSpec.from_dict(SPEC)
+    write_trial_files(spec, tmp_path)
+    env = trial_environment(spec, master_url="http://m", token="t", base_env={}, workdir=tmp_path)
     info = cluster_info_from_env(env)
     assert info is not None
+    assert info.trial.config == SPEC["config"]
     assert info.trial.trial_id == 12 and info.trial.hparams == SPEC["hparams"]
     assert info.latest_checkpoint == "ckpt-1" and info.user_data == {"x": 1}
     assert info.container_addrs == ["127.0.0.1"] and info.allocation_id == "4.12.2"
@@ -299,3 +398,110 @@ def test_prepare_workdir_refuses_an_escaping_archive(tmp_path: Path) -> None:
 
     with pytest.raises(ContextError):
         prepare_workdir(_tar_gz({"../evil.py": b""}), tmp_path / "work")
+
+
+# --- running as the trial user --------------------------------------------------------------------
+
+as_root = pytest.mark.skipif(
+    os.geteuid() != 0, reason="switching to another user needs root (CI runs as root)"
+)
+
+
+@pytest.fixture
+def passable(tmp_path: Path) -> Iterator[Path]:
+    """A folder another user may pass through (pytest's own temporary folders are private to root)."""
+    base = Path(tempfile.mkdtemp(prefix="det-trial-test-"))
+    base.chmod(0o711)
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@as_root
+def test_as_root_trials_run_as_the_dedicated_user() -> None:
+    user = trial_user(None)
+    assert user is not None and user.name == DEFAULT_TRIAL_USER and user.uid != 0
+    assert pwd.getpwnam(DEFAULT_TRIAL_USER).pw_uid == user.uid
+
+
+@as_root
+def test_a_configured_trial_user_that_does_not_exist_is_a_clear_error() -> None:
+    with pytest.raises(TrialIsolationError, match=r"\[det\] trial_user = no-such-det-user: no such user"):
+        trial_user("no-such-det-user")
+    with pytest.raises(TrialIsolationError, match="must not run as root"):
+        trial_user("root")
+
+
+def test_a_trial_user_without_root_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(
+        TrialIsolationError, match=r"trial_user = nobody: the worker runs as uid 1000, not root"
+    ):
+        trial_user("nobody")
+    assert trial_user(None) is None  # not root and nothing set: the worker's own user
+
+
+@as_root
+def test_the_trial_process_runs_as_that_user_with_no_other_group(passable: Path) -> None:
+    user = trial_user("nobody")
+    assert user is not None
+    secret = passable / "airflow.cfg"
+    secret.write_text("[api_auth]\njwt_secret = s3cret\n")
+    secret.chmod(0o600)
+    workdir = passable / "trial"
+    workdir.mkdir()
+    hand_over(workdir, user)
+    out = Output()
+    script = f'id -u; id -G; cat {secret} || echo "denied"; touch {passable}/x || echo "no write"; touch mine'
+    code = run_trial_process(workdir, ["sh", "-c", script], {"PATH": os.defpath}, on_output=out, user=user)
+    assert code == 0, out.lines
+    assert out.of("stdout") == [str(user.uid), str(user.gid), "denied", "no write"]
+    assert "s3cret" not in " ".join(out.of("stderr"))
+    assert (workdir / "mine").stat().st_uid == user.uid
+
+
+@as_root
+def test_the_work_folder_is_handed_to_the_trial_user_and_no_one_else(passable: Path) -> None:
+    user = trial_user("nobody")
+    assert user is not None
+    workdir = prepare_workdir(_tar_gz({"train.py": b"print(1)\n", "pkg/m.py": b""}), passable / "w")
+    write_trial_files(TrialSpec.from_dict(SPEC), workdir)
+    hand_over(workdir, user)
+    owners = {p.lstat().st_uid for p in [workdir, *workdir.rglob("*")]}
+    assert owners == {user.uid}
+    assert stat.S_IMODE(workdir.stat().st_mode) == 0o700
+
+
+@as_root
+def test_a_folder_the_trial_user_cannot_pass_is_named_with_the_fix(passable: Path) -> None:
+    user = trial_user("nobody")
+    assert user is not None
+    private = passable / "private"
+    (private / "bin").mkdir(parents=True)
+    (private / "bin" / "python3").write_text("")
+    private.chmod(0o700)
+    with pytest.raises(TrialIsolationError) as caught:
+        check_trial_access(user, read=[private / "bin" / "python3"])
+    assert f"cannot reach {private}/bin/python3: it may not pass through {private} (mode drwx------" in str(
+        caught.value
+    )
+    assert f"chmod o+x {private}" in str(caught.value)
+    private.chmod(0o711)
+    check_trial_access(user, read=[private / "bin" / "python3"])
+
+
+@as_root
+def test_checkpoint_storage_is_made_writable_for_the_trial_user_only_where_safe(passable: Path) -> None:
+    user = trial_user("nobody")
+    assert user is not None
+    fresh = passable / "new" / "checkpoints"
+    ensure_writable_dir(fresh, user)
+    assert fresh.stat().st_uid == user.uid
+    assert stat.S_IMODE(fresh.parent.stat().st_mode) == 0o711
+
+    existing = passable / "existing"
+    existing.mkdir(mode=0o755)
+    with pytest.raises(TrialIsolationError, match=f"cannot write to {existing}: .*chown nobody {existing}"):
+        ensure_writable_dir(existing, user)
+    assert existing.stat().st_uid == 0  # a folder det does not own is never taken over
+    ensure_writable_dir(existing, user, adopt=True)
+    assert existing.stat().st_uid == user.uid

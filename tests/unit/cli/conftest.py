@@ -3,8 +3,10 @@ by uvicorn on 127.0.0.1, and helpers to drive ``det`` in-process or as the insta
 
 from __future__ import annotations
 
+import http.server
 import os
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -15,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import uvicorn
 import yaml
@@ -26,7 +29,21 @@ from det_airflow.cli import logs as logs_cli
 from det_airflow.cli.main import main
 
 TOKEN = "good-token"
-USERS = {"admin": "s3cret"}
+# A second, non-admin user, and a token signed with a JWT secret the master no longer has.
+CAROL_TOKEN = "carol-token"
+STALE_TOKEN = "stale-token"
+USERS = {"admin": "s3cret", "carol": "carol-pw"}
+TOKENS = {TOKEN: "admin", CAROL_TOKEN: "carol"}
+ADMINS = {"admin"}
+FINISHED = {"COMPLETED", "CANCELED", "ERROR"}
+# action -> (states it may start from, state it leads to), as the real master has them.
+TRANSITIONS = {
+    "pause": ({"ACTIVE"}, "PAUSED"),
+    "activate": ({"PAUSED"}, "ACTIVE"),
+    "cancel": ({"ACTIVE", "PAUSED"}, "STOPPING_CANCELED"),
+    "kill": ({"ACTIVE", "PAUSED", "STOPPING_CANCELED"}, "STOPPING_KILLED"),
+}
+CHECKPOINT_UUID = "5f1c2a9e-0b7d-4c3e-9a1f-2b3c4d5e6f70"
 DET_SCRIPT = Path(sys.executable).with_name("det")
 
 
@@ -100,10 +117,16 @@ class FakeMaster:
     metrics: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     configs: dict[int, dict[str, Any]] = field(default_factory=dict)
     created: list[dict[str, Any]] = field(default_factory=list)
-    actions: list[tuple[str, int]] = field(default_factory=list)
+    # Every create body received, resends included.
+    create_requests: list[dict[str, Any]] = field(default_factory=list)
+    by_request_id: dict[str, int] = field(default_factory=dict)
+    checkpoints: dict[str, dict[str, Any]] = field(default_factory=dict)
+    actions: list[tuple[str, Any]] = field(default_factory=list)
     seen_auth: list[str | None] = field(default_factory=list)
     # A created experiment then "runs": its trial appears, logs a few lines and ends in this state.
     final_state: str = "COMPLETED"
+    # What the master's delete answers it could not remove.
+    not_removed: list[str] = field(default_factory=list)
     ticks: dict[int, int] = field(default_factory=dict)
 
     def reset(self) -> None:
@@ -163,6 +186,21 @@ class FakeMaster:
         self.configs = {
             1: {"name": "exp-1", "searcher": {"name": "single", "metric": "loss"}, "max_restarts": 5}
         }
+        self.checkpoints = {
+            CHECKPOINT_UUID: {
+                "uuid": CHECKPOINT_UUID,
+                "trial_id": 10,
+                "experiment_id": 1,
+                "steps_completed": 937,
+                "state": "COMPLETED",
+                "metadata": {"steps_completed": 937, "framework": "torch"},
+                "resources": {"model.pt": 2048, "state/optimizer.pt": 1024},
+                "size": 3072,
+                "storage": {"type": "shared_fs", "path": f"/nonexistent/checkpoints/{CHECKPOINT_UUID}"},
+                "report_time": "2025-03-01T12:59:00+00:00",
+                "validation_metric": 0.9,
+            }
+        }
 
     # --- the life of an experiment created by a test ---
 
@@ -188,11 +226,35 @@ class FakeMaster:
 def build_app(master: FakeMaster) -> FastAPI:
     app = FastAPI()
 
-    def person(request: Request) -> None:
+    def person(request: Request) -> str:
         header = request.headers.get("authorization")
         master.seen_auth.append(header)
-        if header != f"Bearer {TOKEN}":
+        if header == f"Bearer {STALE_TOKEN}":
+            raise HTTPException(403, "Invalid JWT token")  # Airflow's own answer
+        user = TOKENS.get((header or "").removeprefix("Bearer "))
+        if user is None:
             raise HTTPException(401, "missing or invalid token")
+        return user
+
+    def state_rule(e: dict[str, Any], action: str) -> None:
+        # The real master's rules and wording (det_airflow.master.experiments.change_state), which
+        # test_real_master.py checks against the master itself; the stand-in keeps no state changes.
+        if action == "archive" and e["state"] not in FINISHED:
+            raise HTTPException(
+                409, f"experiment {e['id']} is {e['state']}; only finished experiments can be archived"
+            )
+        allowed = TRANSITIONS.get(action)
+        if allowed is not None and e["state"] != allowed[1] and e["state"] not in allowed[0]:
+            raise HTTPException(409, f"experiment {e['id']} is {e['state']}; cannot {action} it")
+
+    def check_change(user: str, e: dict[str, Any], action: str) -> None:
+        # The real master's rule and wording (det_airflow.master.authz).
+        if e["owner"] != user and user not in ADMINS:
+            raise HTTPException(
+                403,
+                f"user '{user}' may not {action} experiment {e['id']}: it belongs to "
+                f"'{e['owner']}'; only its owner or an admin may change it",
+            )
 
     def experiment_or_404(experiment_id: int) -> dict[str, Any]:
         master.advance(experiment_id)
@@ -208,22 +270,27 @@ def build_app(master: FakeMaster) -> FastAPI:
         body = await request.json()
         if USERS.get(body.get("username")) != body.get("password"):
             return JSONResponse({"detail": "Invalid credentials"}, status_code=401)
-        return {"access_token": TOKEN}
+        return {"access_token": next(t for t, u in TOKENS.items() if u == body["username"])}
 
     api = "/det/api/v1"
     auth = [Depends(person)]
 
-    @app.post(f"{api}/experiments", dependencies=auth)
-    async def create(request: Request) -> Any:
+    @app.post(f"{api}/experiments")
+    async def create(request: Request, user: str = Depends(person)) -> Any:
         body = await request.json()
+        master.create_requests.append(body)
         config = yaml.safe_load(body["config"])
         if config.get("name") == "rejected":
             raise HTTPException(400, "resources.resource_pool: pool 'gpu' does not exist")
+        if body.get("request_id") in master.by_request_id:  # a resend: the experiment it created
+            return {"experiment": master.experiments[master.by_request_id[body["request_id"]]]}
         master.created.append(body)
         experiment_id = max(master.experiments) + 1
+        if body.get("request_id"):
+            master.by_request_id[body["request_id"]] = experiment_id
         state = "PAUSED" if body.get("paused") else "ACTIVE"
         master.experiments[experiment_id] = _experiment(
-            experiment_id, name=config.get("name", ""), state=state
+            experiment_id, name=config.get("name", ""), state=state, owner=user
         )
         master.configs[experiment_id] = config
         master.ticks[experiment_id] = 0
@@ -252,21 +319,84 @@ def build_app(master: FakeMaster) -> FastAPI:
         experiment_or_404(experiment_id)
         return {"trials": trials_of(experiment_id)}
 
-    @app.post(f"{api}/experiments/{{experiment_id}}/{{action}}", dependencies=auth)
-    def act(experiment_id: int, action: str) -> Any:
+    @app.get(f"{api}/experiments/{{experiment_id}}/checkpoints", dependencies=auth)
+    def list_checkpoints(experiment_id: int) -> Any:
+        experiment_or_404(experiment_id)
+        return {
+            "checkpoints": [c for c in master.checkpoints.values() if c["experiment_id"] == experiment_id]
+        }
+
+    @app.post(f"{api}/experiments/{{experiment_id}}/labels")
+    async def add_label(experiment_id: int, request: Request, user: str = Depends(person)) -> Any:
+        e = experiment_or_404(experiment_id)
+        check_change(user, e, "label")
+        label = (await request.json())["label"]
+        if label not in e["labels"]:
+            e["labels"].append(label)
+        return {"experiment": e}
+
+    @app.delete(f"{api}/experiments/{{experiment_id}}/labels/{{label:path}}")
+    def remove_label(experiment_id: int, label: str, user: str = Depends(person)) -> Any:
+        e = experiment_or_404(experiment_id)
+        check_change(user, e, "unlabel")
+        if label in e["labels"]:
+            e["labels"].remove(label)
+        return {"experiment": e}
+
+    @app.patch(f"{api}/experiments/{{experiment_id}}")
+    async def patch(experiment_id: int, request: Request, user: str = Depends(person)) -> Any:
+        e = experiment_or_404(experiment_id)
+        check_change(user, e, "edit")
+        e.update({k: v for k, v in (await request.json()).items() if k in ("name", "description")})
+        return {"experiment": e}
+
+    @app.post(f"{api}/experiments/{{experiment_id}}/{{action}}")
+    def act(experiment_id: int, action: str, user: str = Depends(person)) -> Any:
         e = experiment_or_404(experiment_id)
         if action not in ("pause", "activate", "cancel", "kill", "archive", "unarchive"):
             raise HTTPException(404, "Not Found")
-        if action == "activate" and e["state"] == "COMPLETED":
-            raise HTTPException(409, f"experiment {experiment_id} is COMPLETED and cannot be activated")
+        check_change(user, e, action)
+        state_rule(e, action)
         master.actions.append((action, experiment_id))
         return {"experiment": e}
 
-    @app.delete(f"{api}/experiments/{{experiment_id}}", dependencies=auth)
-    def delete(experiment_id: int) -> Any:
-        experiment_or_404(experiment_id)
+    @app.delete(f"{api}/experiments/{{experiment_id}}")
+    def delete(experiment_id: int, user: str = Depends(person)) -> Any:
+        e = experiment_or_404(experiment_id)
+        check_change(user, e, "delete")
+        if e["state"] not in FINISHED:
+            raise HTTPException(
+                409, f"experiment {experiment_id} is {e['state']}; cancel or kill it before deleting it"
+            )
         master.actions.append(("delete", experiment_id))
         del master.experiments[experiment_id]
+        return {"not_removed": master.not_removed}
+
+    @app.post(f"{api}/trials/{{trial_id}}/kill")
+    def kill_trial(trial_id: int, user: str = Depends(person)) -> Any:
+        if trial_id not in master.trials:
+            raise HTTPException(404, f"trial {trial_id} not found")
+        trial = master.trials[trial_id]
+        check_change(user, master.experiments[trial["experiment_id"]], f"kill trial {trial_id} of")
+        master.actions.append(("kill trial", trial_id))
+        trial["state"] = "STOPPING_KILLED"
+        return {"trial": trial}
+
+    def checkpoint_or_404(uuid: str) -> dict[str, Any]:
+        if uuid not in master.checkpoints:
+            raise HTTPException(404, f"checkpoint {uuid} not found")
+        return master.checkpoints[uuid]
+
+    @app.get(f"{api}/checkpoints/{{uuid}}", dependencies=auth)
+    def get_checkpoint(uuid: str) -> Any:
+        return {"checkpoint": checkpoint_or_404(uuid)}
+
+    @app.delete(f"{api}/checkpoints/{{uuid}}")
+    def delete_checkpoint(uuid: str, user: str = Depends(person)) -> Any:
+        c = checkpoint_or_404(uuid)
+        check_change(user, master.experiments[c["experiment_id"]], f"delete checkpoint {uuid} of")
+        master.actions.append(("delete checkpoint", uuid))
+        c["state"] = "DELETED"
         return {}
 
     @app.get(f"{api}/trials/{{trial_id}}", dependencies=auth)
@@ -294,9 +424,9 @@ def build_app(master: FakeMaster) -> FastAPI:
             lines = lines[:limit]
         return {"logs": lines, "trial_state": master.trials[trial_id]["state"]}
 
-    @app.get(f"{api}/me", dependencies=auth)
-    def me() -> Any:
-        return {"username": "admin"}
+    @app.get(f"{api}/me")
+    def me(user: str = Depends(person)) -> Any:
+        return {"username": user}
 
     @app.get(f"{api}/experiments/{{experiment_id}}/context", dependencies=auth)
     def context(experiment_id: int) -> Response:
@@ -353,6 +483,56 @@ def master(_served_master: FakeMaster, cli_env: Path, monkeypatch: pytest.Monkey
     monkeypatch.setenv("DET_MASTER", _served_master.url)
     store_login(_served_master.url, "admin", TOKEN)
     return _served_master
+
+
+class _AnswerLosingProxy(http.server.BaseHTTPRequestHandler):
+    """Forwards to the stand-in master, but resets the connection instead of passing on the answer
+    to the first ``POST .../experiments``: the master created the experiment, the client never hears."""
+
+    upstream = ""
+    lost: list[str] = []
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _forward(self) -> None:
+        body = self.rfile.read(int(self.headers.get("content-length") or 0))
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+        with httpx.Client(base_url=self.upstream) as client:
+            answer = client.request(self.command, self.path, content=body, headers=headers)
+        if self.command == "POST" and self.path.endswith("/experiments") and not self.lost:
+            self.lost.append(self.path)
+            # Reset the connection (linger 0), as a crashing server or a dropped link would.
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.connection.close()
+            self.close_connection = True
+            return
+        self.send_response(answer.status_code)
+        for name in ("content-type",):
+            if name in answer.headers:
+                self.send_header(name, answer.headers[name])
+        self.send_header("content-length", str(len(answer.content)))
+        self.send_header("connection", "close")
+        self.end_headers()
+        self.wfile.write(answer.content)
+
+    do_GET = do_POST = do_DELETE = do_PATCH = _forward
+
+
+@pytest.fixture
+def answer_losing_master(master: FakeMaster) -> Iterator[tuple[str, list[str]]]:
+    """The stand-in master behind a proxy that loses the first create's answer: (URL, lost paths)."""
+    handler = type("Proxy", (_AnswerLosingProxy,), {"upstream": master.url, "lost": []})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    from det_airflow.api.user import store_login
+
+    store_login(url, "admin", TOKEN)
+    yield url, handler.lost
+    server.shutdown()
+    server.server_close()
 
 
 @dataclass

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import re
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -141,35 +142,42 @@ def test_config_prints_yaml(det: Any, master: Any) -> None:
     assert yaml.safe_load(result.out) == master.configs[1]
 
 
-# --- lifecycle -------------------------------------------------------------------------------------
+# --- lifecycle (the rules themselves are checked against the real master in test_real_master.py) --
 
 
 @pytest.mark.parametrize(
-    ("verb", "printed"),
+    ("verb", "experiment_id", "printed"),
     [
-        ("pause", "Paused experiment 2"),
-        ("activate", "Activated experiment 2"),
-        ("cancel", "Canceled experiment 2"),
-        ("kill", "Killed experiment 2"),
-        ("archive", "Archived experiment 2"),
-        ("unarchive", "Unarchived experiment 2"),
+        ("pause", 2, "Paused experiment 2"),
+        ("activate", 2, "Activated experiment 2"),
+        ("cancel", 2, "Canceled experiment 2"),
+        ("kill", 2, "Killed experiment 2"),
+        ("archive", 1, "Archived experiment 1"),
+        ("unarchive", 3, "Unarchived experiment 3"),
     ],
 )
-def test_lifecycle(det: Any, master: Any, verb: str, printed: str) -> None:
-    result = det("e", verb, "2")
+def test_lifecycle(det: Any, master: Any, verb: str, experiment_id: int, printed: str) -> None:
+    result = det("e", verb, str(experiment_id))
     assert (result.code, result.out) == (0, printed + "\n")
-    assert master.actions == [(verb, 2)]
+    assert master.actions == [(verb, experiment_id)]
 
 
 def test_delete_with_yes(det: Any, master: Any) -> None:
-    result = det("e", "delete", "2", "--yes")
-    assert (result.code, result.out) == (0, "Deleted experiment 2\n")
-    assert master.actions == [("delete", 2)]
+    result = det("e", "delete", "1", "--yes")
+    assert (result.code, result.out) == (0, "Deleted experiment 1\n")
+    assert master.actions == [("delete", 1)]
+
+
+def test_delete_names_what_the_master_could_not_remove(det: Any, master: Any) -> None:
+    master.not_removed = ["checkpoint files /ckpt/abc: Permission denied\x1b]0;t\x07"]
+    result = det("e", "delete", "1", "--yes")
+    assert (result.code, result.out) == (1, "Deleted experiment 1\n")
+    assert result.err == "not removed: checkpoint files /ckpt/abc: Permission denied\n"
 
 
 def test_delete_without_a_terminal_needs_yes(det: Any, master: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("sys.stdin", io.StringIO("y\n"))
-    result = det("e", "delete", "2")
+    result = det("e", "delete", "1")
     assert result.code == 1
     assert "--yes" in result.err
     assert master.actions == []
@@ -181,13 +189,13 @@ def test_delete_prompt(det: Any, master: Any, monkeypatch: pytest.MonkeyPatch) -
             return True
 
     monkeypatch.setattr("sys.stdin", Tty("n\n"))
-    result = det("e", "delete", "2")
+    result = det("e", "delete", "1")
     assert result.code == 0
     assert "Aborting" in result.out
     assert master.actions == []
     monkeypatch.setattr("sys.stdin", Tty("y\n"))
-    assert det("e", "delete", "2").out.endswith("Deleted experiment 2\n")
-    assert master.actions == [("delete", 2)]
+    assert det("e", "delete", "1").out.endswith("Deleted experiment 1\n")
+    assert master.actions == [("delete", 1)]
 
 
 # --- wait, logs ------------------------------------------------------------------------------------
@@ -335,3 +343,161 @@ def test_local_test_mode_refuses_an_oversized_context(det: Any, cli_env: Path, p
     assert result.code == 1
     assert "over the limit" in result.err
     assert "data.bin" in result.err
+
+
+# --- exactly-once create ---------------------------------------------------------------------------
+
+REQUEST_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def test_each_create_sends_its_own_request_id(det: Any, master: Any, project: Path) -> None:
+    assert det("e", "create", str(project / "const.yaml")).out == "Created experiment 4\n"
+    assert det("e", "create", str(project / "const.yaml")).out == "Created experiment 5\n"
+    first, second = (body["request_id"] for body in master.create_requests)
+    assert REQUEST_ID.match(first) and REQUEST_ID.match(second)
+    assert first != second
+
+
+def test_create_whose_answer_is_lost_is_resent_and_made_once(
+    det: Any, master: Any, project: Path, answer_losing_master: tuple[str, list[str]]
+) -> None:
+    url, lost = answer_losing_master
+    result = det("-m", url, "e", "create", str(project / "const.yaml"), str(project / "code"))
+    assert result.code == 0, result.err
+    assert result.out.splitlines()[-1] == "Created experiment 4"
+    assert lost == ["/det/api/v1/experiments"]  # the first answer never reached the CLI
+    first, resent = master.create_requests
+    assert resent == first  # same body, same request id: the master answers with what it made
+    assert len(master.created) == 1
+    assert sorted(master.experiments) == [1, 2, 3, 4]
+
+
+def test_request_without_request_id_is_not_resent(
+    master: Any, answer_losing_master: tuple[str, list[str]]
+) -> None:
+    from det_airflow.api.user import connect
+    from det_airflow.errors import APIError
+
+    url, _lost = answer_losing_master
+    body = {"config": CONFIG, "context": None, "paused": False}
+    with pytest.raises(APIError, match=f"cannot reach the master at {url}"):
+        connect(url)._json("POST", "/experiments", json=body)
+    assert len(master.create_requests) == 1
+
+
+def test_test_is_determineds_alias_for_test_mode() -> None:
+    from det_airflow.cli.main import build_parser
+
+    args = build_parser().parse_args(["e", "create", "--local", "--test", "const.yaml", "."])
+    assert (args.local, args.test_mode) == (True, True)
+
+
+# --- labels, name, description ---------------------------------------------------------------------
+
+
+def test_label_add_and_remove(det: Any, master: Any) -> None:
+    result = det("e", "label", "add", "2", "baseline")
+    assert (result.code, result.out) == (0, "Added label 'baseline' to experiment 2\n")
+    assert det("e", "label", "add", "2", "team/vision").code == 0
+    assert master.experiments[2]["labels"] == ["baseline", "team/vision"]
+    result = det("e", "label", "remove", "2", "team/vision")
+    assert (result.code, result.out) == (0, "Removed label 'team/vision' from experiment 2\n")
+    assert master.experiments[2]["labels"] == ["baseline"]
+    _, rows = _table(det("e", "describe", "2").out.split("\n\nTrials:")[0].removeprefix("Experiment:\n"))
+    assert rows[0][-1] == "baseline"
+
+
+def test_set_description_and_name(det: Any, master: Any) -> None:
+    result = det("e", "set", "description", "2", "lr sweep, take 2")
+    assert (result.code, result.out) == (0, "Set description of experiment 2 to 'lr sweep, take 2'\n")
+    result = det("e", "set", "name", "2", "sweep-2")
+    assert (result.code, result.out) == (0, "Set name of experiment 2 to 'sweep-2'\n")
+    assert (master.experiments[2]["name"], master.experiments[2]["description"]) == (
+        "sweep-2",
+        "lr sweep, take 2",
+    )
+
+
+def test_set_empty_name_is_refused_before_the_master(det: Any, master: Any) -> None:
+    result = det("e", "set", "name", "2", "  ")
+    assert (result.code, result.err) == (1, "Error: an experiment's name cannot be empty\n")
+    assert master.experiments[2]["name"] == "search"
+
+
+def test_label_of_unknown_experiment(det: Any, master: Any) -> None:
+    result = det("e", "label", "add", "99", "x")
+    assert (result.code, result.err) == (1, "Error: experiment 99 not found\n")
+
+
+# --- permission denied -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "action", "experiment_id"),
+    [
+        (["e", "pause", "2"], "pause", 2),
+        (["e", "label", "add", "2", "mine"], "label", 2),
+        (["e", "set", "name", "2", "mine"], "edit", 2),
+        (["e", "delete", "2", "--yes"], "delete", 2),
+        (["t", "kill", "10"], "kill trial 10 of", 1),
+    ],
+)
+def test_permission_denied_is_one_line(
+    det: Any, master: Any, argv: list[str], action: str, experiment_id: int
+) -> None:
+    from det_airflow.api.user import store_login
+
+    from .conftest import CAROL_TOKEN
+
+    store_login(master.url, "carol", CAROL_TOKEN)
+    owner = master.experiments[experiment_id]["owner"]
+    result = det(*argv)
+    assert result.code == 1
+    assert result.out == ""
+    assert result.err == (
+        f"Error: permission denied: user 'carol' may not {action} experiment {experiment_id}: "
+        f"it belongs to '{owner}'; only its owner or an admin may change it\n"
+    )
+    assert master.actions == []
+
+
+# --- control sequences from the master -------------------------------------------------------------
+
+OSC52 = "\x1b]52;c;Y3VybCBldmlsLnNoIHwgc2g=\x07"
+TITLE = "\x1b]0;pwned\x1b\\"
+CLEAR = "\x1b[2J\x1b[H"
+
+
+def test_names_labels_and_descriptions_are_printed_without_control_sequences(det: Any, master: Any) -> None:
+    master.experiments[2].update(
+        name=f"search{OSC52}", labels=[f"{CLEAR}prod"], description=f"d{TITLE}", owner=f"bob{CLEAR}"
+    )
+    for argv in (["e", "list"], ["e", "list", "--csv"], ["e", "describe", "2"]):
+        result = det(*argv)
+        assert result.code == 0, result.err
+        assert "\x1b" not in result.out and "\x07" not in result.out
+    _, rows = _table(det("e", "list").out)
+    assert rows[1][1:3] == ["bob", "search"]
+    _, rows = _table(det("e", "describe", "2").out.split("\n\nTrials:")[0].removeprefix("Experiment:\n"))
+    assert (rows[0][5], rows[0][6], rows[0][-1]) == ("search", "d", "prod")
+    # JSON escapes them instead, so scripts still get the stored value.
+    assert json.loads(det("e", "list", "--json").out)[1]["name"] == f"search{OSC52}"
+
+
+def test_errors_from_the_master_are_printed_without_control_sequences(det: Any, master: Any) -> None:
+    from det_airflow.api.user import store_login
+
+    from .conftest import CAROL_TOKEN
+
+    master.experiments[2]["owner"] = f"bob{TITLE}{CLEAR}"
+    store_login(master.url, "carol", CAROL_TOKEN)
+    result = det("e", "pause", "2")
+    assert result.code == 1
+    assert result.err == (
+        "Error: permission denied: user 'carol' may not pause experiment 2: it belongs to 'bob'; "
+        "only its owner or an admin may change it\n"
+    )
+    master.experiments[1]["error"] = f"every trial failed{OSC52}"
+    master.experiments[1]["state"] = "ERROR"
+    result = det("e", "wait", "1")
+    assert (result.code, result.err) == (1, "Error: every trial failed\n")

@@ -63,9 +63,6 @@ def test_local_test_mode_passes(cli_env: Path, tmp_path: Path, capfd: pytest.Cap
 @pytest.mark.parametrize(
     ("args", "metric", "failure"),
     [
-        (["validate", "checkpoint"], "loss", "Error: no training metrics were reported"),
-        (["train", "checkpoint"], "loss", "Error: no validation metrics were reported"),
-        (["train", "validate"], "loss", "Error: no checkpoint was saved"),
         (["train", "validate", "checkpoint", "fail"], "loss", "Error: the entrypoint exited with code 3"),
         (["train", "validate", "checkpoint"], "accuracy", "do not include the searcher's metric 'accuracy'"),
     ],
@@ -85,3 +82,40 @@ def test_local_test_mode_failures(
     assert failure in err
     assert "FAILED" in out
     assert "Traceback" not in err
+
+
+def _rows(out: str) -> dict[str, tuple[str, str]]:
+    """The check table as {check: (found, result)}."""
+    rows = {}
+    for line in out.splitlines():
+        cells = [cell.strip() for cell in line.split("|")]
+        if len(cells) == 3 and cells[0] != "Check":
+            rows[cells[0]] = (cells[1], cells[2])
+    return rows
+
+
+@pytest.mark.parametrize(
+    "args",
+    [[], ["train"], ["train", "checkpoint"], ["validate", "checkpoint"], ["train", "validate"]],
+)
+def test_a_program_that_reports_less_passes_and_the_table_says_what_it_saw(
+    cli_env: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str], args: list[str]
+) -> None:
+    project = _project(tmp_path, *args)
+    code = main(["e", "create", "--local", "-t", str(project / "const.yaml"), str(project / "code")])
+    out, err = capfd.readouterr()
+    assert code == 0, out + err
+    rows = _rows(out)
+    assert rows["Training metrics"] == ("1 report" if "train" in args else "0 reports", "-")
+    assert rows["Validation metrics"] == ("1 report" if "validate" in args else "0 reports", "-")
+    assert rows["Checkpoints"] == ("1" if "checkpoint" in args else "0", "-")
+    assert "Local test mode succeeded" in out
+
+
+def test_the_run_says_which_determined_package_runs(
+    cli_env: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    project = _project(tmp_path)
+    main(["e", "create", "--local", "-t", str(project / "const.yaml"), str(project / "code")])
+    out, _ = capfd.readouterr()
+    assert "import determined: det-airflow's implementation of Determined's training API runs" in out

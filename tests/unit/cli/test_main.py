@@ -63,7 +63,7 @@ def test_master_address_from_flag_env_or_default(
         def whoami(self) -> str:
             return "admin"
 
-    def connect(master: str) -> Client:
+    def connect(master: str, **kwargs: Any) -> Client:
         seen.append(master)
         return Client()
 
@@ -96,7 +96,7 @@ def test_not_found_from_the_master(det: Any, master: Any) -> None:
 def test_conflict_from_the_master(det: Any, master: Any) -> None:
     result = det("e", "activate", "1")
     assert result.code == 1
-    assert result.err == "Error: experiment 1 is COMPLETED and cannot be activated\n"
+    assert result.err == "Error: experiment 1 is COMPLETED; cannot activate it\n"
 
 
 def test_not_logged_in(det: Any, master: Any) -> None:

@@ -1,4 +1,5 @@
-"""``det preview-search``: the searcher section, then trials per training length, simulated offline."""
+"""``det preview-search``: the searcher section, then trials per training length (Determined's closed
+form for stop-based ASHA, a labelled simulation otherwise)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from det_airflow.cli.main import main
 ASHA = """
 entrypoint: python3 train.py
 hyperparameters:
-  lr: {type: log, minval: -4, maxval: -1}
+  lr: {type: log, minval: -4, maxval: -1, base: 10}
 searcher:
   name: adaptive_asha
   metric: validation_loss
@@ -65,6 +66,49 @@ def test_counts_trials_at_each_rung_length(tmp_path, capsys):
     assert out.rstrip().endswith(
         f"This search will create a total of 16 trial(s) and train for a total of {total} Batches."
     )
+
+
+def test_stop_based_asha_is_determined_closed_form_and_says_so(tmp_path, capsys):
+    _, out, _ = _preview(tmp_path, capsys, ASHA)
+    assert "Closed form (as Determined 0.38)" in out and "Simulation" not in out
+    # brackets (3 rungs, 12 trials) and (2, 4): 12 -> 3 -> 1 and 4 -> 1 continue past each rung
+    assert _table(out) == [
+        (9, "train for 58 Batches"),
+        (5, "train for 234 Batches"),
+        (2, "train to completion"),
+    ]
+
+
+def test_conservative_search_matches_determined_preview(tmp_path, capsys):
+    config = """
+    entrypoint: python3 train.py
+    hyperparameters:
+      lr: {type: log, minval: -4, maxval: -1, base: 10}
+    searcher:
+      name: adaptive_asha
+      metric: loss
+      mode: conservative
+      max_trials: 10
+      divisor: 3
+      time_metric: batches
+      max_time: 1000
+    """
+    _, out, _ = _preview(tmp_path, capsys, config)
+    assert _table(out) == [
+        (5, "train for 111 batches"),
+        (2, "train for 333 batches"),
+        (3, "train to completion"),
+    ]
+    total = 5 * 111 + 2 * 333 + 3 * 1000
+    assert out.rstrip().endswith(
+        f"This search will create a total of 10 trial(s) and train for a total of {total} batches."
+    )
+
+
+def test_promotion_asha_is_labelled_as_a_simulation(tmp_path, capsys):
+    config = ASHA.replace("max_trials: 16", "max_trials: 16\n  stop_once: false")
+    _, out, _ = _preview(tmp_path, capsys, config)
+    assert "Simulation: " in out and "Closed form" not in out
 
 
 def test_the_preview_is_the_same_every_time(tmp_path, capsys):

@@ -106,3 +106,37 @@ def test_describe_metrics_and_json(det: Any, master: Any) -> None:
     assert '"accuracy": 0.9' in result.out
     data = json.loads(det("t", "describe", "10", "--json").out)
     assert data["trial"]["id"] == 10
+
+
+def test_kill(det: Any, master: Any) -> None:
+    result = det("t", "kill", "10")
+    assert (result.code, result.out) == (0, "Killed trial 10\n")
+    assert master.actions == [("kill trial", 10)]
+    result = det("trial", "kill", "999")
+    assert (result.code, result.err) == (1, "Error: trial 999 not found\n")
+
+
+OSC52 = "\x1b]52;c;Y3VybCBldmlsLnNoIHwgc2g=\x07"
+TITLE = "\x1b]2;pwned\x1b\\"
+CLEAR = "\x1b[2J\x1b[3J\x1b[H"
+
+
+@pytest.mark.parametrize(
+    "argv", [["t", "logs", "10"], ["e", "logs", "1"], ["t", "logs", "10", "--tail", "1"]]
+)
+def test_log_lines_are_printed_without_control_sequences(det: Any, master: Any, argv: list[str]) -> None:
+    master.logs[10].append(_log(6, 10, f"{CLEAR}epoch 2{OSC52} loss\r\x1b[1A=0.1{TITLE}"))
+    master.logs[10][-1]["container_id"] = f"c0ffee{TITLE}"
+    result = det(*argv)
+    assert result.code == 0, result.err
+    assert (
+        result.out.splitlines()[-1] == "[2025-03-01T12:00:06+00:00] c0ffee [rank=0] || INFO: epoch 2 loss=0.1"
+    )
+    assert "\x1b" not in result.out
+
+
+def test_log_json_keeps_the_message_escaped(det: Any, master: Any) -> None:
+    master.logs[10].append(_log(6, 10, f"{CLEAR}x"))
+    last = det("t", "logs", "10", "--json").out.splitlines()[-1]
+    assert "\x1b" not in last
+    assert json.loads(last)["message"] == f"{CLEAR}x\n"

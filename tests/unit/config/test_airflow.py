@@ -30,6 +30,7 @@ def test_other_det_settings_and_empty_values_in_the_defaults_are_ignored() -> No
 def test_every_field() -> None:
     written = {
         "executor": "kubernetes",
+        "trial_runner": "docker",
         "pool": "gpu",
         "queue": "gpu-workers",
         "master_conn_id": "det_prod",

@@ -140,6 +140,7 @@ def test_mnist_const_in_determined_shape_with_defaults_filled() -> None:
     assert (out["max_restarts"], out["scheduling_unit"], out["checkpoint_storage"]) == (5, 100, None)
     assert out["airflow"] == {
         "executor": "local",
+        "trial_runner": "local",
         "pool": "default_pool",
         "queue": None,
         "master_conn_id": "det_default",

@@ -56,9 +56,14 @@ def test_every_typed_hyperparameter() -> None:
     }
 
 
-def test_log_base_defaults_to_ten() -> None:
-    cfg = parse_config(hparams(lr={"type": "log", "minval": -4, "maxval": -1}))
-    assert cfg.hyperparameters["lr"] == LogHP(-4.0, -1.0, base=10.0)
+def test_log_needs_a_base_as_in_determined() -> None:
+    problems = problems_of(hparams(lr={"type": "log", "minval": -4, "maxval": -1}))
+    assert problems == [
+        (
+            "hyperparameters.lr.base",
+            "required for a log hyperparameter (e.g. base: 10); expected a number > 0",
+        )
+    ]
 
 
 def test_a_mapping_without_type_is_a_nested_group_to_any_depth() -> None:
@@ -93,7 +98,7 @@ def test_normalized_form_uses_typed_leaves_and_plain_groups() -> None:
 def test_grid_search_with_counts_everywhere() -> None:
     config = hparams(
         n={"type": "int", "minval": 1, "maxval": 4, "count": 4},
-        opt={"lr": {"type": "log", "minval": -3, "maxval": -1, "count": 3}},
+        opt={"lr": {"type": "log", "minval": -3, "maxval": -1, "base": 10, "count": 3}},
         act={"type": "categorical", "vals": ["relu"]},
     )
     config["searcher"] = GRID
@@ -147,7 +152,7 @@ BAD_HPARAMS = [
     pytest.param({"n": {"type": "int", "minval": 1.5, "maxval": 4}}, "hyperparameters.n.minval",
                  "expected an integer, got 1.5", id="int-float-bound"),
     pytest.param({"n": {"type": "int", "minval": 8, "maxval": 4}}, "hyperparameters.n.maxval",
-                 "expected an integer >= minval (8), got 4", id="int-reversed"),
+                 "expected an integer > minval (8); for one value use {type: const}, got 4", id="int-reversed"),
     pytest.param({"n": {"type": "int", "minval": 1, "maxval": 4, "count": 0}}, "hyperparameters.n.count",
                  "expected an integer >= 1, got 0", id="count-zero"),
     pytest.param({"n": {"type": "int", "min_val": 1, "maxval": 4}}, "hyperparameters.n.min_val",
@@ -157,7 +162,7 @@ BAD_HPARAMS = [
     pytest.param({"lr": {"type": "double", "minval": "low", "maxval": 1}}, "hyperparameters.lr.minval",
                  "expected a number, got 'low'", id="double-text-bound"),
     pytest.param({"lr": {"type": "double", "minval": 1, "maxval": 0.1}}, "hyperparameters.lr.maxval",
-                 "expected a number >= minval (1), got 0.1", id="double-reversed"),
+                 "expected a number > minval (1); for one value use {type: const}, got 0.1", id="double-reversed"),
     pytest.param({"lr": {"type": "log", "minval": -4, "maxval": -1, "base": 0}}, "hyperparameters.lr.base",
                  "expected a number > 0, got 0", id="log-base"),
     pytest.param({"act": {"type": "categorical", "vals": []}}, "hyperparameters.act.vals",

@@ -76,8 +76,8 @@ def test_other_storage_types(storage: dict[str, Any]) -> None:
 
 
 BAD_STORAGE = [
-    pytest.param({"host_path": "/mnt"}, "checkpoint_storage.type",
-                 "missing required field; expected one of shared_fs, directory, s3, gcs, azure", id="no-type"),
+    pytest.param({"type": None, "host_path": "/mnt", "save_trial_best": -1}, "checkpoint_storage.save_trial_best",
+                 "expected an integer >= 0, got -1", id="no-type-bad-count"),
     pytest.param({"type": "nfs"}, "checkpoint_storage.type",
                  "expected one of shared_fs, directory, s3, gcs, azure, got 'nfs'", id="unknown-type"),
     pytest.param({"type": "shared_fs"}, "checkpoint_storage.host_path", "required for shared_fs storage",

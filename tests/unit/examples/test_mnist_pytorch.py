@@ -13,7 +13,13 @@ import yaml
 
 import det_airflow
 from det_airflow.core._local import read_jsonl
-from det_airflow.trial_process import TrialSpec, entrypoint_argv, run_trial_process, trial_environment
+from det_airflow.trial_process import (
+    TrialSpec,
+    entrypoint_argv,
+    run_trial_process,
+    trial_environment,
+    write_trial_files,
+)
 
 pytest.importorskip("torch")
 pytest.importorskip("sklearn")
@@ -32,6 +38,7 @@ def _run_trial(tmp_path: Path, spec: TrialSpec, **env: str) -> tuple[int, str]:
     """Runs the example as `det e create --local` runs a trial: its own work folder, the trial's env."""
     workdir = tmp_path / f"work-{spec.run_id}"
     shutil.copytree(EXAMPLE, workdir, ignore=shutil.ignore_patterns(".det_local", "__pycache__"))
+    write_trial_files(spec, workdir)
     trial_env = trial_environment(spec, local_store=tmp_path / "store", workdir=workdir)
     trial_env.update(env)
     lines: list[str] = []

@@ -14,7 +14,13 @@ import yaml
 from det_airflow.config import config_to_dict, load_config
 from det_airflow.errors import DetError
 from det_airflow.pytorch.run_trial import load_trial_class
-from det_airflow.trial_process import TrialSpec, entrypoint_argv, run_trial_process, trial_environment
+from det_airflow.trial_process import (
+    TrialSpec,
+    entrypoint_argv,
+    run_trial_process,
+    trial_environment,
+    write_trial_files,
+)
 
 from .conftest import Store
 
@@ -48,6 +54,7 @@ def _config(max_length: int) -> dict:
 def _run(tmp_path: Path, spec: TrialSpec, *, slots: int = 0, **env: str) -> tuple[int, str]:
     workdir = tmp_path / f"work-{spec.run_id}"
     shutil.copytree(EXAMPLE, workdir, ignore=shutil.ignore_patterns(".det_local", "__pycache__"))
+    write_trial_files(spec, workdir)
     trial_env = trial_environment(
         spec, local_store=tmp_path / "store", workdir=workdir, slot_ids=range(slots)
     )

@@ -6,6 +6,7 @@ import random
 
 from det_airflow.config._types import Length
 from det_airflow.searcher import Resume, Shutdown, make_search_method, simulate
+from det_airflow.searcher._simulate import closed_form_lengths
 
 
 def _noise(seed=0):
@@ -76,3 +77,25 @@ def test_the_same_seeds_simulate_the_same_search(make_config):
     first = simulate(make_search_method(config), _noise(4))
     second = simulate(make_search_method(config), _noise(4))
     assert first.actions == second.actions and first.reports == second.reports
+
+
+def test_closed_form_follows_determined_preview_per_bracket(make_config):
+    # brackets (3 rungs, 7 trials), (2, 2), (1, 1); rungs 111, 333, 1000
+    config = make_config(
+        "adaptive_asha", max_trials=10, max_time=1000, time_metric="batches", divisor=3, mode="conservative"
+    )
+    assert closed_form_lengths(make_search_method(config)) == {111: 5, 333: 2, 1000: 3}
+
+
+def test_closed_form_sums_brackets_of_a_standard_search(make_config):
+    config = make_config("adaptive_asha", max_trials=16, max_length=Length("batches", 937))
+    assert closed_form_lengths(make_search_method(config)) == {58: 9, 234: 5, 937: 2}
+
+
+def test_closed_form_leaves_promotion_asha_and_random_search_to_the_simulation(make_config):
+    promotion = make_config(
+        "adaptive_asha", max_trials=16, max_length=Length("batches", 937), stop_once=False
+    )
+    random_search = make_config("random", max_trials=5, max_length=Length("batches", 40))
+    assert closed_form_lengths(make_search_method(promotion)) is None
+    assert closed_form_lengths(make_search_method(random_search)) is None

@@ -1,0 +1,203 @@
+"""``det checkpoint ...``: list, describe, download and delete checkpoints."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from det_airflow.cli import render
+from det_airflow.errors import DetError
+
+if TYPE_CHECKING:
+    from det_airflow.api.user import Checkpoint, UserClient
+
+LIST_HEADERS = ("Trial ID", "# of Batches", "State", "Validation Metric", "UUID", "Resources", "Size")
+DESCRIBE_HEADERS = (
+    "UUID",
+    "Experiment ID",
+    "Trial ID",
+    "# of Batches",
+    "State",
+    "Validation Metric",
+    "Report Time",
+    "Size",
+    "Storage Path",
+)
+RESOURCE_HEADERS = ("Path", "Size")
+# Storage types whose files are plain folders, readable wherever that folder is mounted.
+FOLDER_STORAGE = ("shared_fs", "directory")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    noun = subparsers.add_parser("checkpoint", help="inspect, download and delete checkpoints")
+    verbs = noun.add_subparsers(dest="verb", metavar="VERB", required=True)
+
+    ls = verbs.add_parser("list", aliases=["ls"], help="list an experiment's checkpoints")
+    add_list_arguments(ls)
+
+    describe = verbs.add_parser("describe", help="show a checkpoint")
+    _add_uuid(describe)
+    describe.add_argument("--json", action="store_true", help="print JSON")
+    describe.set_defaults(func=_describe)
+
+    download = verbs.add_parser("download", help="copy a checkpoint's files to this machine")
+    _add_uuid(download)
+    download.add_argument(
+        "-o", "--output-dir", metavar="DIR", help="where to put the files (default: checkpoints/UUID)"
+    )
+    download.set_defaults(func=_download)
+
+    delete = verbs.add_parser("delete", help="delete a checkpoint's files and record")
+    _add_uuid(delete)
+    delete.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+    delete.set_defaults(func=_delete)
+
+
+def add_list_arguments(parser: argparse.ArgumentParser) -> None:
+    """``EXPERIMENT_ID [--csv | --json]``: shared with ``det experiment list-checkpoints``."""
+    parser.add_argument("experiment_id", metavar="ID", type=int, help="experiment ID")
+    out = parser.add_mutually_exclusive_group()
+    out.add_argument("--csv", action="store_true", help="print CSV")
+    out.add_argument("--json", action="store_true", help="print JSON")
+    parser.set_defaults(func=_list)
+
+
+def _add_uuid(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("uuid", metavar="UUID", type=_uuid, help="checkpoint UUID")
+
+
+def _uuid(text: str) -> str:
+    # "." and ".." would name a folder above the checkpoint once placed in a URL or a path.
+    if text in ("", ".", "..") or "/" in text:
+        raise argparse.ArgumentTypeError(f"not a checkpoint UUID: {text!r}")
+    return text
+
+
+def _connect(args: argparse.Namespace) -> UserClient:
+    from det_airflow.cli.user import connect
+
+    return connect(args.master)
+
+
+def _size(checkpoint: Checkpoint) -> str:
+    from det_airflow.context_archive import format_size
+
+    size = checkpoint.get("size")
+    if size is None:
+        size = sum((checkpoint.get("resources") or {}).values())
+    return format_size(size)
+
+
+def _list(args: argparse.Namespace) -> None:
+    checkpoints = _connect(args).list_checkpoints(args.experiment_id)
+    if args.json:
+        render.print_json(checkpoints)
+        return
+    rows = [
+        [
+            c.get("trial_id"),
+            c.get("steps_completed"),
+            render.format_state(c.get("state")),
+            c.get("validation_metric"),
+            c.get("uuid"),
+            "\n".join(sorted(c.get("resources") or {})),
+            _size(c),
+        ]
+        for c in checkpoints
+    ]
+    render.print_table(LIST_HEADERS, rows, csv=args.csv)
+
+
+def _describe(args: argparse.Namespace) -> None:
+    from det_airflow.context_archive import format_size
+
+    c = _connect(args).get_checkpoint(args.uuid)
+    if args.json:
+        render.print_json(c)
+        return
+    render.print_table(
+        DESCRIBE_HEADERS,
+        [
+            [
+                c.get("uuid"),
+                c.get("experiment_id"),
+                c.get("trial_id"),
+                c.get("steps_completed"),
+                render.format_state(c.get("state")),
+                c.get("validation_metric"),
+                render.format_time(c.get("report_time")),
+                _size(c),
+                (c.get("storage") or {}).get("path"),
+            ]
+        ],
+    )
+    resources = c.get("resources") or {}
+    if resources:
+        print("\nResources:")
+        render.print_table(
+            RESOURCE_HEADERS, [[path, format_size(size)] for path, size in sorted(resources.items())]
+        )
+    if c.get("metadata"):
+        print("\nMetadata:")
+        render.print_json(c["metadata"])
+
+
+def _download(args: argparse.Namespace) -> None:
+    checkpoint = _connect(args).get_checkpoint(args.uuid)
+    target = Path(args.output_dir) if args.output_dir else Path("checkpoints") / args.uuid
+    copy_checkpoint(checkpoint, target)
+    print("Local checkpoint path:")
+    print(target)
+
+
+def copy_checkpoint(checkpoint: Checkpoint, target: Path) -> None:
+    """Copies the checkpoint's folder from its storage to ``target`` (created; may already exist).
+
+    The CLI prints the errors through ``render.clean``, so names from the master are safe in them.
+
+    Raises:
+        DetError: The checkpoint was deleted, its storage is not a folder this machine can read,
+            or files the master recorded are missing there.
+    """
+    import shutil
+
+    uuid = checkpoint.get("uuid")
+    if render.format_state(checkpoint.get("state")) == "DELETED":
+        raise DetError(f"checkpoint {uuid} was deleted; its files are gone")
+    storage = checkpoint.get("storage") or {}
+    kind, path = storage.get("type"), storage.get("path")
+    if kind not in FOLDER_STORAGE or not path:
+        raise DetError(f"checkpoint {uuid} is in {kind} storage, which det cannot download from")
+    source = Path(path)
+    if not source.is_dir():
+        raise DetError(
+            f"checkpoint {uuid} is stored in {path} ({kind} storage), which is not reachable "
+            "from this machine: mount that storage here, or download on a machine that has it"
+        )
+    missing = sorted(name for name in checkpoint.get("resources") or {} if not (source / name).exists())
+    if missing:
+        raise DetError(f"checkpoint {uuid} in {path} is incomplete: missing {', '.join(missing[:5])}")
+    if target.exists() and not target.is_dir():
+        raise DetError(f"cannot download into {target}: it is a file")
+    try:
+        shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True)
+    except shutil.Error as exc:
+        source_file, _, why = exc.args[0][0]  # copytree gathers (source, target, reason) per file
+        raise DetError(f"copying checkpoint {uuid} to {target} failed at {source_file}: {why}") from None
+
+
+def _delete(args: argparse.Namespace) -> int:
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise DetError(f"not deleting checkpoint {args.uuid} without confirmation: pass --yes")
+        answer = input(
+            f"Deleting a checkpoint removes its files for good. Delete checkpoint {args.uuid}? [y/N] "
+        )
+        if answer.strip().lower() not in ("y", "yes"):
+            print("Aborting checkpoint deletion.")
+            return 0
+    _connect(args).delete_checkpoint(args.uuid)
+    print(f"Deleted checkpoint {args.uuid}")
+    return 0

@@ -1,0 +1,5 @@
+"""``determined.common``: the utilities Determined training code imports from it."""
+
+from . import util as util
+
+__all__ = ["util"]

@@ -1,0 +1,6 @@
+"""``determined.experimental``: ``core_v2`` and ``client`` (``det_airflow.experimental``)."""
+
+from det_airflow.experimental import client as client
+from det_airflow.experimental import core_v2 as core_v2
+
+__all__ = ["client", "core_v2"]

@@ -1,0 +1,172 @@
+"""Ordered upgrades of the det tables, with the version kept in ``det_settings``.
+
+A fresh database is created from :mod:`det_airflow.master.schema`; a database at an older version
+runs each later step here, one transaction per step. Steps describe the change itself rather than
+importing the current table definitions, so an old database passes through every version in turn.
+Alembic's operations do the DDL (including SQLite's table rebuilds); Alembic's own version table is
+not used, because Airflow's ``alembic_version`` lives in the same database.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from alembic.operations import Operations
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import Connection, Engine, create_engine, event, inspect, select
+
+from det_airflow.errors import DetError
+from det_airflow.master import schema
+
+VERSION_KEY = "schema_version"
+
+
+class SchemaError(DetError):
+    """The det tables are missing, or at a version this det-airflow cannot handle."""
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int  # the schema version this step produces
+    description: str
+    upgrade: Callable[[Operations], None]
+
+
+def _v2_ids_never_reused(op: Operations) -> None:
+    column = sa.Column("create_request_id", sa.String(64))
+    constraint = ("det_experiments_create_request_uq", ["create_request_id"])
+    if op.get_context().dialect.name == "sqlite":
+        # AUTOINCREMENT can only be declared when a SQLite table is created: rebuild both tables.
+        with op.batch_alter_table(
+            "det_experiments", recreate="always", table_kwargs={"sqlite_autoincrement": True}
+        ) as batch:
+            batch.add_column(column)
+            batch.create_unique_constraint(*constraint)
+        with op.batch_alter_table(
+            "det_trials", recreate="always", table_kwargs={"sqlite_autoincrement": True}
+        ):
+            pass
+        _skip_ids_of_leftover_dags(op.get_bind())
+    else:
+        # PostgreSQL's serial sequences never hand out a value twice; only the column is new.
+        op.add_column("det_experiments", column)
+        op.create_unique_constraint(constraint[0], "det_experiments", constraint[1])
+
+
+def _skip_ids_of_leftover_dags(conn: Connection) -> None:
+    """Start new experiment IDs above any `det_exp_N` DAG still in Airflow.
+
+    Before version 2, SQLite reused the ID of a deleted newest experiment and deleting left its DAG
+    behind; a new experiment with that ID would inherit the spent DAG and never start.
+    """
+    if not inspect(conn).has_table("dag"):
+        return
+    numbers = [
+        int(dag_id.removeprefix("det_exp_"))
+        for dag_id in conn.execute(sa.text("SELECT dag_id FROM dag WHERE dag_id LIKE 'det_exp_%'")).scalars()
+        if dag_id.removeprefix("det_exp_").isdigit()
+    ]
+    if not numbers:
+        return
+    current = conn.execute(sa.text("SELECT seq FROM sqlite_sequence WHERE name = 'det_experiments'")).scalar()
+    if current is None:
+        conn.execute(
+            sa.text("INSERT INTO sqlite_sequence (name, seq) VALUES ('det_experiments', :seq)"),
+            {"seq": max(numbers)},
+        )
+    elif current < max(numbers):
+        conn.execute(
+            sa.text("UPDATE sqlite_sequence SET seq = :seq WHERE name = 'det_experiments'"),
+            {"seq": max(numbers)},
+        )
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        2,
+        "experiment and trial IDs are never reused; det_experiments.create_request_id",
+        _v2_ids_never_reused,
+    ),
+)
+
+
+def stored_version(conn: Connection) -> int | None:
+    """The det schema version recorded in the database, or None when there are no det tables."""
+    if not inspect(conn).has_table(schema.settings.name):
+        return None
+    value = conn.execute(select(schema.settings.c.value).where(schema.settings.c.key == VERSION_KEY)).scalar()
+    return int(value) if value is not None else None
+
+
+def _set_version(conn: Connection, version: int) -> None:
+    table = schema.settings
+    if conn.execute(select(table.c.key).where(table.c.key == VERSION_KEY)).first():
+        conn.execute(table.update().where(table.c.key == VERSION_KEY).values(value=str(version)))
+    else:
+        conn.execute(table.insert().values(key=VERSION_KEY, value=str(version)))
+
+
+def _migration_engine(url: str) -> Engine:
+    """An engine whose transactions also cover DDL, with SQLite's foreign keys off.
+
+    pysqlite only opens a transaction before DML, so a failed rebuild could leave half a table
+    behind; here BEGIN is sent explicitly. Foreign keys stay off (SQLite's default) so that dropping
+    a rebuilt table does not cascade into the rows that reference it.
+    """
+    engine = create_engine(url, connect_args={"timeout": 60})
+
+    @event.listens_for(engine, "connect")
+    def _manual_transactions(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
+        dbapi_conn.isolation_level = None
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+def upgrade(engine: Engine) -> tuple[int | None, int]:
+    """Create the det tables, or bring them to ``schema.SCHEMA_VERSION``; (version before, after)."""
+    with engine.connect() as conn:
+        before = stored_version(conn)
+    target = schema.SCHEMA_VERSION
+    if before is not None and before > target:
+        raise SchemaError(
+            f"the det tables are at schema version {before}, newer than this det-airflow ({target}); "
+            "upgrade det-airflow"
+        )
+    if before is None:
+        with engine.begin() as conn:
+            schema.metadata.create_all(conn)
+            _set_version(conn, target)
+        return None, target
+    if before == target:
+        return before, target
+    steps = [m for m in MIGRATIONS if m.version > before]
+    sqlite = engine.dialect.name == "sqlite"
+    runner = _migration_engine(engine.url.render_as_string(hide_password=False)) if sqlite else engine
+    # Alembic announces its dialect on every context; `det admin migrate` prints its own summary.
+    alembic_log = logging.getLogger("alembic.runtime.migration")
+    alembic_level = alembic_log.level
+    alembic_log.setLevel(logging.WARNING)
+    try:
+        for step in steps:
+            with runner.begin() as conn:
+                step.upgrade(Operations(MigrationContext.configure(conn)))
+                if sqlite:
+                    broken = conn.exec_driver_sql("PRAGMA foreign_key_check").all()
+                    if broken:
+                        raise SchemaError(
+                            f"schema step {step.version} ({step.description}) would leave rows whose "
+                            f"references are broken: {broken[:5]}; nothing was changed"
+                        )
+                _set_version(conn, step.version)
+    finally:
+        alembic_log.setLevel(alembic_level)
+        if runner is not engine:
+            runner.dispose()
+    return before, target

@@ -1,0 +1,250 @@
+"""Trials in Docker containers, through the docker provider's client (``DockerHook.api_client``).
+
+A trial's container runs its entrypoint in the trial's work folder (mounted at the same path), on
+the host network (a master on 127.0.0.1 stays reachable), with the checkpoint storage's host path
+mounted at the same path, the user's bind mounts, shared memory, capabilities and devices, and the
+GPUs of exactly the slots the trial holds. Nothing of Airflow's goes in: no environment, no
+configuration, no folders. Its output streams to the caller line by line; the container is removed
+once it has exited and its output is drained.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from docker import APIClient
+from docker.errors import APIError, ImageNotFound, NotFound
+from docker.types import DeviceRequest, Mount
+
+from det_airflow.errors import DetError
+from det_airflow.operators.runners._base import (
+    LABEL_TRIAL,
+    ContainerTrial,
+    LineSplitter,
+    OnOutput,
+    TrialRunner,
+)
+
+DEFAULT_DOCKER_URL = "unix:///var/run/docker.sock"
+
+
+class ContainerError(DetError):
+    """A trial's container could not be created or started (bad image, bad mount, no daemon)."""
+
+
+@dataclass(frozen=True)
+class ContainerRequest:
+    """What ``create_container`` gets for one trial."""
+
+    image: str
+    command: list[str]
+    environment: dict[str, str]
+    labels: dict[str, str]
+    name: str
+    working_dir: str
+    user: str
+    host_config: dict[str, Any]
+
+    def create_kwargs(self) -> dict[str, Any]:
+        return {
+            "image": self.image,
+            "command": self.command,
+            "environment": self.environment,
+            "labels": self.labels,
+            "name": self.name,
+            "working_dir": self.working_dir,
+            "user": self.user,
+            "host_config": self.host_config,
+            "stdin_open": False,
+            "tty": False,
+        }
+
+
+def container_request(client: APIClient, trial: ContainerTrial) -> ContainerRequest:
+    """The container for ``trial``, as Docker will be asked for it."""
+    config = trial.config
+    environment = config.get("environment") or {}
+    resources = config.get("resources") or {}
+    mounts = [Mount(str(trial.workdir), str(trial.workdir), type="bind")]
+    storage = config.get("checkpoint_storage") or {}
+    if storage.get("type") == "shared_fs" and storage.get("host_path"):
+        mounts.append(Mount(str(storage["host_path"]), str(storage["host_path"]), type="bind"))
+    for mount in config.get("bind_mounts") or []:
+        mounts.append(
+            Mount(
+                str(mount["container_path"]),
+                str(mount["host_path"]),
+                type="bind",
+                read_only=bool(mount.get("read_only")),
+                propagation=mount.get("propagation") or "rprivate",
+            )
+        )
+    devices = [
+        f"{d['host_path']}:{d['container_path']}:{d.get('mode') or 'mrw'}"
+        for d in resources.get("devices") or []
+    ]
+    device_requests = []
+    if trial.device == "cuda" and trial.slot_ids:
+        device_requests.append(
+            DeviceRequest(
+                driver="nvidia", device_ids=[str(s) for s in trial.slot_ids], capabilities=[["gpu"]]
+            )
+        )
+    host_config = client.create_host_config(
+        network_mode="host",
+        mounts=mounts,
+        shm_size=resources.get("shm_size"),
+        cap_add=list(environment.get("add_capabilities") or []) or None,
+        cap_drop=list(environment.get("drop_capabilities") or []) or None,
+        devices=devices or None,
+        device_requests=device_requests or None,
+    )
+    return ContainerRequest(
+        image=trial.image(),
+        command=trial.command(),
+        environment=dict(trial.env),
+        labels=trial.labels,
+        name=trial.name,
+        working_dir=str(trial.workdir),
+        # The worker's own user: what the trial writes (work folder, checkpoints) stays the worker's.
+        user=f"{os.getuid()}:{os.getgid()}",
+        host_config=host_config,
+    )
+
+
+class DockerRunner(TrialRunner):
+    """Runs a trial in a container of the Docker daemon that ``client`` talks to.
+
+    Example::
+
+        client = DockerHook(docker_conn_id=None, base_url=DEFAULT_DOCKER_URL).api_client
+        code = DockerRunner(client).run(trial, on_output=print_line, stop=threading.Event())
+    """
+
+    name = "docker"
+
+    def __init__(
+        self,
+        client: APIClient,
+        *,
+        kill_grace: int = 10,
+        log: Any = None,
+        on_container: Callable[[str], None] | None = None,
+    ) -> None:
+        self.client = client
+        self.kill_grace = kill_grace
+        self._log = log
+        self._on_container = on_container  # told each container's id once it exists
+
+    def run(self, trial: ContainerTrial, *, on_output: OnOutput, stop: threading.Event) -> int:
+        request = container_request(self.client, trial)
+        storage = trial.config.get("checkpoint_storage") or {}
+        if storage.get("type") == "shared_fs" and storage.get("host_path"):
+            # Docker refuses to bind a missing folder; a local trial would have created it on first save.
+            Path(storage["host_path"]).mkdir(parents=True, exist_ok=True)
+        self.sweep(trial.spec.trial_id)
+        self._ensure_image(request.image, trial.config)
+        try:
+            container = self.client.create_container(**request.create_kwargs())["Id"]
+        except APIError as exc:
+            raise ContainerError(
+                f"cannot create the container of trial {trial.spec.trial_id}: {_reason(exc)}"
+            ) from exc
+        if self._on_container is not None:
+            self._on_container(container)
+        try:
+            return self._run_created(container, on_output, stop)
+        finally:
+            try:
+                self.client.remove_container(container, force=True)
+            except NotFound:
+                pass
+
+    def _run_created(self, container: str, on_output: OnOutput, stop: threading.Event) -> int:
+        lock = threading.Lock()
+
+        def emit(line: str, stream: str) -> None:
+            with lock:
+                on_output(line, stream)
+
+        # Attached before the start, so not one line is missed.
+        output = self.client.attach(container, stdout=True, stderr=True, stream=True, logs=True, demux=True)
+        try:
+            self.client.start(container)
+        except APIError as exc:
+            raise ContainerError(f"cannot start container {container[:12]}: {_reason(exc)}") from exc
+        reader = threading.Thread(target=_drain, args=(output, emit), daemon=True)
+        reader.start()
+        stopping = False
+        while reader.is_alive():
+            reader.join(timeout=0.1)
+            if stop.is_set() and not stopping:
+                stopping = True
+                self._stop(container)
+        return int(self.client.wait(container)["StatusCode"])
+
+    def _stop(self, container: str) -> None:
+        """SIGTERM to the entrypoint, SIGKILL ``kill_grace`` seconds later (``docker stop``)."""
+        threading.Thread(
+            target=self.client.stop, args=(container,), kwargs={"timeout": self.kill_grace}, daemon=True
+        ).start()
+
+    def sweep(self, trial_id: int) -> list[str]:
+        """Removes containers of ``trial_id`` left by an earlier run (a worker that died while its
+        trial ran); only one run of a trial is ever live, the one about to start."""
+        removed = []
+        for found in self.client.containers(all=True, filters={"label": f"{LABEL_TRIAL}={trial_id}"}):
+            if self._log is not None:
+                self._log.warning(
+                    "Removing container %s left by an earlier run of trial %s", found["Id"][:12], trial_id
+                )
+            try:
+                self.client.remove_container(found["Id"], force=True)
+            except NotFound:
+                pass
+            removed.append(found["Id"])
+        return removed
+
+    def _ensure_image(self, image: str, config: Mapping[str, Any]) -> None:
+        environment = config.get("environment") or {}
+        if not environment.get("force_pull_image"):
+            try:
+                self.client.inspect_image(image)
+                return
+            except ImageNotFound:
+                pass
+        repository, _, tag = (
+            image.rpartition(":") if ":" in image.rsplit("/", 1)[-1] else (image, "", "latest")
+        )
+        try:
+            for _ in self.client.pull(
+                repository, tag=tag, stream=True, auth_config=environment.get("registry_auth") or None
+            ):
+                pass
+            self.client.inspect_image(image)
+        except (APIError, ImageNotFound) as exc:
+            raise ContainerError(
+                f"environment.image: cannot pull {image!r} ({_reason(exc)}); build it with `make trial-image` "
+                "or name an image this Docker daemon has"
+            ) from exc
+
+
+def _drain(output: Iterator[tuple[bytes | None, bytes | None]], emit: OnOutput) -> None:
+    stdout, stderr = LineSplitter("stdout", emit), LineSplitter("stderr", emit)
+    for out, err in output:
+        if out:
+            stdout.feed(out)
+        if err:
+            stderr.feed(err)
+    stdout.close()
+    stderr.close()
+
+
+def _reason(exc: Exception) -> str:
+    explanation = getattr(exc, "explanation", None)
+    return str(explanation or exc)

@@ -1,0 +1,193 @@
+"""The pod a trial would run in on Kubernetes, built with the ``kubernetes`` client's models and
+merged with the user's ``environment.pod_spec`` by the cncf.kubernetes provider's ``PodGenerator``.
+
+As in Determined: the trial's container is named ``determined-container``; fields the user set on
+their container of that name (or their first container) are kept unless the trial sets them, other
+containers and pod-level fields (node selectors, tolerations, service account, volumes) are kept;
+``/dev/shm`` is a memory ``emptyDir`` of ``resources.shm_size``; GPUs are ``nvidia.com/gpu`` limits
+of the slots per pod; the priority class is named after the job's priority.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from airflow.providers.cncf.kubernetes.pod_generator import PodGenerator
+from kubernetes.client import models as k8s
+
+from det_airflow.operators.runners._base import ContainerTrial
+
+TRIAL_CONTAINER = "determined-container"
+GPU_RESOURCE = {"cuda": "nvidia.com/gpu", "rocm": "amd.com/gpu"}
+PRIORITY_CLASS_PREFIX = "det-priority-"
+
+
+def priority_class_name(priority: int) -> str:
+    """The PriorityClass of a job of Determined ``priority`` (1-99, lower runs first); its value is
+    ``100 - priority`` so that Kubernetes, where higher wins, orders pods the same way."""
+    return f"{PRIORITY_CLASS_PREFIX}{int(priority)}"
+
+
+def priority_class(priority: int) -> k8s.V1PriorityClass:
+    """The PriorityClass object for ``priority``, preempting nothing (as Determined's)."""
+    return k8s.V1PriorityClass(
+        metadata=k8s.V1ObjectMeta(name=priority_class_name(priority)),
+        value=100 - int(priority),
+        preemption_policy="Never",
+        description=f"det-airflow trials of priority {priority}",
+    )
+
+
+def trial_pod(trial: ContainerTrial, *, namespace: str) -> k8s.V1Pod:
+    """The pod of ``trial`` (one container holding all its slots), with ``environment.pod_spec`` merged."""
+    config = trial.config
+    resources = config.get("resources") or {}
+    volumes, mounts = _volumes(trial)
+    limits: dict[str, str] = {}
+    if trial.device in GPU_RESOURCE and trial.slot_ids:
+        limits[GPU_RESOURCE[trial.device]] = str(len(trial.slot_ids))
+    environment = config.get("environment") or {}
+    capabilities = None
+    if environment.get("add_capabilities") or environment.get("drop_capabilities"):
+        capabilities = k8s.V1Capabilities(
+            add=list(environment.get("add_capabilities") or []) or None,
+            drop=list(environment.get("drop_capabilities") or []) or None,
+        )
+    container = k8s.V1Container(
+        name=TRIAL_CONTAINER,
+        image=trial.image(),
+        image_pull_policy="Always" if environment.get("force_pull_image") else "IfNotPresent",
+        command=trial.command(),
+        working_dir=str(trial.workdir),
+        env=[k8s.V1EnvVar(name=k, value=v) for k, v in sorted(trial.env.items())],
+        volume_mounts=mounts,
+        resources=k8s.V1ResourceRequirements(limits=limits or None, requests=dict(limits) or None),
+        security_context=k8s.V1SecurityContext(capabilities=capabilities) if capabilities else None,
+    )
+    ours = k8s.V1Pod(
+        api_version="v1",
+        kind="Pod",
+        metadata=k8s.V1ObjectMeta(name=trial.name, namespace=namespace, labels=dict(trial.labels)),
+        spec=k8s.V1PodSpec(
+            containers=[container],
+            volumes=volumes,
+            restart_policy="Never",
+            priority_class_name=priority_class_name(int(resources.get("priority") or 42)),
+        ),
+    )
+    user = environment.get("pod_spec")
+    if not user:
+        return ours
+    return PodGenerator.reconcile_pods(_user_pod(user), ours)
+
+
+def _volumes(trial: ContainerTrial) -> tuple[list[k8s.V1Volume], list[k8s.V1VolumeMount]]:
+    config = trial.config
+    volumes = [k8s.V1Volume(name="det-workdir", empty_dir=k8s.V1EmptyDirVolumeSource())]
+    mounts = [k8s.V1VolumeMount(name="det-workdir", mount_path=str(trial.workdir))]
+    shm_size = (config.get("resources") or {}).get("shm_size")
+    if shm_size:
+        volumes.append(
+            k8s.V1Volume(
+                name="det-shm",
+                empty_dir=k8s.V1EmptyDirVolumeSource(medium="Memory", size_limit=str(shm_size)),
+            )
+        )
+        mounts.append(k8s.V1VolumeMount(name="det-shm", mount_path="/dev/shm"))
+    storage = config.get("checkpoint_storage") or {}
+    if storage.get("type") == "shared_fs" and storage.get("host_path"):
+        path = str(storage["host_path"])
+        volumes.append(k8s.V1Volume(name="det-checkpoints", host_path=k8s.V1HostPathVolumeSource(path=path)))
+        mounts.append(k8s.V1VolumeMount(name="det-checkpoints", mount_path=path))
+    for i, mount in enumerate(config.get("bind_mounts") or []):
+        name = f"det-bind-{i}"
+        volumes.append(
+            k8s.V1Volume(name=name, host_path=k8s.V1HostPathVolumeSource(path=str(mount["host_path"])))
+        )
+        mounts.append(
+            k8s.V1VolumeMount(
+                name=name,
+                mount_path=str(mount["container_path"]),
+                read_only=bool(mount.get("read_only")),
+                mount_propagation=_PROPAGATION.get(str(mount.get("propagation") or "rprivate")),
+            )
+        )
+    return volumes, mounts
+
+
+# Docker's bind propagation → Kubernetes' mountPropagation.
+_PROPAGATION = {"rprivate": "None", "private": "None", "rslave": "HostToContainer", "slave": "HostToContainer",
+                "rshared": "Bidirectional", "shared": "Bidirectional"}  # fmt: skip
+
+
+def _user_pod(pod_spec: Mapping[str, Any]) -> k8s.V1Pod:
+    """The user's pod_spec as a pod whose first container is the one the trial's merges into (their
+    ``determined-container``, else a new one: their other containers are sidecars)."""
+    user = copy.deepcopy(dict(pod_spec))
+    spec = user.get("spec") or {}
+    containers = list(spec.get("containers") or [])
+    named = [c for c in containers if c.get("name") == TRIAL_CONTAINER]
+    if named:
+        containers.remove(named[0])
+    containers.insert(0, named[0] if named else {"name": TRIAL_CONTAINER})
+    spec["containers"] = containers
+    user["spec"] = spec
+    return PodGenerator.deserialize_model_dict(user)
+
+
+INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+
+
+def gang_service(trial: ContainerTrial, *, namespace: str) -> k8s.V1Service:
+    """The headless Service that names the pods of a multi-pod trial (``<job>-<i>.<service>``), for
+    their rendezvous."""
+    return k8s.V1Service(
+        api_version="v1",
+        kind="Service",
+        metadata=k8s.V1ObjectMeta(name=trial.name, namespace=namespace, labels=dict(trial.labels)),
+        spec=k8s.V1ServiceSpec(
+            cluster_ip="None", selector={"job-name": trial.name}, publish_not_ready_addresses=True
+        ),
+    )
+
+
+def gang_job(trial: ContainerTrial, *, namespace: str, pods: int) -> k8s.V1Job:
+    """A trial spanning ``pods`` pods as one indexed Job: each pod holds ``trial.slot_ids`` (the
+    slots of one pod), knows its container rank from its completion index, and reaches the others
+    through :func:`gang_service`. No pod is retried on its own: the trial's retries restart the gang."""
+    pod = trial_pod(trial, namespace=namespace)
+    addrs = [f"{trial.name}-{i}.{trial.name}" for i in range(pods)]
+    container = pod.spec.containers[0]
+    env = [e for e in container.env or [] if e.name not in _GANG_VARIABLES]
+    env += [
+        k8s.V1EnvVar(name="DET_CONTAINER_ADDRS", value=json.dumps(addrs)),
+        k8s.V1EnvVar(name="DET_CHIEF_IP", value=addrs[0]),
+        k8s.V1EnvVar(
+            name="DET_CONTAINER_RANK",
+            value_from=k8s.V1EnvVarSource(
+                field_ref=k8s.V1ObjectFieldSelector(field_path=f"metadata.annotations['{INDEX_ANNOTATION}']")
+            ),
+        ),
+    ]
+    container.env = env
+    pod.spec.subdomain = trial.name
+    return k8s.V1Job(
+        api_version="batch/v1",
+        kind="Job",
+        metadata=k8s.V1ObjectMeta(name=trial.name, namespace=namespace, labels=dict(trial.labels)),
+        spec=k8s.V1JobSpec(
+            completion_mode="Indexed",
+            completions=pods,
+            parallelism=pods,
+            backoff_limit=0,
+            template=k8s.V1PodTemplateSpec(
+                metadata=k8s.V1ObjectMeta(labels=dict(trial.labels)), spec=pod.spec
+            ),
+        ),
+    )
+
+
+_GANG_VARIABLES = frozenset({"DET_CONTAINER_ADDRS", "DET_CHIEF_IP", "DET_CONTAINER_RANK"})

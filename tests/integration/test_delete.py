@@ -1,0 +1,152 @@
+"""`det e delete` on a real Airflow, and `det admin migrate` upgrading a real version-1 database.
+
+Deleting an experiment must leave nothing of it behind (its DAG in Airflow, its YAML in the DAGs
+folder, its checkpoints, its trial work directory), and the next experiment must get a new ID and
+run: a reused ID would inherit the deleted experiment's spent DAG and never start.
+"""
+
+from __future__ import annotations
+
+import secrets
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from det_airflow.dagfactory import experiment_file
+from det_airflow.localairflow import LocalAirflow
+from det_airflow.master import schema
+from det_airflow.master.db import Database
+from tests.integration.det_env import DET, EXAMPLE, DetEnv, wait_until
+from tests.unit.master.test_migrations import build_v1, check_upgraded, row_counts
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module", params=["postgres", "sqlite"])
+def det(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DetEnv]:
+    af: LocalAirflow = request.getfixturevalue("airflow" if request.param == "postgres" else "airflow_sqlite")
+    yield DetEnv.install(af, tmp_path_factory.mktemp("det-config"))
+
+
+def short_config(tmp_path: Path) -> Path:
+    config = yaml.safe_load((EXAMPLE / "const.yaml").read_text())
+    config["searcher"]["max_length"] = {"batches": 100}
+    path = tmp_path / "short.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def dag_ids(det: DetEnv) -> set[str]:
+    """Every DAG in Airflow's DAG list, stale ones included."""
+    with det.api() as client:
+        answer = client.get("/api/v2/dags", params={"limit": 1000, "exclude_stale": "false"})
+        return {dag["dag_id"] for dag in answer.raise_for_status().json()["dags"]}
+
+
+def test_deleted_experiment_leaves_nothing_and_its_id_is_never_reused(det: DetEnv, tmp_path: Path) -> None:
+    config = short_config(tmp_path)
+    first = det.create(config)
+    experiment = det.wait_experiment(first)["experiment"]
+    assert experiment["state"] == "COMPLETED"
+    det.wait_dag_run(experiment)
+    dag_id = experiment["dag_id"]
+    checkpoints = [
+        Path(c["storage"]["path"]) for c in det.get(f"/experiments/{first}/checkpoints")["checkpoints"]
+    ]
+    assert checkpoints and all(path.is_dir() for path in checkpoints)
+    assert experiment_file(det.af.dags_folder, first).exists()
+    assert dag_id in dag_ids(det)
+    work_dir = det.af.home / "det-trials" / f"exp_{first}"
+    assert work_dir.is_dir()
+
+    deleted = det.det("experiment", "delete", str(first), "--yes")
+
+    assert deleted.stdout.strip() == f"Deleted experiment {first}"
+    assert deleted.stderr == ""
+    assert dag_id not in dag_ids(det)
+    assert not experiment_file(det.af.dags_folder, first).exists()
+    assert [path for path in checkpoints if path.exists()] == []
+    assert not work_dir.exists()
+    with det.api() as client:
+        assert client.get(f"/det/api/v1/experiments/{first}").status_code == 404
+        assert client.get(f"/api/v2/dags/{dag_id}/dagRuns").status_code == 404
+
+    second = det.create(config)
+    assert second > first
+    assert det.wait_experiment(second)["experiment"]["state"] == "COMPLETED"
+    # By now the DAG processor has parsed the factory several times: the deleted DAG stays gone.
+    assert dag_id not in dag_ids(det)
+
+
+def test_an_experiment_still_running_is_not_deleted(det: DetEnv, tmp_path: Path) -> None:
+    experiment_id = det.create(short_config(tmp_path), EXAMPLE, "--paused")
+
+    refused = det.det("experiment", "delete", str(experiment_id), "--yes", check=False)
+
+    assert refused.returncode == 1
+    assert refused.stderr.strip().endswith(
+        f"experiment {experiment_id} is PAUSED; cancel or kill it before deleting it"
+    ), refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert det.get(f"/experiments/{experiment_id}")["experiment"]["state"] == "PAUSED"
+    assert experiment_file(det.af.dags_folder, experiment_id).exists()
+
+    det.det("experiment", "kill", str(experiment_id))
+    ended = det.wait_experiment(experiment_id)["experiment"]
+    det.wait_dag_run(ended)
+    det.det("experiment", "delete", str(experiment_id), "--yes")
+    wait_until(
+        lambda: ended["dag_id"] not in dag_ids(det),
+        f"DAG {ended['dag_id']} leaving Airflow's DAG list",
+        timeout=5,
+    )
+
+
+@pytest.fixture
+def version_1_database(postgres_url: str) -> Iterator[str]:
+    """A new database on the test PostgreSQL server holding det tables at version 1, with rows."""
+    server = make_url(postgres_url).set(drivername="postgresql+psycopg2")
+    name = f"det_v1_{secrets.token_hex(4)}"
+    admin = create_engine(server, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    url = server.set(database=name).render_as_string(hide_password=False)
+    try:
+        yield url
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def test_det_admin_migrate_upgrades_a_version_1_postgresql_database(
+    airflow: LocalAirflow, version_1_database: str
+) -> None:
+    from airflow.models.connection import Connection
+    from airflow.models.team import Team
+
+    db = Database(version_1_database)
+    build_v1(db.engine)
+    # `det admin migrate` also keeps the det_default connection, in Airflow's own tables.
+    for model in (Team, Connection):
+        model.__table__.create(db.engine)  # type: ignore[attr-defined]
+    rows_before = row_counts(db.engine)
+    env = {**airflow.env(), "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": version_1_database}
+
+    def migrate() -> str:
+        result = subprocess.run([str(DET), "admin", "migrate"], env=env, capture_output=True, text=True)
+        assert result.returncode == 0, result.stdout + result.stderr
+        return result.stdout
+
+    upgraded, again = migrate(), migrate()
+
+    assert f"det tables: upgraded from version 1 to {schema.SCHEMA_VERSION}" in upgraded.splitlines()
+    assert f"det tables: already at version {schema.SCHEMA_VERSION}" in again.splitlines()
+    assert "alembic" not in upgraded
+    check_upgraded(db, rows_before)
+    db.engine.dispose()

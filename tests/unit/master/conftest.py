@@ -1,0 +1,6 @@
+"""Fixtures of the master's unit tests."""
+
+from tests.unit.master.creating import creator
+from tests.unit.master.people_app import people
+
+__all__ = ["creator", "people"]

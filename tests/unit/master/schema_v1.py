@@ -1,0 +1,131 @@
+"""What the det tables looked like at schema version 1, frozen: the starting point of upgrade tests."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+VERSION = 1
+
+metadata = MetaData()
+
+settings = Table(
+    "det_settings",
+    metadata,
+    Column("key", String(100), primary_key=True),
+    Column("value", Text, nullable=False),
+)
+
+experiments = Table(
+    "det_experiments",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("name", String(256), nullable=False),
+    Column("owner", String(256), nullable=False),
+    Column("description", Text),
+    Column("labels", JSON, nullable=False),
+    Column("state", String(32), nullable=False, index=True),
+    Column("config", JSON, nullable=False),  # normalized, defaults filled
+    Column("config_yaml", Text, nullable=False),  # as submitted
+    Column("context", LargeBinary),  # tar.gz of the context directory
+    Column("dag_id", String(250)),
+    Column("dag_run_id", String(250)),
+    Column("parent_id", Integer),
+    Column("resource_pool", String(256), nullable=False),
+    Column("searcher_name", String(32), nullable=False),
+    Column("searcher_state", JSON),  # None until the search starts
+    Column("search_done", Boolean, nullable=False, default=False),
+    Column("progress", Float, nullable=False, default=0.0),
+    Column("start_time", DateTime(timezone=True), nullable=False),
+    Column("end_time", DateTime(timezone=True)),
+    Column("archived", Boolean, nullable=False, default=False),
+    Column("error", Text),
+)
+
+trials = Table(
+    "det_trials",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("experiment_id", Integer, ForeignKey("det_experiments.id", ondelete="CASCADE"), nullable=False),
+    Column("request_id", Integer, nullable=False),
+    Column("slot", Integer),
+    Column("state", String(32), nullable=False),
+    Column("hparams", JSON, nullable=False),
+    Column("trial_seed", BigInteger, nullable=False),
+    Column("start_time", DateTime(timezone=True)),
+    Column("end_time", DateTime(timezone=True)),
+    Column("total_batches", BigInteger, nullable=False, default=0),
+    Column("restarts", Integer, nullable=False, default=0),
+    Column("run_id", Integer, nullable=False, default=0),  # increments each time the trial (re)starts
+    Column("progress", Float, nullable=False, default=0.0),
+    Column("latest_checkpoint", String(64)),
+    Column("best_validation", Float),
+    Column("best_validation_steps", BigInteger),
+    Column("summary", JSON, nullable=False),  # latest metrics per group
+    Column("token_hash", String(64)),
+    Column("stop_requested", Boolean, nullable=False, default=False),
+    # The search method paused it at a rung (promotion ASHA): it waits, holding no pool slot.
+    Column("pause_requested", Boolean, nullable=False, default=False),
+    Column("early_exit", String(32)),
+    Column("op_completed", Boolean, nullable=False, default=False),
+    Column("task", JSON),  # dag_id, run_id, task_id, map_index of the task running it
+    UniqueConstraint("experiment_id", "request_id", name="det_trials_request_uq"),
+)
+
+metrics = Table(
+    "det_metrics",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("trial_id", Integer, ForeignKey("det_trials.id", ondelete="CASCADE"), nullable=False),
+    Column("group", String(64), nullable=False),
+    Column("steps_completed", BigInteger, nullable=False),
+    Column("metrics", JSON, nullable=False),
+    Column("report_time", DateTime(timezone=True), nullable=False),
+    Column("trial_run_id", Integer, nullable=False),
+    Index("det_metrics_trial_group", "trial_id", "group", "steps_completed"),
+)
+
+checkpoints = Table(
+    "det_checkpoints",
+    metadata,
+    Column("uuid", String(64), primary_key=True),
+    Column("trial_id", Integer, ForeignKey("det_trials.id", ondelete="CASCADE"), nullable=False, index=True),
+    Column("experiment_id", Integer, nullable=False, index=True),
+    Column("steps_completed", BigInteger, nullable=False),
+    Column("state", String(32), nullable=False),
+    Column("metadata", JSON, nullable=False),
+    Column("resources", JSON, nullable=False),
+    Column("size", BigInteger, nullable=False),
+    Column("storage", JSON, nullable=False),
+    Column("report_time", DateTime(timezone=True), nullable=False),
+    Column("validation_metric", Float),
+)
+
+trial_logs = Table(
+    "det_trial_logs",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("trial_id", Integer, ForeignKey("det_trials.id", ondelete="CASCADE"), nullable=False),
+    Column("timestamp", DateTime(timezone=True), nullable=False),
+    Column("container_id", String(64)),
+    Column("rank", Integer),
+    Column("level", String(16)),
+    Column("stdtype", String(16)),
+    Column("message", Text, nullable=False),
+    Index("det_trial_logs_trial", "trial_id", "id"),
+)

@@ -1,0 +1,282 @@
+"""`det e delete`: an ended experiment's files, study and rows go; what cannot go is reported.
+
+Airflow's own records are the subject of tests/integration/test_delete.py; here the calls into
+Airflow are recorded so the det side can be checked on its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+import yaml
+from sqlalchemy import func, select
+
+from det_airflow.config import config_to_dict, parse_config
+from det_airflow.dagfactory import experiment_dag_id, experiment_file
+from det_airflow.master import airflow_bridge, experiments, schema, search
+from det_airflow.master import db as master_db
+from det_airflow.master.db import Database
+
+EXAMPLE = Path(__file__).parents[3] / "examples" / "mnist_pytorch" / "random.yaml"
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@dataclass
+class AirflowRecords:
+    """What the delete asked of Airflow, and the DAG run states it was told."""
+
+    run_states: dict[tuple[str, str], str] = field(default_factory=dict)
+    deleted_dags: list[str] = field(default_factory=list)
+    deleted_runs: list[tuple[str, str]] = field(default_factory=list)
+    yaml_present_at_dag_delete: list[bool] = field(default_factory=list)
+    refuse: str | None = None
+    dags_folder: Path = Path()
+
+    def delete_dag(self, dag_id: str) -> None:
+        if self.refuse:
+            raise airflow_bridge.AirflowRecordError(self.refuse)
+        number = int(dag_id.rsplit("_", 1)[1])
+        self.yaml_present_at_dag_delete.append(experiment_file(self.dags_folder, number).exists())
+        self.deleted_dags.append(dag_id)
+
+    def delete_dag_run(self, dag_id: str, run_id: str) -> None:
+        self.deleted_runs.append((dag_id, run_id))
+
+
+@dataclass
+class Master:
+    db: Database
+    airflow: AirflowRecords
+    dags: Path
+    work: Path
+    storage: Path
+
+    def add_experiment(
+        self, *, state: str = "COMPLETED", sampler: str = "random", dag_id: str | None = None
+    ) -> int:
+        raw: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
+        raw["searcher"]["sampler"] = sampler
+        raw["checkpoint_storage"] = {"type": "shared_fs", "host_path": str(self.storage)}
+        config = config_to_dict(parse_config(raw))
+        with self.db.begin() as conn:
+            experiment_id = int(
+                conn.execute(
+                    schema.experiments.insert().values(
+                        name="digits",
+                        owner="admin",
+                        labels=[],
+                        state=state,
+                        config=config,
+                        config_yaml=yaml.safe_dump(raw),
+                        resource_pool="default_pool",
+                        searcher_name="random",
+                        search_done=True,
+                        progress=1.0,
+                        start_time=NOW,
+                        archived=False,
+                    )
+                ).inserted_primary_key[0]  # type: ignore[index]
+            )
+            own_dag = dag_id is None
+            conn.execute(
+                schema.experiments.update()
+                .where(schema.experiments.c.id == experiment_id)
+                .values(dag_id=experiment_dag_id(experiment_id) if own_dag else dag_id, dag_run_id="run-1")
+            )
+            trial_id = int(
+                conn.execute(
+                    schema.trials.insert().values(
+                        experiment_id=experiment_id,
+                        request_id=0,
+                        state="COMPLETED",
+                        hparams={},
+                        trial_seed=1,
+                        summary={},
+                    )
+                ).inserted_primary_key[0]  # type: ignore[index]
+            )
+            for n in range(2):
+                uuid = f"ckpt-{experiment_id}-{n}"
+                (self.storage / uuid).mkdir(parents=True)
+                (self.storage / uuid / "state.pt").write_bytes(b"weights")
+                conn.execute(
+                    schema.checkpoints.insert().values(
+                        uuid=uuid,
+                        trial_id=trial_id,
+                        experiment_id=experiment_id,
+                        steps_completed=n,
+                        state="COMPLETED",
+                        metadata={},
+                        resources={},
+                        size=7,
+                        storage={"type": "shared_fs", "path": str(self.storage / uuid)},
+                        report_time=NOW,
+                    )
+                )
+            conn.execute(
+                schema.metrics.insert().values(
+                    trial_id=trial_id,
+                    group="training",
+                    steps_completed=1,
+                    metrics={"loss": 1.0},
+                    report_time=NOW,
+                    trial_run_id=1,
+                )
+            )
+        if own_dag:
+            experiments.write_experiment_file(experiment_id, config)
+        (self.work / f"exp_{experiment_id}" / f"trial_{trial_id}").mkdir(parents=True)
+        return experiment_id
+
+    def rows_of(self, experiment_id: int) -> dict[str, int]:
+        with self.db.read() as conn:
+            trial_ids = select(schema.trials.c.id).where(schema.trials.c.experiment_id == experiment_id)
+            return {
+                "experiments": conn.execute(
+                    select(func.count())
+                    .select_from(schema.experiments)
+                    .where(schema.experiments.c.id == experiment_id)
+                ).scalar_one(),
+                "checkpoints": conn.execute(
+                    select(func.count())
+                    .select_from(schema.checkpoints)
+                    .where(schema.checkpoints.c.experiment_id == experiment_id)
+                ).scalar_one(),
+                "metrics": conn.execute(
+                    select(func.count())
+                    .select_from(schema.metrics)
+                    .where(schema.metrics.c.trial_id.in_(trial_ids))
+                ).scalar_one(),
+            }
+
+    def leftovers(self, experiment_id: int) -> list[Path]:
+        """Files of the experiment still on disk."""
+        candidates = [
+            experiment_file(self.dags, experiment_id),
+            self.work / f"exp_{experiment_id}",
+            *self.storage.glob(f"ckpt-{experiment_id}-*"),
+        ]
+        return [path for path in candidates if path.exists()]
+
+
+@pytest.fixture
+def master(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Master:
+    dags, work, storage = tmp_path / "dags", tmp_path / "work", tmp_path / "checkpoints"
+    monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", f"sqlite:///{tmp_path / 'airflow.db'}")
+    monkeypatch.setenv("AIRFLOW__CORE__DAGS_FOLDER", str(dags))
+    monkeypatch.setenv("AIRFLOW__DET__TRIAL_WORK_DIR", str(work))
+    master_db.get_database.cache_clear()
+    db = master_db.get_database()
+    db.migrate()
+    records = AirflowRecords(dags_folder=dags)
+    monkeypatch.setattr(
+        airflow_bridge, "dag_run_state", lambda dag_id, run_id: records.run_states.get((dag_id, run_id))
+    )
+    monkeypatch.setattr(airflow_bridge, "delete_dag", records.delete_dag)
+    monkeypatch.setattr(airflow_bridge, "delete_dag_run", records.delete_dag_run)
+    yield Master(db, records, dags, work, storage)
+    db.engine.dispose()
+    master_db.get_database.cache_clear()
+
+
+def test_deleting_a_created_experiment_removes_its_yaml_then_its_dag_files_and_rows(master: Master) -> None:
+    experiment_id = master.add_experiment()
+    assert len(master.leftovers(experiment_id)) == 4
+
+    assert experiments.delete_experiment(master.db, experiment_id) == []
+
+    assert master.leftovers(experiment_id) == []
+    assert master.rows_of(experiment_id) == {"experiments": 0, "checkpoints": 0, "metrics": 0}
+    assert master.airflow.deleted_dags == [experiment_dag_id(experiment_id)]
+    assert master.airflow.yaml_present_at_dag_delete == [False]
+    assert master.airflow.deleted_runs == []
+
+
+def test_an_experiment_of_a_yaml_in_dags_removes_only_its_own_run(master: Master) -> None:
+    experiment_id = master.add_experiment(dag_id="det_digits")
+
+    assert experiments.delete_experiment(master.db, experiment_id) == []
+
+    assert master.airflow.deleted_runs == [("det_digits", "run-1")]
+    assert master.airflow.deleted_dags == []
+    assert master.rows_of(experiment_id)["experiments"] == 0
+
+
+def test_other_experiments_keep_everything(master: Master) -> None:
+    kept = master.add_experiment()
+    deleted = master.add_experiment()
+
+    experiments.delete_experiment(master.db, deleted)
+
+    assert len(master.leftovers(kept)) == 4
+    assert master.rows_of(kept) == {"experiments": 1, "checkpoints": 2, "metrics": 1}
+
+
+@pytest.mark.parametrize("state", ["ACTIVE", "PAUSED", "STOPPING_CANCELED"])
+def test_an_experiment_that_has_not_ended_is_refused_and_keeps_everything(master: Master, state: str) -> None:
+    experiment_id = master.add_experiment(state=state)
+
+    with pytest.raises(experiments.StateError, match=f"is {state}; cancel or kill it before deleting it"):
+        experiments.delete_experiment(master.db, experiment_id)
+
+    assert len(master.leftovers(experiment_id)) == 4
+    assert master.rows_of(experiment_id) == {"experiments": 1, "checkpoints": 2, "metrics": 1}
+    assert master.airflow.deleted_dags == []
+
+
+def test_an_ended_experiment_whose_dag_run_still_runs_is_refused(master: Master) -> None:
+    experiment_id = master.add_experiment()
+    master.airflow.run_states[(experiment_dag_id(experiment_id), "run-1")] = "running"
+
+    with pytest.raises(experiments.StateError, match="DAG run 'run-1' .* is still running in Airflow"):
+        experiments.delete_experiment(master.db, experiment_id)
+
+    assert len(master.leftovers(experiment_id)) == 4
+    assert master.rows_of(experiment_id)["experiments"] == 1
+
+
+def test_what_cannot_be_removed_is_reported_and_the_rest_still_goes(master: Master) -> None:
+    experiment_id = master.add_experiment()
+    master.airflow.refuse = "TaskInstances still running"
+    work_dir = master.work / f"exp_{experiment_id}"
+    for child in sorted(work_dir.rglob("*"), reverse=True):
+        child.rmdir()
+    work_dir.rmdir()
+    work_dir.write_text("not a folder")  # rmtree refuses a plain file
+    with master.db.begin() as conn:
+        conn.execute(
+            schema.checkpoints.update()
+            .where(schema.checkpoints.c.uuid == f"ckpt-{experiment_id}-1")
+            .values(storage={"type": "shared_fs", "path": "/"})
+        )
+
+    not_removed = experiments.delete_experiment(master.db, experiment_id)
+
+    assert not_removed == [
+        "TaskInstances still running",
+        f"checkpoint ckpt-{experiment_id}-1: its files are not at a known path ('/')",
+        f"trial work directory at {work_dir}: Not a directory",
+    ]
+    assert master.leftovers(experiment_id) == [work_dir, master.storage / f"ckpt-{experiment_id}-1"]
+    assert master.rows_of(experiment_id)["experiments"] == 0
+
+
+def test_the_optuna_study_of_a_tpe_experiment_is_removed(master: Master) -> None:
+    experiment_id = master.add_experiment(sampler="tpe")
+    storage = search.optuna_storage_url(master.db.url)
+    optuna.create_study(study_name=search.study_name(experiment_id), storage=storage)
+    optuna.create_study(study_name="someone-elses", storage=storage)
+
+    assert experiments.delete_experiment(master.db, experiment_id) == []
+
+    assert optuna.get_all_study_names(storage) == ["someone-elses"]
+
+
+def test_an_unknown_experiment_is_not_found(master: Master) -> None:
+    with pytest.raises(experiments.NotFound, match="experiment 42 not found"):
+        experiments.delete_experiment(master.db, 42)

@@ -1,0 +1,172 @@
+"""The pod a Kubernetes trial would be submitted as: every field against what the user configured,
+through the kubernetes client's models and the provider's serializer (no cluster needed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from airflow.providers.cncf.kubernetes.pod_generator import PodGenerator
+
+from det_airflow.config import config_to_dict, parse_config
+from det_airflow.operators.runners import LABEL_EXPERIMENT, LABEL_RUN, LABEL_TRIAL, ContainerTrial
+from det_airflow.operators.runners.kubernetes import (
+    TRIAL_CONTAINER,
+    gang_job,
+    gang_service,
+    priority_class,
+    trial_pod,
+)
+from det_airflow.trial_process import TrialSpec
+
+MINIMAL = {
+    "entrypoint": "python3 train.py",
+    "searcher": {"name": "single", "metric": "loss", "max_length": 10},
+}
+
+
+def pod_dict(
+    tmp_path: Path, *, device: str = "cpu", slots: tuple[int, ...] = (), **changes: Any
+) -> dict[str, Any]:
+    config = config_to_dict(parse_config({**MINIMAL, **changes}))
+    spec = TrialSpec(trial_id=12, experiment_id=3, request_id="r", trial_seed=5, config=config, run_id=2)
+    trial = ContainerTrial(
+        spec=spec, workdir=tmp_path, argv=(sys.executable, "train.py"), env={"DET_TRIAL_ID": "12"},
+        slot_ids=slots, device=device,
+    )  # fmt: skip
+    return dict(PodGenerator.serialize_pod(trial_pod(trial, namespace="ml")))
+
+
+def test_trial_pod_fields(tmp_path: Path) -> None:
+    pod = pod_dict(
+        tmp_path,
+        environment={"image": "my/train:1", "force_pull_image": True, "add_capabilities": ["SYS_PTRACE"]},
+        resources={"shm_size": "2G", "priority": 10},
+        checkpoint_storage={"type": "shared_fs", "host_path": "/ckpt"},
+        bind_mounts=[
+            {"host_path": "/data", "container_path": "/data", "read_only": True, "propagation": "rslave"}
+        ],
+    )
+
+    assert pod["metadata"] == {
+        "name": "det-trial-3-12-2",
+        "namespace": "ml",
+        "labels": {LABEL_EXPERIMENT: "3", LABEL_TRIAL: "12", LABEL_RUN: "2"},
+    }
+    spec = pod["spec"]
+    assert (spec["restartPolicy"], spec["priorityClassName"]) == ("Never", "det-priority-10")
+    (container,) = spec["containers"]
+    assert container["name"] == TRIAL_CONTAINER
+    assert (container["image"], container["imagePullPolicy"]) == ("my/train:1", "Always")
+    assert container["command"] == ["python3", "train.py"]
+    assert container["workingDir"] == str(tmp_path)
+    assert {"name": "DET_TRIAL_ID", "value": "12"} in container["env"]
+    assert container["securityContext"] == {"capabilities": {"add": ["SYS_PTRACE"]}}
+    assert "limits" not in container["resources"]  # a CPU trial asks for no GPU
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert volumes["det-shm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": str(2 * 1024**3)}
+    assert mounts["det-shm"]["mountPath"] == "/dev/shm"
+    assert volumes["det-checkpoints"]["hostPath"] == {"path": "/ckpt"}
+    assert mounts["det-checkpoints"]["mountPath"] == "/ckpt"
+    assert volumes["det-bind-0"]["hostPath"] == {"path": "/data"}
+    assert mounts["det-bind-0"] == {
+        "name": "det-bind-0", "mountPath": "/data", "readOnly": True, "mountPropagation": "HostToContainer",
+    }  # fmt: skip
+    assert mounts["det-workdir"]["mountPath"] == str(tmp_path)
+
+
+def test_gpu_limits_are_the_slots_of_the_pod(tmp_path: Path) -> None:
+    (container,) = pod_dict(tmp_path, device="cuda", slots=(0, 1, 2, 3))["spec"]["containers"]
+    assert container["resources"] == {"limits": {"nvidia.com/gpu": "4"}, "requests": {"nvidia.com/gpu": "4"}}
+
+
+def test_pod_spec_is_merged_as_determined_does(tmp_path: Path) -> None:
+    pod_spec = {
+        "metadata": {"labels": {"team": "vision"}},
+        "spec": {
+            "serviceAccountName": "trainer",
+            "nodeSelector": {"gpu": "a100"},
+            "tolerations": [{"key": "gpu", "operator": "Exists"}],
+            "volumes": [{"name": "datasets", "persistentVolumeClaim": {"claimName": "datasets"}}],
+            "containers": [
+                {"name": "log-forwarder", "image": "fluent/fluent-bit"},
+                {
+                    "name": TRIAL_CONTAINER,
+                    "image": "ignored/by-ours",
+                    "env": [{"name": "FROM_POD_SPEC", "value": "1"}],
+                    "volumeMounts": [{"name": "datasets", "mountPath": "/datasets"}],
+                },
+            ],
+        },
+    }
+    pod = pod_dict(tmp_path, environment={"image": "my/train:1", "pod_spec": pod_spec})
+
+    assert pod["metadata"]["labels"] == {
+        "team": "vision",
+        LABEL_EXPERIMENT: "3",
+        LABEL_TRIAL: "12",
+        LABEL_RUN: "2",
+    }
+    spec = pod["spec"]
+    assert (spec["serviceAccountName"], spec["nodeSelector"]) == ("trainer", {"gpu": "a100"})
+    assert spec["tolerations"] == [{"key": "gpu", "operator": "Exists"}]
+    assert [c["name"] for c in spec["containers"]] == [TRIAL_CONTAINER, "log-forwarder"]
+    trial_container = spec["containers"][0]
+    assert trial_container["image"] == "my/train:1"
+    assert {"name": "FROM_POD_SPEC", "value": "1"} in trial_container["env"]
+    assert {"name": "DET_TRIAL_ID", "value": "12"} in trial_container["env"]
+    assert {"name": "datasets", "mountPath": "/datasets"} in trial_container["volumeMounts"]
+    assert {v["name"] for v in spec["volumes"]} >= {"datasets", "det-workdir", "det-shm"}
+
+
+def test_priority_class_orders_as_determined_and_preempts_nothing() -> None:
+    high, low = priority_class(1), priority_class(99)
+    assert (high.metadata.name, high.value, high.preemption_policy) == ("det-priority-1", 99, "Never")
+    assert low.value < high.value
+
+
+@pytest.mark.kubernetes
+def test_a_real_cluster_is_reachable() -> None:
+    if not os.environ.get("KUBECONFIG"):
+        pytest.skip("needs a Kubernetes cluster: KUBECONFIG is not set")
+    from kubernetes import client, config
+
+    config.load_kube_config()
+    assert client.VersionApi().get_code().major
+
+
+def test_a_multi_pod_trial_is_an_indexed_job_with_a_headless_service(tmp_path: Path) -> None:
+    config = config_to_dict(parse_config({**MINIMAL, "resources": {"slots_per_trial": 8, "priority": 30}}))
+    spec = TrialSpec(trial_id=12, experiment_id=3, request_id="r", trial_seed=5, config=config, run_id=2)
+    trial = ContainerTrial(
+        spec=spec, workdir=tmp_path, argv=("python3", "train.py"), env={"DET_CONTAINER_RANK": "0"},
+        slot_ids=(0, 1, 2, 3), device="cuda",
+    )  # fmt: skip
+
+    job = PodGenerator.serialize_pod(gang_job(trial, namespace="ml", pods=2))
+    service = PodGenerator.serialize_pod(gang_service(trial, namespace="ml"))
+
+    assert (job["kind"], job["metadata"]["name"]) == ("Job", "det-trial-3-12-2")
+    assert {k: job["spec"][k] for k in ("completionMode", "completions", "parallelism", "backoffLimit")} == {
+        "completionMode": "Indexed", "completions": 2, "parallelism": 2, "backoffLimit": 0,
+    }  # fmt: skip
+    pod_spec = job["spec"]["template"]["spec"]
+    assert (pod_spec["subdomain"], pod_spec["priorityClassName"]) == ("det-trial-3-12-2", "det-priority-30")
+    (container,) = pod_spec["containers"]
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": "4"}  # the slots of one pod
+    env = {e["name"]: e for e in container["env"]}
+    assert json.loads(env["DET_CONTAINER_ADDRS"]["value"]) == [
+        "det-trial-3-12-2-0.det-trial-3-12-2",
+        "det-trial-3-12-2-1.det-trial-3-12-2",
+    ]
+    assert env["DET_CHIEF_IP"]["value"] == "det-trial-3-12-2-0.det-trial-3-12-2"
+    rank_source = env["DET_CONTAINER_RANK"]["valueFrom"]["fieldRef"]["fieldPath"]
+    assert rank_source == "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+    assert job["spec"]["template"]["metadata"]["labels"][LABEL_TRIAL] == "12"
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["selector"] == {"job-name": "det-trial-3-12-2"}

@@ -1,0 +1,219 @@
+"""Choosing where a trial runs, and the container a Docker trial gets, field by field, as Docker's
+own client builds the request (no daemon needed)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+
+from det_airflow.config import config_to_dict, parse_config
+from det_airflow.operators.runners import (
+    DEFAULT_IMAGES,
+    LABEL_EXPERIMENT,
+    LABEL_RUN,
+    LABEL_TRIAL,
+    ContainerTrial,
+    container_environment,
+    held_slots,
+    runner_name,
+)
+from det_airflow.operators.runners._base import LineSplitter
+from det_airflow.operators.runners._docker import container_request
+from det_airflow.trial_process import TrialSpec
+
+MINIMAL = {
+    "entrypoint": "python3 train.py",
+    "searcher": {"name": "single", "metric": "loss", "max_length": 10},
+}
+
+
+def normalized(defaults: dict[str, str] | None = None, **changes: Any) -> dict[str, Any]:
+    """A config as the master hands it to a trial: parsed and written back with defaults filled."""
+    return config_to_dict(parse_config({**MINIMAL, **changes}, airflow_defaults=defaults))
+
+
+def client() -> docker.APIClient:
+    # A fixed API version: the client builds requests without asking a daemon for its version.
+    return docker.APIClient(base_url="unix:///nonexistent.sock", version="1.41")
+
+
+def trial(
+    tmp_path: Path, config: dict[str, Any], *, device: str = "cpu", slots: tuple[int, ...] = ()
+) -> ContainerTrial:
+    spec = TrialSpec(trial_id=12, experiment_id=3, request_id="r", trial_seed=5, config=config, run_id=2)
+    return ContainerTrial(
+        spec=spec,
+        workdir=tmp_path,
+        argv=(sys.executable, "-m", "det_airflow.launchers.torch_distributed", "--trial", "model_def:Trial"),
+        env={"DET_TRIAL_ID": "12"},
+        slot_ids=slots,
+        device=device,
+    )
+
+
+# --- where a trial runs ---
+
+
+def test_trials_run_locally_unless_configured() -> None:
+    assert runner_name(normalized()) == "local"
+
+
+def test_det_section_default_and_experiment_override() -> None:
+    assert runner_name(normalized({"trial_runner": "docker"})) == "docker"
+    assert runner_name(normalized({"trial_runner": "docker"}, airflow={"trial_runner": "local"})) == "local"
+    assert runner_name(normalized(airflow={"trial_runner": "kubernetes"})) == "kubernetes"
+
+
+def test_an_unknown_runner_is_a_config_error_naming_the_field() -> None:
+    with pytest.raises(Exception, match=r"airflow.trial_runner: expected one of local, docker, kubernetes"):
+        normalized(airflow={"trial_runner": "podman"})
+
+
+# --- the image ---
+
+
+@pytest.mark.parametrize(
+    ("image", "device", "expected"),
+    [
+        ("my/train:1", "cpu", "my/train:1"),
+        ("my/train:1", "cuda", "my/train:1"),
+        ({"cpu": "my/cpu:1", "cuda": "my/cuda:1"}, "cpu", "my/cpu:1"),
+        ({"cpu": "my/cpu:1", "cuda": "my/cuda:1"}, "cuda", "my/cuda:1"),
+        ({"cpu": "my/cpu:1", "gpu": "my/old-gpu:1"}, "cuda", "my/old-gpu:1"),
+        ({"cpu": "my/cpu:1"}, "rocm", DEFAULT_IMAGES["rocm"]),
+        (None, "cpu", "det-airflow-trial:cpu"),
+    ],
+)
+def test_image_for_the_trials_device(tmp_path: Path, image: Any, device: str, expected: str) -> None:
+    assert trial(tmp_path, {"environment": {"image": image}}, device=device).image() == expected
+
+
+def test_image_from_a_parsed_config(tmp_path: Path) -> None:
+    config = normalized(environment={"image": {"cpu": "a:1", "cuda": "b:2"}})
+    assert trial(tmp_path, config).image() == "a:1"
+    assert trial(tmp_path, config, device="cuda").image() == "b:2"
+
+
+# --- the environment ---
+
+
+def test_container_environment_has_the_devices_variables_and_no_path(tmp_path: Path) -> None:
+    config = {
+        "environment": {
+            "environment_variables": {
+                "cpu": ["ONLY_CPU=1", "SHARED=cpu"],
+                "cuda": ["SHARED=cuda", "DET_TRIAL_ID=99"],
+            }
+        }
+    }
+    base = {
+        "DET_TRIAL_ID": "12",
+        "ONLY_CPU": "1",
+        "SHARED": "cpu",
+        "PATH": "/host/venv/bin",
+        "HOME": "/w/.det/home",
+    }
+
+    cpu = container_environment(base, config, "cpu", (), tmp_path)
+    cuda = container_environment(base, config, "cuda", (4, 6), tmp_path)
+
+    assert (cpu["SHARED"], cpu["ONLY_CPU"], cpu["PYTHONPATH"]) == ("cpu", "1", str(tmp_path))
+    assert "PATH" not in cpu and cpu["HOME"] == "/w/.det/home"
+    assert cuda["SHARED"] == "cuda" and "ONLY_CPU" not in cuda
+    assert cuda["DET_TRIAL_ID"] == "12"  # the config may not pose as another trial
+    assert cuda["CUDA_VISIBLE_DEVICES"] == "0,1"  # the container sees its two GPUs as 0 and 1
+
+
+def test_held_slots_follow_the_master_else_slots_per_trial() -> None:
+    assert held_slots({"config": normalized(resources={"slots_per_trial": 2})}) == (0, 1)
+    assert held_slots({"config": normalized(), "slot_ids": [3, 5]}) == (3, 5)
+
+
+# --- the container ---
+
+
+def test_every_container_field_from_the_config(tmp_path: Path) -> None:
+    config = normalized(
+        environment={"add_capabilities": ["SYS_PTRACE"], "drop_capabilities": ["NET_RAW"]},
+        bind_mounts=[
+            {"host_path": "/data", "container_path": "/mnt/data", "read_only": True},
+            {"host_path": "/scratch", "container_path": "/scratch", "propagation": "rslave"},
+        ],
+        resources={"shm_size": "1.5G", "devices": ["/dev/fuse:/dev/fuse:rw"]},
+        checkpoint_storage={"type": "shared_fs", "host_path": "/ckpt", "storage_path": "runs"},
+    )
+
+    request = container_request(client(), trial(tmp_path, config))
+    host = request.host_config
+
+    assert request.image == DEFAULT_IMAGES["cpu"]
+    assert request.command == [
+        "python3",
+        "-m",
+        "det_airflow.launchers.torch_distributed",
+        "--trial",
+        "model_def:Trial",
+    ]
+    assert request.working_dir == str(tmp_path)
+    assert request.user == f"{os.getuid()}:{os.getgid()}"
+    assert request.labels == {LABEL_EXPERIMENT: "3", LABEL_TRIAL: "12", LABEL_RUN: "2"}
+    assert request.name == "det-trial-3-12-2"
+    assert host["NetworkMode"] == "host"
+    assert host["ShmSize"] == int(1.5 * 1024**3)
+    assert (host["CapAdd"], host["CapDrop"]) == (["SYS_PTRACE"], ["NET_RAW"])
+    assert host["Devices"] == [
+        {"PathOnHost": "/dev/fuse", "PathInContainer": "/dev/fuse", "CgroupPermissions": "rw"}
+    ]
+    mounts = {m["Target"]: (m["Source"], m["ReadOnly"], m.get("BindOptions")) for m in host["Mounts"]}
+    assert mounts == {
+        str(tmp_path): (str(tmp_path), False, None),
+        "/ckpt": ("/ckpt", False, None),
+        "/mnt/data": ("/data", True, {"Propagation": "rprivate"}),
+        "/scratch": ("/scratch", False, {"Propagation": "rslave"}),
+    }
+    assert "DeviceRequests" not in host  # a CPU trial asks for no GPU
+
+
+def test_nothing_of_airflow_is_mounted(tmp_path: Path) -> None:
+    host = container_request(client(), trial(tmp_path, normalized())).host_config
+    assert [m["Source"] for m in host["Mounts"]] == [str(tmp_path)]
+    assert host.get("Binds") is None
+
+
+def test_gpus_are_the_slots_the_trial_holds(tmp_path: Path) -> None:
+    host = container_request(client(), trial(tmp_path, normalized(), device="cuda", slots=(2, 3))).host_config
+    assert host["DeviceRequests"] == [
+        {"Driver": "nvidia", "Count": 0, "DeviceIDs": ["2", "3"], "Capabilities": [["gpu"]], "Options": {}}
+    ]
+
+
+def test_startup_hook_is_sourced_before_the_entrypoint(tmp_path: Path) -> None:
+    (tmp_path / "startup-hook.sh").write_text("export X=1\n")
+    command = container_request(client(), trial(tmp_path, normalized())).command
+    assert command[:4] == ["sh", "-c", '. ./startup-hook.sh && exec "$@"', "sh"]
+    assert command[4:6] == ["python3", "-m"]
+
+
+# --- output lines ---
+
+
+def test_line_splitter_joins_chunks_and_splits_progress_bars() -> None:
+    lines: list[tuple[str, str]] = []
+    splitter = LineSplitter("stdout", lambda line, stream: lines.append((line, stream)))
+    for chunk in (
+        b"fir",
+        b"st\nsec",
+        b"ond\r",
+        b"\n10%\r20%\r",
+        "é\n".encode()[:1],
+        "é\n".encode()[1:],
+        b"tail",
+    ):
+        splitter.feed(chunk)
+    splitter.close()
+    assert [line for line, _ in lines] == ["first", "second", "10%", "20%", "é", "tail"]
