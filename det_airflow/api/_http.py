@@ -1,13 +1,19 @@
-"""The one HTTP session every client of the master uses (CLI, operators, triggers, training code)."""
+"""The HTTP sessions clients of the master use: Session (CLI, operators; httpx), AsyncSession
+(triggers) and TrialSession (training code; the standard library's http.client)."""
 
 from __future__ import annotations
 
+import functools
+import json
 import time
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from det_airflow.errors import APIError
+
+if TYPE_CHECKING:
+    import http.client
+
+    import httpx
 
 API_PREFIX = "/det/api/v1"
 DEFAULT_MASTER = "localhost:8080"
@@ -28,10 +34,15 @@ def normalize_master_url(address: str | None) -> str:
 
 
 def _error_message(response: httpx.Response) -> str:
+    return _message_of(response.text, response.reason_phrase)
+
+
+def _message_of(text: str, reason: str) -> str:
+    """The master's own words in an error answer: FastAPI's ``detail``, else the body, else the reason."""
     try:
-        body = response.json()
+        body = json.loads(text)
     except ValueError:
-        return response.text.strip() or response.reason_phrase
+        return text.strip() or reason
     detail = body.get("detail") if isinstance(body, dict) else None
     if isinstance(detail, list):  # FastAPI validation errors
         return "; ".join(
@@ -54,11 +65,20 @@ class Session:
         self.master = normalize_master_url(master)
         self.token = token
         self.retry_seconds = DEFAULT_RETRY_SECONDS if retry_seconds is None else retry_seconds
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._client = httpx.Client(base_url=self.master + API_PREFIX, headers=headers, timeout=timeout)
+        self._timeout = timeout
+
+    @functools.cached_property
+    def _client(self) -> httpx.Client:
+        # Made on the first request: importing httpx costs more than the rest of a client's start,
+        # and a command that ends up sending nothing should not pay for it.
+        import httpx
+
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        return httpx.Client(base_url=self.master + API_PREFIX, headers=headers, timeout=self._timeout)
 
     def close(self) -> None:
-        self._client.close()
+        if "_client" in self.__dict__:
+            self._client.close()
 
     def __enter__(self) -> Session:
         return self
@@ -74,6 +94,8 @@ class Session:
         A request that may have reached the master is sent again only with ``resend_on_failure``
         (a create carrying a request id, which the master deduplicates); the same body goes out.
         """
+        import httpx
+
         retried: type[Exception] | tuple[type[Exception], ...] = (
             httpx.TransportError if resend_on_failure else (httpx.ConnectError, httpx.RemoteProtocolError)
         )
@@ -92,23 +114,8 @@ class Session:
                     raise APIError(f"cannot reach the master at {self.master}: {exc}") from None
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
-        if response.status_code == 403 and _error_message(response) == AIRFLOW_INVALID_TOKEN:
-            # Airflow refuses a token it cannot verify (say, signed before its JWT secret changed)
-            # with 403; it is a stale login, not a missing permission.
-            raise APIError(
-                f"the master at {self.master} refused the stored login ({AIRFLOW_INVALID_TOKEN}): "
-                "run `det user login`, or set DET_USER and DET_PASS",
-                status_code=401,
-            )
-        if response.status_code == 401:
-            raise APIError(
-                f"not logged in to {self.master} (or the session expired): run `det user login`",
-                status_code=401,
-            )
-        if response.status_code == 403:
-            raise APIError(f"permission denied: {_error_message(response)}", status_code=403)
         if response.status_code >= 400:
-            raise APIError(_error_message(response), status_code=response.status_code)
+            _raise_for_status(self.master, response.status_code, _error_message(response))
         return response
 
     def get(self, path: str, **kwargs: Any) -> Any:
@@ -123,10 +130,137 @@ class Session:
         return response.json() if response.content else None
 
 
+def _raise_for_status(master: str, status_code: int, message: str) -> NoReturn:
+    if status_code == 403 and message == AIRFLOW_INVALID_TOKEN:
+        # Airflow refuses a token it cannot verify (say, signed before its JWT secret changed)
+        # with 403; it is a stale login, not a missing permission.
+        raise APIError(
+            f"the master at {master} refused the stored login ({AIRFLOW_INVALID_TOKEN}): "
+            "run `det user login`, or set DET_USER and DET_PASS",
+            status_code=401,
+        )
+    if status_code == 401:
+        raise APIError(
+            f"not logged in to {master} (or the session expired): run `det user login`",
+            status_code=401,
+        )
+    if status_code == 403:
+        raise APIError(f"permission denied: {message}", status_code=403)
+    raise APIError(message, status_code=status_code)
+
+
+class TrialSession:
+    """Session's twin for training code, on the standard library's ``http.client``.
+
+    A trial process starts for every trial; importing httpx (and what it pulls in) would cost it
+    several times what the rest of its start does. Same methods, retries and errors as Session
+    (without ``resend_on_failure``: the routes of a trial need none), over one kept-alive connection.
+    """
+
+    def __init__(
+        self,
+        master: str | None,
+        token: str | None = None,
+        *,
+        timeout: float = 30.0,
+        retry_seconds: float | None = None,
+    ) -> None:
+        from urllib.parse import urlsplit
+
+        self.master = normalize_master_url(master)
+        self.token = token
+        self.retry_seconds = DEFAULT_RETRY_SECONDS if retry_seconds is None else retry_seconds
+        self._timeout = timeout
+        url = urlsplit(self.master)
+        self._secure = url.scheme == "https"
+        self._netloc = url.netloc
+        self._prefix = url.path + API_PREFIX
+        self._connection: http.client.HTTPConnection | None = None
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+    def __enter__(self) -> TrialSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _connect(self) -> http.client.HTTPConnection:
+        import http.client
+        import select
+
+        idle = self._connection.sock if self._connection is not None else None
+        if idle is not None and select.select([idle], [], [], 0)[0]:
+            # An idle connection with something to read has been closed by the server (its
+            # keep-alive ran out): reconnect rather than send a request that gets no answer.
+            self.close()
+        if self._connection is None:
+            kind = http.client.HTTPSConnection if self._secure else http.client.HTTPConnection
+            self._connection = kind(self._netloc, timeout=self._timeout)
+        return self._connection
+
+    def request(self, method: str, path: str, body: Any = None) -> Any:
+        """Send a request; answers the decoded JSON body (None when empty). Failures are APIError."""
+        import http.client
+
+        headers = {"Accept": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        deadline: float | None = None  # counted from the first failure, as in Session
+        delay = 0.25
+        while True:
+            connection = self._connect()
+            sent = False
+            try:
+                connection.request(method, self._prefix + path, body=data, headers=headers)
+                sent = True
+                response = connection.getresponse()
+                status, reason, content = response.status, response.reason, response.read()
+                break
+            except OSError as exc:  # refused, reset, timed out, name not found; http.client's too
+                self.close()
+                if deadline is None:
+                    deadline = time.monotonic() + self.retry_seconds
+                # As Session: a refused or dropped connection is tried again (a dropped one had its
+                # request unread), one that timed out after sending may have been carried out.
+                retried = not sent or isinstance(exc, ConnectionError)
+                if not retried or time.monotonic() + delay > deadline:
+                    if isinstance(exc, TimeoutError):
+                        raise APIError(f"the master at {self.master} did not answer in time") from None
+                    raise APIError(f"cannot reach the master at {self.master}: {exc}") from None
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+            except http.client.HTTPException as exc:
+                self.close()
+                raise APIError(f"the master at {self.master} sent a broken answer: {exc}") from None
+        text = content.decode("utf-8", errors="replace")
+        if status >= 400:
+            _raise_for_status(self.master, status, _message_of(text, reason))
+        return json.loads(text) if text else None
+
+    def get(self, path: str) -> Any:
+        return self.request("GET", path)
+
+    def post(self, path: str, json: Any = None) -> Any:
+        return self.request("POST", path, json)
+
+    def delete(self, path: str) -> Any:
+        return self.request("DELETE", path)
+
+
 class AsyncSession:
     """Asynchronous twin of Session, for Airflow triggers."""
 
     def __init__(self, master: str, token: str | None = None, *, timeout: float = 30.0) -> None:
+        import httpx
+
         self.master = normalize_master_url(master)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._client = httpx.AsyncClient(base_url=self.master + API_PREFIX, headers=headers, timeout=timeout)
@@ -138,6 +272,8 @@ class AsyncSession:
         await self._client.aclose()
 
     async def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        import httpx
+
         try:
             response = await self._client.request(method, path, **kwargs)
         except httpx.TransportError as exc:

@@ -9,10 +9,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from det_airflow.api._http import SERVICE_RETRY_SECONDS, Session
+from det_airflow.api._http import SERVICE_RETRY_SECONDS, Session, TrialSession
 from det_airflow.errors import APIError
 
-# A trial's own logs are for its training; httpx would log every report at INFO.
+# A trial's own logs are for its training; httpx (in a session passed in) would log every report.
 logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
@@ -20,11 +20,18 @@ class RuntimeClient:
     """The training side's client of the master, for one trial."""
 
     def __init__(
-        self, master: str | None, token: str | None, trial_id: int, *, session: Session | None = None
+        self,
+        master: str | None,
+        token: str | None,
+        trial_id: int,
+        *,
+        session: Session | TrialSession | None = None,
     ) -> None:
         self.trial_id = int(trial_id)
         self._session = (
-            session if session is not None else Session(master, token, retry_seconds=SERVICE_RETRY_SECONDS)
+            session
+            if session is not None
+            else TrialSession(master, token, retry_seconds=SERVICE_RETRY_SECONDS)
         )
         self._trial = f"/runtime/trials/{self.trial_id}"
 

@@ -410,6 +410,21 @@ class UserClient:
     def kill_trial(self, trial_id: int) -> Trial:
         return self._json("POST", f"/trials/{trial_id}/kill")["trial"]
 
+    # --- the job queue ---
+
+    def list_jobs(self, *, resource_pool: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
+        params: dict[str, Any] = {}
+        if resource_pool:
+            params["resource_pool"] = resource_pool
+        if limit is not None:
+            params["limit"] = limit
+        return self._json("GET", "/jobs", params=params)["jobs"]
+
+    def update_jobs(self, updates: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Each update: ``job_id`` and one of priority, weight, max_slots, resource_pool, ahead_of,
+        behind_of; all are applied together or none."""
+        return self._json("POST", "/jobs/update", json={"updates": updates})["jobs"]
+
     def trial_metrics(self, trial_id: int, *, group: str | None = None) -> list[Metrics]:
         params = {"group": group} if group else {}
         return self._json("GET", f"/trials/{trial_id}/metrics", params=params)["metrics"]

@@ -8,6 +8,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from det_airflow.cli import checkpoint as checkpoint_cli
+from det_airflow.cli import job as job_cli
 from det_airflow.cli import render
 from det_airflow.cli.logs import add_log_arguments, show_logs_from_args, show_trial_logs
 from det_airflow.errors import DetError
@@ -148,13 +149,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         parser.add_argument("label", metavar="LABEL")
         parser.set_defaults(func=_label)
 
-    set_ = verbs.add_parser("set", help="change an experiment's name or description")
+    set_ = verbs.add_parser(
+        "set", help="change an experiment's name, description, priority, weight or max-slots"
+    )
     set_verbs = set_.add_subparsers(dest="field", metavar="FIELD", required=True)
     for field in ("description", "name"):
         parser = set_verbs.add_parser(field, help=f"set the experiment's {field}")
         _add_id(parser)
         parser.add_argument("value", metavar=field.upper())
         parser.set_defaults(func=_set)
+    job_cli.add_queue_fields(set_verbs)
 
 
 def _add_id(parser: argparse.ArgumentParser) -> None:
@@ -193,6 +197,8 @@ def _create(args: argparse.Namespace) -> int:
     from det_airflow.config import load_config
 
     cfg = load_config(args.config_file, overrides=args.config_overrides)
+    for warning in cfg.warnings:  # fields accepted but not acted on: said once, never silently
+        print(f"Warning: {warning}", file=sys.stderr, flush=True)
 
     if args.local:
         from det_airflow.cli.local_test_mode import run_local_test

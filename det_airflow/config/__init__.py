@@ -7,33 +7,39 @@ Example:
     ('single', 5)
 """
 
-from det_airflow.config._dump import config_to_dict
-from det_airflow.config._hparams import hparam_leaves
-from det_airflow.config._length import length_in_batches
-from det_airflow.config._limits import MAX_CONFIG_BYTES
-from det_airflow.config._load import is_experiment_mapping, load_config, parse_config
-from det_airflow.config._names import generate_name
-from det_airflow.config._storage import merge_checkpoint_storage
-from det_airflow.config._types import (
-    AirflowSection,
-    BindMount,
-    CategoricalHP,
-    CheckpointStorageConfig,
-    ConstHP,
-    DoubleHP,
-    EnvironmentConfig,
-    ExperimentConfig,
-    HParamGroup,
-    Hyperparameter,
-    IntHP,
-    Length,
-    LengthUnit,
-    LogHP,
-    LogPolicy,
-    ResourcesConfig,
-    SearcherConfig,
-)
-from det_airflow.config._yaml import read_yaml
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from det_airflow.config._dump import config_to_dict
+    from det_airflow.config._hparams import hparam_leaves
+    from det_airflow.config._length import length_in_batches
+    from det_airflow.config._limits import MAX_CONFIG_BYTES
+    from det_airflow.config._load import is_experiment_mapping, load_config, parse_config
+    from det_airflow.config._names import generate_name
+    from det_airflow.config._storage import merge_checkpoint_storage
+    from det_airflow.config._types import (
+        AirflowSection,
+        BindMount,
+        CategoricalHP,
+        CheckpointStorageConfig,
+        ConstHP,
+        DoubleHP,
+        EnvironmentConfig,
+        ExperimentConfig,
+        HParamGroup,
+        Hyperparameter,
+        IntHP,
+        Length,
+        LengthUnit,
+        LogHP,
+        LogPolicy,
+        ResourcesConfig,
+        SearcherConfig,
+    )
+    from det_airflow.config._yaml import read_yaml
 
 __all__ = [
     "MAX_CONFIG_BYTES",
@@ -64,3 +70,48 @@ __all__ = [
     "parse_config",
     "read_yaml",
 ]
+
+# Public names load their module on first use (PEP 562): the Trainer needs only ``Length`` and
+# ``length_in_batches``, and a trial should not pay for the YAML reader and the validators.
+_HOME = {
+    "AirflowSection": "det_airflow.config._types",
+    "BindMount": "det_airflow.config._types",
+    "CategoricalHP": "det_airflow.config._types",
+    "CheckpointStorageConfig": "det_airflow.config._types",
+    "ConstHP": "det_airflow.config._types",
+    "DoubleHP": "det_airflow.config._types",
+    "EnvironmentConfig": "det_airflow.config._types",
+    "ExperimentConfig": "det_airflow.config._types",
+    "HParamGroup": "det_airflow.config._types",
+    "Hyperparameter": "det_airflow.config._types",
+    "IntHP": "det_airflow.config._types",
+    "Length": "det_airflow.config._types",
+    "LengthUnit": "det_airflow.config._types",
+    "LogHP": "det_airflow.config._types",
+    "LogPolicy": "det_airflow.config._types",
+    "MAX_CONFIG_BYTES": "det_airflow.config._limits",
+    "ResourcesConfig": "det_airflow.config._types",
+    "SearcherConfig": "det_airflow.config._types",
+    "config_to_dict": "det_airflow.config._dump",
+    "generate_name": "det_airflow.config._names",
+    "hparam_leaves": "det_airflow.config._hparams",
+    "is_experiment_mapping": "det_airflow.config._load",
+    "length_in_batches": "det_airflow.config._length",
+    "load_config": "det_airflow.config._load",
+    "merge_checkpoint_storage": "det_airflow.config._storage",
+    "parse_config": "det_airflow.config._load",
+    "read_yaml": "det_airflow.config._yaml",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module 'det_airflow.config' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
-import uuid as uuidlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -64,7 +62,9 @@ class CheckpointContext:
         if not self._dist.is_chief:
             raise DetError("checkpoint.store_path is for the chief (rank 0) only")
         clean, steps_completed = _check_metadata(metadata)
-        storage_id = str(uuidlib.uuid4())
+        import uuid  # on use, as shutil below: this module is on every trial's start
+
+        storage_id = str(uuid.uuid4())
         with self._storage.writing(storage_id) as path:
             yield path, storage_id
             (path / METADATA_FILE).write_text(json.dumps(clean, indent=2, sort_keys=True), encoding="utf-8")
@@ -90,11 +90,15 @@ class CheckpointContext:
             if ckpt_dir is None or not Path(ckpt_dir).is_dir():
                 raise DetError(f"checkpoint.upload: {ckpt_dir} is not a folder")
             with self.store_path(metadata or {}) as (path, storage_id):
+                import shutil
+
                 shutil.copytree(ckpt_dir, path, dirs_exist_ok=True)
         return str(self._dist.broadcast(storage_id))
 
     def download(self, storage_id: str, ckpt_dir: Path | str) -> None:
         """Copy checkpoint ``storage_id``'s files into ``ckpt_dir``."""
+        import shutil
+
         shutil.copytree(self._find(storage_id), ckpt_dir, dirs_exist_ok=True)
 
     def get_metadata(self, storage_id: str) -> dict[str, Any]:

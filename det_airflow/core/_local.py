@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,8 @@ CHECKPOINTS_DIR = "checkpoints"
 
 
 def now_iso() -> str:
+    from datetime import UTC, datetime  # on use: keeps the import of the Core API light
+
     return datetime.now(UTC).isoformat()
 
 

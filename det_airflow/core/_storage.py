@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
-import shutil
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from det_airflow.errors import DetError
 
+# shutil is imported where it is used: every trial imports this module at start, few delete a
+# checkpoint, and a trial's start is on the clock of every trial.
 _CLOUD_TYPES = ("s3", "gcs", "azure")
 
 
@@ -59,16 +59,20 @@ class CheckpointStorage:
         if target.exists():
             raise DetError(f"checkpoint {uuid} already exists at {target}")
         self.base.mkdir(parents=True, exist_ok=True)
-        partial = self.base / f".{uuid}.partial-{secrets.token_hex(4)}"
+        partial = self.base / f".{uuid}.partial-{os.urandom(4).hex()}"
         partial.mkdir()
         try:
             yield partial
             os.rename(partial, target)
         finally:
             if partial.exists():
+                import shutil
+
                 shutil.rmtree(partial, ignore_errors=True)
 
     def delete(self, uuid: str) -> None:
+        import shutil
+
         shutil.rmtree(self.path(uuid), ignore_errors=True)
 
 

@@ -5,6 +5,7 @@ The master runs inside Airflow's API server, which has a database session; task 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from det_airflow.errors import DetError
@@ -24,9 +25,14 @@ def det_defaults() -> dict[str, str]:
     """The `[det]` section of airflow.cfg (defaults for the experiment's `airflow:` section etc.)."""
     from airflow.configuration import conf
 
-    if not conf.has_section("det"):
-        return {}
-    return {key: str(value) for key, value in (conf.getsection("det") or {}).items()}
+    values = {key: str(value) for key, value in (conf.getsection("det") or {}).items()}
+    # getsection() misses AIRFLOW__DET__* variables when airflow.cfg has no [det] section.
+    prefix = "AIRFLOW__DET__"
+    for name in os.environ:
+        if name.startswith(prefix):
+            key = name[len(prefix) :].lower().removesuffix("_cmd").removesuffix("_secret")
+            values[key] = str(conf.get("det", key))
+    return values
 
 
 def dags_folder() -> Path:
@@ -89,15 +95,18 @@ class AirflowRecordError(DetError):
     """Airflow would not let go of a DAG or DAG run (reported by `det e delete`)."""
 
 
-def dag_run_state(dag_id: str, run_id: str) -> str | None:
-    """The state of a DAG run, or None when Airflow has no such run."""
+def running_dag_runs(dag_id: str, run_id: str | None = None) -> list[str]:
+    """Run ids of the DAG's runs that are still running (only `run_id`'s, when given)."""
     from airflow.models import DagRun
     from airflow.utils.session import create_session
+    from airflow.utils.state import DagRunState
     from sqlalchemy import select
 
+    query = select(DagRun.run_id).where(DagRun.dag_id == dag_id, DagRun.state == DagRunState.RUNNING)
+    if run_id is not None:
+        query = query.where(DagRun.run_id == run_id)
     with create_session() as session:
-        state = session.scalar(select(DagRun.state).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
-    return None if state is None else str(state)
+        return list(session.scalars(query))
 
 
 def delete_dag(dag_id: str) -> None:
@@ -138,3 +147,65 @@ def trial_work_dir() -> Path:
     from det_airflow.operators.trial import default_work_dir
 
     return default_work_dir()
+
+
+def update_waiting_trials(
+    dag_id: str, run_id: str, *, priority: int | None = None, pool: str | None = None
+) -> int:
+    """Rewrite Airflow's view of an experiment's trial task instances that have not started:
+    ``priority_weight = 100 - priority`` and the pool; returns how many were changed."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from airflow.utils.state import TaskInstanceState
+    from sqlalchemy import or_, update
+    from sqlalchemy.exc import SQLAlchemyError
+
+    values: dict[str, object] = {}
+    if priority is not None:
+        values["priority_weight"] = 100 - priority
+    if pool is not None:
+        values["pool"] = pool
+    if not values:
+        return 0
+    waiting = [
+        TaskInstanceState.SCHEDULED,
+        TaskInstanceState.QUEUED,
+        TaskInstanceState.DEFERRED,
+        TaskInstanceState.UP_FOR_RETRY,
+        TaskInstanceState.UP_FOR_RESCHEDULE,
+    ]
+    try:
+        with create_session() as session:
+            result = session.execute(
+                update(TaskInstance)
+                .where(
+                    TaskInstance.dag_id == dag_id,
+                    TaskInstance.run_id == run_id,
+                    TaskInstance.task_id == "trial",
+                    or_(TaskInstance.state.in_(waiting), TaskInstance.state.is_(None)),
+                )
+                .values(**values)
+                .execution_options(synchronize_session=False)
+            )
+            return int(result.rowcount or 0)  # type: ignore[attr-defined]
+    except SQLAlchemyError as exc:
+        raise AirflowRecordError(
+            f"Airflow task instances of DAG run '{run_id}' of DAG '{dag_id}': {exc}"
+        ) from None
+
+
+def finished_dag_runs(runs: list[tuple[str, str]]) -> set[tuple[str, str]]:
+    """The (dag_id, run_id) pairs among `runs` whose DAG run has ended (success or failed)."""
+    if not runs:
+        return set()
+    from airflow.models import DagRun
+    from airflow.utils.session import create_session
+    from airflow.utils.state import DagRunState
+    from sqlalchemy import select, tuple_
+
+    query = select(DagRun.dag_id, DagRun.run_id).where(
+        tuple_(DagRun.dag_id, DagRun.run_id).in_(runs),
+        DagRun.state.in_([DagRunState.SUCCESS, DagRunState.FAILED]),
+    )
+    with create_session() as session:
+        return {(dag_id, run_id) for dag_id, run_id in session.execute(query)}

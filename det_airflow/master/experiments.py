@@ -20,9 +20,12 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from det_airflow.config import ExperimentConfig, config_to_dict, merge_checkpoint_storage, parse_config
 from det_airflow.context_archive import LIMITS, check_archive, format_size
 from det_airflow.dagfactory import (
+    FINISHED_SUBDIR,
     airflow_section_defaults,
+    dag_id_for_file,
     experiment_dag_id,
     experiment_file,
+    retire_experiment_file,
     trial_slots_problem,
 )
 from det_airflow.errors import ConfigError, ContextError, DetError
@@ -365,13 +368,16 @@ def delete_experiment(db: Database, experiment_id: int) -> list[str]:
         ).all()
     if not ExperimentState(row.state).is_terminal:
         raise StateError(f"experiment {experiment_id} is {row.state}; cancel or kill it before deleting it")
-    if (
-        row.dag_id
-        and row.dag_run_id
-        and airflow_bridge.dag_run_state(row.dag_id, row.dag_run_id) == "running"
-    ):
+    own_dag = row.dag_id == experiment_dag_id(row.id)
+    # Its own DAG may have a run it never registered (killed first); a shared DAG, only its run.
+    running = (
+        airflow_bridge.running_dag_runs(row.dag_id, None if own_dag else row.dag_run_id)
+        if own_dag or (row.dag_id and row.dag_run_id)
+        else []
+    )
+    if running:
         raise StateError(
-            f"experiment {experiment_id} is {row.state}, but its DAG run '{row.dag_run_id}' of DAG "
+            f"experiment {experiment_id} is {row.state}, but its DAG run '{running[0]}' of DAG "
             f"'{row.dag_id}' is still running in Airflow; delete the experiment once that run has ended"
         )
     not_removed = [
@@ -463,9 +469,11 @@ def _remove_airflow_records(row: Row) -> list[str]:
     try:
         if row.dag_id == experiment_dag_id(row.id):
             path = experiment_file(airflow_bridge.dags_folder(), row.id)
+            retired = path.parent / FINISHED_SUBDIR / path.name
             try:
                 # First, or the DAG processor would bring the DAG back from the file.
                 path.unlink(missing_ok=True)
+                retired.unlink(missing_ok=True)
             except OSError as exc:
                 return [f"experiment file {path}: {exc.strerror or exc}; so its DAG '{row.dag_id}' was kept"]
             airflow_bridge.delete_dag(row.dag_id)
@@ -508,3 +516,35 @@ def _remove_tree(path: Path, what: str) -> list[str]:
     except OSError as exc:
         return [f"{what} at {path}: {exc.strerror or exc}"]
     return []
+
+
+def retire_finished_experiment_files(conn: Connection) -> list[int]:
+    """Move the configs of experiments whose DAG run has ended out of the parsed DAGs folder.
+
+    Parsing then grows with the experiments still to run, not with every experiment ever created
+    (benchmarks/dag_parse.py). Only after the run has ended: its last tasks need the DAG.
+    Returns the ids retired.
+    """
+    folder = airflow_bridge.dags_folder()
+    candidates: dict[int, Path] = {}
+    for path in experiment_file(folder, 0).parent.glob("exp_*.yaml"):
+        file = dag_id_for_file(path, folder)
+        if file.experiment_id is not None:
+            candidates[file.experiment_id] = path
+    if not candidates:
+        return []
+    rows = conn.execute(
+        select(
+            schema.experiments.c.id,
+            schema.experiments.c.state,
+            schema.experiments.c.dag_id,
+            schema.experiments.c.dag_run_id,
+        ).where(schema.experiments.c.id.in_(list(candidates)))
+    ).all()
+    ended = [r for r in rows if ExperimentState(r.state).is_terminal and r.dag_run_id]
+    finished = airflow_bridge.finished_dag_runs([(r.dag_id, r.dag_run_id) for r in ended])
+    retired = []
+    for r in ended:
+        if (r.dag_id, r.dag_run_id) in finished and retire_experiment_file(folder, r.id) is not None:
+            retired.append(int(r.id))
+    return retired

@@ -40,6 +40,7 @@ def _v2_ids_never_reused(op: Operations) -> None:
     constraint = ("det_experiments_create_request_uq", ["create_request_id"])
     if op.get_context().dialect.name == "sqlite":
         # AUTOINCREMENT can only be declared when a SQLite table is created: rebuild both tables.
+        # A later step that rebuilds them must pass the same table_kwargs, or it is lost again.
         with op.batch_alter_table(
             "det_experiments", recreate="always", table_kwargs={"sqlite_autoincrement": True}
         ) as batch:
@@ -84,11 +85,27 @@ def _skip_ids_of_leftover_dags(conn: Connection) -> None:
         )
 
 
+def _v3_job_queue(op: Operations) -> None:
+    with op.batch_alter_table("det_experiments") as batch:
+        batch.add_column(sa.Column("priority", sa.Integer))
+        batch.add_column(sa.Column("weight", sa.Float))
+        batch.add_column(sa.Column("max_slots", sa.Integer))
+        batch.add_column(sa.Column("queue_position", sa.Float))
+    with op.batch_alter_table("det_trials") as batch:
+        batch.add_column(sa.Column("admitted_run", sa.Integer, nullable=False, server_default="0"))
+        batch.add_column(sa.Column("admitted_at", sa.DateTime(timezone=True)))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         2,
         "experiment and trial IDs are never reused; det_experiments.create_request_id",
         _v2_ids_never_reused,
+    ),
+    Migration(
+        3,
+        "job queue: experiment priority, weight, max_slots, queue_position; trial admission",
+        _v3_job_queue,
     ),
 )
 

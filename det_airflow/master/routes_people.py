@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import logging
 import re
 import shutil
 from pathlib import Path
@@ -20,7 +21,7 @@ from det_airflow.master import airflow_bridge, experiments, schema, serialize, t
 from det_airflow.master.auth import CrossSiteGuard
 from det_airflow.master.authz import Caller, CallerDep, check_change, check_create, check_read, readable
 from det_airflow.master.bodies import CreateExperiment
-from det_airflow.master.db import get_database
+from det_airflow.master.db import Database, get_database
 from det_airflow.states import TrialState
 
 # Every route needs an Airflow login (the master runs inside Airflow's API server), and no change
@@ -83,6 +84,7 @@ def create_experiment(body: CreateExperiment, caller: CallerDep) -> dict:
     # Fields accepted but not acted on: one line the CLI prints, never silently dropped.
     warnings = list(experiments.experiment_config(row).warnings)
     if created:
+        _retire_finished(db)
         airflow_bridge.request_reparse()
         return {"experiment": serialize.experiment(row, num_trials=0), "warnings": warnings}
     with db.read() as conn:
@@ -327,3 +329,12 @@ def _checkpoint_folder(exp: Row, checkpoint: Row) -> Path | None:
 @router.get("/me")
 def whoami(caller: CallerDep) -> dict:
     return {"username": caller.name}
+
+
+def _retire_finished(db: Database) -> None:
+    """Best effort: a stored experiment is never failed by housekeeping of older ones."""
+    try:
+        with db.read() as conn:
+            experiments.retire_finished_experiment_files(conn)
+    except Exception:  # noqa: BLE001 - logged; the next create tries again
+        logging.getLogger(__name__).exception("could not retire finished experiments' configs")

@@ -21,7 +21,7 @@ from sqlalchemy import (
 )
 
 # Bump when a table changes; `det admin migrate` brings a database up to this version.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 metadata = MetaData()
 
@@ -59,6 +59,12 @@ experiments = Table(
     # The client's idempotency key: a retried `det experiment create` finds the experiment it made.
     Column("create_request_id", String(64)),
     UniqueConstraint("create_request_id", name="det_experiments_create_request_uq"),
+    # Job queue overrides (`det job update`, `det e set`); None = the config's `resources` value.
+    Column("priority", Integer),
+    Column("weight", Float),
+    Column("max_slots", Integer),
+    # Place among jobs of the same priority (`--ahead-of`/`--behind-of`); None = the experiment id.
+    Column("queue_position", Float),
     # IDs are never reused (SQLite would otherwise hand out a deleted experiment's id again).
     sqlite_autoincrement=True,
 )
@@ -90,6 +96,9 @@ trials = Table(
     Column("early_exit", String(32)),
     Column("op_completed", Boolean, nullable=False, default=False),
     Column("task", JSON),  # dag_id, run_id, task_id, map_index of the task running it
+    # The run the admission gate last admitted (run_id + 1 until that run starts) and when.
+    Column("admitted_run", Integer, nullable=False, default=0),
+    Column("admitted_at", DateTime(timezone=True)),
     UniqueConstraint("experiment_id", "request_id", name="det_trials_request_uq"),
     sqlite_autoincrement=True,
 )

@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, select
 
-from det_airflow.master import experiments, schema, search
+from det_airflow.master import experiments, queue, schema, search
 from det_airflow.master.auth import hash_token, new_token
 from det_airflow.master.bodies import MAX_STEPS
 from det_airflow.master.experiments import NotFound, now
@@ -73,6 +73,8 @@ def acquire(conn: Connection, experiment_id: int, slot: int, task: dict[str, Any
         ).first()
     if trial is None:
         return {"status": "done" if exp.search_done else "wait"}
+    if not queue.admit(conn, exp, trial):
+        return {"status": "wait"}  # the job queue has not admitted it: it defers, holding no pool slot
     if dry_run:
         return {"status": "run"}
     token = new_token()

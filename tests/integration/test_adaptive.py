@@ -174,27 +174,81 @@ def test_legacy_model_def_entrypoint_runs_the_pytorch_trial(det: DetEnv) -> None
     assert "[rank=0]" in logs  # run through the torch_distributed launcher's wrap_rank
 
 
+# A trial whose validation loss is its own id: the earliest trials are the best, so with one trial at
+# a time each pauses at the first rung before enough others have reported for it to be promoted.
+RANKED_BY_ID = """\
+import logging
+
+import det_airflow as det
+
+logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s")
+info = det.get_cluster_info()
+loss = float(info.trial.trial_id)
+batches = 0
+with det.core.init() as core_context:
+    if info.latest_checkpoint:
+        with core_context.checkpoint.restore_path(info.latest_checkpoint) as path:
+            batches = int((path / "batches").read_text())
+        logging.info("resumed from checkpoint %s at batch %d", info.latest_checkpoint, batches)
+    for op in core_context.searcher.operations():
+        while batches < op.length:
+            batches = min(batches + 20, op.length)
+            core_context.train.report_training_metrics(batches, {"loss": loss})
+            core_context.train.report_validation_metrics(batches, {"validation_loss": loss})
+            with core_context.checkpoint.store_path({"steps_completed": batches}) as (path, _):
+                (path / "batches").write_text(str(batches))
+            op.report_progress(batches)
+            if core_context.preempt.should_preempt():
+                logging.info("asked to stop at batch %d", batches)
+                raise SystemExit(0)
+        op.report_completed(loss)
+"""
+
+
 def test_promotion_asha_pauses_trials_at_their_rung_and_resumes_the_promoted(
     det: DetEnv, tmp_path: Path
 ) -> None:
-    experiment_id = det.create(asha_config(tmp_path, "asha-promotion", stop_once=False))
+    context = tmp_path / "ranked-by-id"
+    context.mkdir()
+    (context / "train.py").write_text(RANKED_BY_ID)
+    config = {
+        "name": "asha-promotion",
+        "entrypoint": "python3 train.py",
+        "hyperparameters": {"unused": 1},
+        "searcher": {
+            "name": "adaptive_asha",
+            "mode": "aggressive",
+            "metric": "validation_loss",
+            "smaller_is_better": True,
+            "max_trials": 8,
+            "max_length": {"batches": MAX_LENGTH},
+            "divisor": 4,
+            "max_rungs": 2,
+            "max_concurrent_trials": 1,
+            "stop_once": False,
+        },
+        "max_restarts": 0,
+    }
+    (context / "promotion.yaml").write_text(yaml.safe_dump(config))
+    experiment_id = det.create(context / "promotion.yaml", context)
 
     answer = det.wait_experiment(experiment_id, timeout=900)
 
     assert answer["experiment"]["state"] == "COMPLETED", answer["experiment"]
-    trials = answer["trials"]
+    trials = sorted(answer["trials"], key=lambda t: t["id"])
     assert len(trials) == 8 and {t["state"] for t in trials} == {"COMPLETED"}
-    lengths = sorted(t["total_batches"] for t in trials)
-    assert lengths[0] == 40, lengths  # closed at the first rung, never promoted
-    promoted = [t for t in trials if t["total_batches"] > 40]
-    assert promoted, lengths
+    # 8 arrivals at the first rung (40 batches) promote the best int(8/4) = 2: the two earliest. The
+    # seed era's rungs are cumulative, so the top rung is at 40 + 160 batches.
+    assert [t["total_batches"] for t in trials] == [40 + MAX_LENGTH] * 2 + [40] * 6
     for trial in trials:
         assert trial["restarts"] == 0 and trial["latest_checkpoint"] is not None
-    # A trial promoted after it had paused at its rung resumed from the rung's checkpoint (one
-    # promoted as it reached the rung trains on in the same process).
-    for trial in promoted:
+    checkpoints = det.get(f"/experiments/{experiment_id}/checkpoints")["checkpoints"]
+    for trial in trials[:2]:
+        (rung_checkpoint,) = [
+            c["uuid"] for c in checkpoints if c["trial_id"] == trial["id"] and c["steps_completed"] == 40
+        ]
         logs = det.det("trial", "logs", str(trial["id"])).stdout
-        assert "at batch 40" in logs or "resumed from checkpoint" not in logs, logs[-2000:]
+        assert f"resumed from checkpoint {rung_checkpoint} at batch 40" in logs, logs[-2000:]
     assert det.wait_dag_run(answer["experiment"]) == "success"
     assert pool_occupancy(det) == {
         "running_slots": 0,

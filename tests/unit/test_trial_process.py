@@ -261,9 +261,21 @@ def test_the_trial_variables_win_over_the_configs() -> None:
 # --- run_trial_process ----------------------------------------------------------------------------
 
 
-def _run(tmp_path: Path, argv: list[str], **kwargs) -> tuple[int, Output]:  # type: ignore[no-untyped-def]
+def _run(tmp_path: Path, argv: list[str], stop_on: str | None = None, **kwargs) -> tuple[int, Output]:  # type: ignore[no-untyped-def]
+    """Run ``argv``; with ``stop_on``, set ``kwargs["stop"]`` when that line is printed."""
     out = Output()
-    code = run_trial_process(tmp_path, argv, {**os.environ, "PYTHONUNBUFFERED": "1"}, on_output=out, **kwargs)
+    on_output = out
+    if stop_on is not None:
+        stop: threading.Event = kwargs["stop"]
+
+        def on_output(line: str, stream: str) -> None:  # type: ignore[misc]
+            out(line, stream)
+            if line == stop_on:
+                stop.set()
+
+    code = run_trial_process(
+        tmp_path, argv, {**os.environ, "PYTHONUNBUFFERED": "1"}, on_output=on_output, **kwargs
+    )
     return code, out
 
 
@@ -281,21 +293,30 @@ def test_carriage_returns_split_lines_like_newlines(tmp_path: Path) -> None:
 
 
 def test_lines_are_streamed_as_they_come(tmp_path: Path) -> None:
-    seen_at: list[float] = []
-    start = time.monotonic()
-    code = run_trial_process(
-        tmp_path,
-        [
-            sys.executable,
-            "-u",
-            "-c",
-            "import time; print('first', flush=True); time.sleep(1.5); print('last')",
-        ],
-        dict(os.environ),
-        on_output=lambda line, stream: seen_at.append(time.monotonic() - start),
+    # The process prints its last line only after the caller has seen its first one, so a run that
+    # delivered output only at exit would end with 'never seen' instead.
+    seen = tmp_path / "first-seen"
+    script = (
+        "import pathlib, sys, time\n"
+        "print('first', flush=True)\n"
+        f"flag = pathlib.Path({str(seen)!r})\n"
+        "deadline = time.monotonic() + 120\n"
+        "while not flag.exists() and time.monotonic() < deadline:\n"
+        "    time.sleep(0.02)\n"
+        "print('last' if flag.exists() else 'never seen')\n"
     )
-    assert code == 0 and len(seen_at) == 2
-    assert seen_at[1] - seen_at[0] > 1.0  # the first line arrived before the process ended
+    out = Output()
+
+    def on_output(line: str, stream: str) -> None:
+        out(line, stream)
+        if line == "first":
+            seen.touch()
+
+    code = run_trial_process(
+        tmp_path, [sys.executable, "-u", "-c", script], dict(os.environ), on_output=on_output
+    )
+    assert code == 0
+    assert out.of("stdout") == ["first", "last"]
 
 
 def test_the_work_folder_is_the_current_folder(tmp_path: Path) -> None:
@@ -339,13 +360,20 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _wait_dead(pid: int, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"process {pid} is still running {timeout:.0f} s after the trial ended")
+        time.sleep(0.05)
+
+
 def test_stop_terminates_the_whole_process_group(tmp_path: Path) -> None:
     stop = threading.Event()
     pid_file = tmp_path / "child.pid"
     # The entrypoint starts a grandchild and waits: stopping must reach both.
     script = f"sleep 300 & echo $! > {pid_file}; echo started; wait"
-    threading.Timer(1.0, stop.set).start()
-    code, out = _run(tmp_path, ["sh", "-c", script], stop=stop, kill_grace=5.0)
+    code, out = _run(tmp_path, ["sh", "-c", script], stop=stop, kill_grace=5.0, stop_on="started")
     assert code == -signal.SIGTERM
     assert out.of("stdout") == ["started"]
     assert not _alive(int(pid_file.read_text()))
@@ -354,20 +382,17 @@ def test_stop_terminates_the_whole_process_group(tmp_path: Path) -> None:
 def test_stop_kills_a_process_that_ignores_sigterm(tmp_path: Path) -> None:
     stop = threading.Event()
     script = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(300)"
-    threading.Timer(1.5, stop.set).start()
-    started = time.monotonic()
-    code, out = _run(tmp_path, [sys.executable, "-c", script], stop=stop, kill_grace=0.5)
+    # Stopped only once it says its SIGTERM handler is in place, so SIGTERM is ignored for sure.
+    code, out = _run(tmp_path, [sys.executable, "-c", script], stop=stop, kill_grace=0.5, stop_on="ready")
     assert code == -signal.SIGKILL
     assert out.of("stdout") == ["ready"]
-    assert time.monotonic() - started < 60
 
 
 def test_leftover_background_processes_do_not_hang_the_run(tmp_path: Path) -> None:
     pid_file = tmp_path / "bg.pid"
     code, _ = _run(tmp_path, ["sh", "-c", f"sleep 300 & echo $! > {pid_file}; exit 0"])
     assert code == 0
-    time.sleep(0.2)
-    assert not _alive(int(pid_file.read_text()))
+    _wait_dead(int(pid_file.read_text()))
 
 
 # --- prepare_workdir ------------------------------------------------------------------------------

@@ -252,6 +252,24 @@ def test_create_without_context_sends_none(det: Any, master: Any, project: Path)
     assert master.created[0]["context"] is None
 
 
+def test_create_names_fields_accepted_but_not_acted_on_in_one_warning(
+    det: Any, master: Any, tmp_path: Path
+) -> None:
+    config = tmp_path / "hpc.yaml"
+    config.write_text(CONFIG + "slurm: {gpu_type: a100}\npbs: {slots_per_node: 2}\n")
+    result = det("e", "create", str(config))
+    assert result.code == 0, result.err
+    assert result.out == "Created experiment 4\n"
+    warnings = [line for line in result.err.splitlines() if line.startswith("Warning: ")]
+    assert len(warnings) == 1, result.err
+    assert "slurm" in warnings[0] and "pbs" in warnings[0]
+
+
+def test_create_of_a_plain_config_prints_no_warning(det: Any, master: Any, project: Path) -> None:
+    result = det("e", "create", str(project / "const.yaml"))
+    assert result.code == 0 and "Warning" not in result.err
+
+
 def test_create_invalid_config_stops_before_the_master(det: Any, master: Any, tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("entrypoint: 1\nsearcher: {name: random, metric: loss, max_trials: ten}\nfoo: 1\n")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 
 from det_airflow.launchers._supervisor import Supervisor, exit_status
 
@@ -29,10 +28,8 @@ def test_a_failing_worker_terminates_the_others_and_gives_its_status() -> None:
     with Supervisor(grace=5.0) as workers:
         sleeper = workers.start([sys.executable, "-c", "import time; time.sleep(300)"])
         workers.start([sys.executable, "-c", "import sys, time; time.sleep(0.5); sys.exit(3)"])
-        started = time.monotonic()
         assert workers.wait() == 3
     assert sleeper.poll() == -signal.SIGTERM
-    assert time.monotonic() - started < 60  # a hang guard, not a speed test
 
 
 def test_a_worker_that_ignores_sigterm_is_killed_after_the_grace() -> None:

@@ -37,6 +37,13 @@ class AirflowRecords:
     refuse: str | None = None
     dags_folder: Path = Path()
 
+    def running_dag_runs(self, dag_id: str, run_id: str | None = None) -> list[str]:
+        return [
+            run
+            for (dag, run), state in self.run_states.items()
+            if dag == dag_id and state == "running" and run_id in (None, run)
+        ]
+
     def delete_dag(self, dag_id: str) -> None:
         if self.refuse:
             raise airflow_bridge.AirflowRecordError(self.refuse)
@@ -174,9 +181,7 @@ def master(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Master:
     db = master_db.get_database()
     db.migrate()
     records = AirflowRecords(dags_folder=dags)
-    monkeypatch.setattr(
-        airflow_bridge, "dag_run_state", lambda dag_id, run_id: records.run_states.get((dag_id, run_id))
-    )
+    monkeypatch.setattr(airflow_bridge, "running_dag_runs", records.running_dag_runs)
     monkeypatch.setattr(airflow_bridge, "delete_dag", records.delete_dag)
     monkeypatch.setattr(airflow_bridge, "delete_dag_run", records.delete_dag_run)
     yield Master(db, records, dags, work, storage)
@@ -199,6 +204,7 @@ def test_deleting_a_created_experiment_removes_its_yaml_then_its_dag_files_and_r
 
 def test_an_experiment_of_a_yaml_in_dags_removes_only_its_own_run(master: Master) -> None:
     experiment_id = master.add_experiment(dag_id="det_digits")
+    master.airflow.run_states[("det_digits", "another-experiments-run")] = "running"
 
     assert experiments.delete_experiment(master.db, experiment_id) == []
 
@@ -229,11 +235,12 @@ def test_an_experiment_that_has_not_ended_is_refused_and_keeps_everything(master
     assert master.airflow.deleted_dags == []
 
 
-def test_an_ended_experiment_whose_dag_run_still_runs_is_refused(master: Master) -> None:
+@pytest.mark.parametrize("run_id", ["run-1", "a-run-it-never-registered"])
+def test_an_ended_experiment_whose_dag_run_still_runs_is_refused(master: Master, run_id: str) -> None:
     experiment_id = master.add_experiment()
-    master.airflow.run_states[(experiment_dag_id(experiment_id), "run-1")] = "running"
+    master.airflow.run_states[(experiment_dag_id(experiment_id), run_id)] = "running"
 
-    with pytest.raises(experiments.StateError, match="DAG run 'run-1' .* is still running in Airflow"):
+    with pytest.raises(experiments.StateError, match=f"DAG run '{run_id}' .* is still running in Airflow"):
         experiments.delete_experiment(master.db, experiment_id)
 
     assert len(master.leftovers(experiment_id)) == 4
@@ -280,3 +287,47 @@ def test_the_optuna_study_of_a_tpe_experiment_is_removed(master: Master) -> None
 def test_an_unknown_experiment_is_not_found(master: Master) -> None:
     with pytest.raises(experiments.NotFound, match="experiment 42 not found"):
         experiments.delete_experiment(master.db, 42)
+
+
+def _finished_runs(master: Master):  # type: ignore[no-untyped-def]
+    def finished(runs: list[tuple[str, str]]) -> set[tuple[str, str]]:
+        return {run for run in runs if master.airflow.run_states.get(run) in ("success", "failed")}
+
+    return finished
+
+
+def test_finished_experiments_leave_the_parsed_folder_once_their_dag_run_has_ended(
+    master: Master, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(airflow_bridge, "finished_dag_runs", _finished_runs(master))
+    ended = master.add_experiment()
+    still_running_run = master.add_experiment()
+    active = master.add_experiment(state="ACTIVE")
+    master.airflow.run_states[(experiment_dag_id(ended), "run-1")] = "success"
+    master.airflow.run_states[(experiment_dag_id(still_running_run), "run-1")] = "running"
+    master.airflow.run_states[(experiment_dag_id(active), "run-1")] = "running"
+
+    with master.db.read() as conn:
+        assert experiments.retire_finished_experiment_files(conn) == [ended]
+
+    assert not experiment_file(master.dags, ended).exists()
+    assert (experiment_file(master.dags, ended).parent / "finished" / f"exp_{ended}.yaml").is_file()
+    # Its last tasks still need the DAG while the run goes on; an active experiment keeps it anyway.
+    assert experiment_file(master.dags, still_running_run).exists()
+    assert experiment_file(master.dags, active).exists()
+    with master.db.read() as conn:
+        assert experiments.retire_finished_experiment_files(conn) == []
+
+
+def test_deleting_a_retired_experiment_removes_its_retired_config(
+    master: Master, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(airflow_bridge, "finished_dag_runs", _finished_runs(master))
+    experiment_id = master.add_experiment()
+    master.airflow.run_states[(experiment_dag_id(experiment_id), "run-1")] = "success"
+    with master.db.read() as conn:
+        experiments.retire_finished_experiment_files(conn)
+
+    assert experiments.delete_experiment(master.db, experiment_id) == []
+
+    assert list(master.dags.rglob(f"exp_{experiment_id}.yaml")) == []

@@ -1,0 +1,140 @@
+"""Gate decision: the time the master's admission gate takes to answer one trial slot.
+
+A pool of 64 slots holds 20 jobs (a mix of priorities and gang sizes) with 1,000 waiting trials
+between them. Timed, each as the median of many repetitions in this one run:
+
+- the pure decision (:func:`det_airflow.master.queue.plan` over the pool's 20 jobs), against a
+  trivial baseline over the same input (sorting the 20 jobs and summing what they hold);
+- the decision as the master makes it on its tables (SQLite): the pool snapshot query plus the
+  plan, against a trivial baseline query (reading the asking experiment's row by id, which the
+  slot protocol does anyway).
+
+    .venv/bin/python benchmarks/gate_decision.py [--trials 1000] [--jobs 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from sqlalchemy import create_engine, select  # noqa: E402
+
+from det_airflow.master import queue, schema  # noqa: E402
+
+CAPACITY = 64
+TARGET_MS = 5.0
+
+
+def _jobs(jobs: int, trials: int) -> list[queue.Job]:
+    per_job = trials // jobs
+    return [
+        queue.Job(
+            id=i + 1,
+            priority=(10, 42, 42, 70)[i % 4],
+            position=float(i + 1),
+            slots_per_trial=(1, 2, 4, 8)[i % 4],
+            held=(1, 2, 4, 8)[i % 4] if i < 6 else 0,
+            waiting=per_job,
+        )
+        for i in range(jobs)
+    ]
+
+
+def _median_ms(fn: Callable[[], object], repeat: int) -> float:
+    for _ in range(min(repeat, 20)):
+        fn()
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples) * 1000
+
+
+def _fill(conn, jobs: list[queue.Job]) -> None:  # type: ignore[no-untyped-def]
+    now = datetime.now(UTC)
+    for job in jobs:
+        conn.execute(
+            schema.experiments.insert().values(
+                id=job.id,
+                name=f"job-{job.id}",
+                owner="alice",
+                labels=[],
+                state="ACTIVE",
+                config={"resources": {"slots_per_trial": job.slots_per_trial, "priority": job.priority}},
+                config_yaml="",
+                resource_pool="gpus",
+                searcher_name="random",
+                search_done=False,
+                progress=0.0,
+                start_time=now,
+                archived=False,
+            )
+        )
+        held_trials = job.held // job.slots_per_trial
+        conn.execute(
+            schema.trials.insert(),
+            [
+                {
+                    "experiment_id": job.id,
+                    "request_id": n,
+                    "state": "RUNNING" if n < held_trials else "QUEUED",
+                    "hparams": {},
+                    "trial_seed": n,
+                    "summary": {},
+                    "run_id": 1 if n < held_trials else 0,
+                }
+                for n in range(held_trials + job.waiting)
+            ],
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=1000)
+    parser.add_argument("--jobs", type=int, default=20)
+    args = parser.parse_args()
+    jobs = _jobs(args.jobs, args.trials)
+
+    pure = _median_ms(lambda: queue.plan(CAPACITY, jobs).admits(jobs[-1].id), 5000)
+    trivial = _median_ms(lambda: (sorted(jobs, key=queue.order_key), sum(j.held for j in jobs)), 5000)
+
+    with tempfile.TemporaryDirectory() as folder:
+        engine = create_engine(f"sqlite:///{folder}/det.db")
+        schema.metadata.create_all(engine)
+        with engine.begin() as conn:
+            _fill(conn, jobs)
+        with engine.connect() as conn:
+            snap = queue.snapshot(conn, "gpus", capacity=CAPACITY)
+            waiting = sum(job.waiting for job in snap.jobs)
+            assert waiting == args.trials, f"the snapshot saw {waiting} waiting trials, not {args.trials}"
+            on_tables = _median_ms(
+                lambda: queue.snapshot(conn, "gpus", capacity=CAPACITY).plan().admits(jobs[-1].id), 300
+            )
+            row_read = _median_ms(
+                lambda: conn.execute(
+                    select(schema.experiments).where(schema.experiments.c.id == jobs[-1].id)
+                ).first(),
+                300,
+            )
+        engine.dispose()
+
+    print(f"gate decision, {args.trials} waiting trials across {args.jobs} jobs, pool of {CAPACITY} slots")
+    print(f"{'':34}{'ms':>9}{'baseline ms':>13}{'ratio':>8}")
+    print(f"{'pure plan':34}{pure:9.4f}{trivial:13.4f}{pure / trivial:8.1f}")
+    print(f"{'snapshot + plan (SQLite)':34}{on_tables:9.3f}{row_read:13.3f}{on_tables / row_read:8.1f}")
+    verdict = "meets" if on_tables < TARGET_MS else "misses"
+    print(f"target < {TARGET_MS} ms per decision: {verdict} it on the tables ({on_tables:.3f} ms)")
+
+
+if __name__ == "__main__":
+    main()

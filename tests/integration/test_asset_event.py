@@ -1,0 +1,101 @@
+"""A finished experiment emits the Airflow Asset event `det://experiments/<dag_id>`, and a DAG that
+schedules on that Asset runs, on a real Airflow and PostgreSQL."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.integration.det_env import DetEnv, wait_until
+
+pytestmark = pytest.mark.integration
+
+TRAIN = """\
+import det_airflow as det
+
+with det.core.init() as core_context:
+    for op in core_context.searcher.operations():
+        core_context.train.report_validation_metrics(op.length, {"validation_loss": 0.5})
+        with core_context.checkpoint.store_path({"steps_completed": op.length}) as (path, _):
+            (path / "done").write_text("yes")
+        op.report_progress(op.length)
+        op.report_completed(0.5)
+"""
+
+DOWNSTREAM = """\
+from airflow.sdk import DAG, Asset, task
+
+with DAG(
+    "{dag_id}",
+    schedule=[Asset("det://experiments/{source}")],
+    is_paused_upon_creation=False,
+    catchup=False,
+):
+
+    @task
+    def read_the_event(triggering_asset_events=None):
+        (event,) = triggering_asset_events[Asset("det://experiments/{source}")]
+        print("downstream saw experiment", event.extra["experiment_id"], flush=True)
+        return event.extra
+
+    read_the_event()
+"""
+
+
+@pytest.fixture(scope="module")
+def det(airflow, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DetEnv]:
+    yield DetEnv.install(airflow, tmp_path_factory.mktemp("det-config"))
+
+
+def test_a_dag_scheduled_on_the_experiments_asset_runs_when_it_completes(
+    det: DetEnv, airflow_api, tmp_path: Path
+) -> None:
+    context = tmp_path / "tiny"
+    context.mkdir()
+    (context / "train.py").write_text(TRAIN)
+    config = {
+        "name": "asset-source",
+        "entrypoint": "python3 train.py",
+        "searcher": {"name": "single", "metric": "validation_loss", "max_length": {"batches": 10}},
+        "max_restarts": 0,
+    }
+    (context / "asset.yaml").write_text(yaml.safe_dump(config))
+    # Paused, so the downstream DAG is parsed before the experiment can finish.
+    experiment_id = det.create(context / "asset.yaml", context, "--paused")
+    source = det.get(f"/experiments/{experiment_id}")["experiment"]["dag_id"]
+    assert source == f"det_exp_{experiment_id}"
+    downstream = f"after_{source}"
+    assert det.af.dags_folder is not None
+    (det.af.dags_folder / f"{downstream}.py").write_text(
+        textwrap.dedent(DOWNSTREAM).format(dag_id=downstream, source=source)
+    )
+    airflow_api.wait_for_dag(downstream)
+    det.det("experiment", "activate", str(experiment_id))
+
+    answer = det.wait_experiment(experiment_id, timeout=600)
+    assert answer["experiment"]["state"] == "COMPLETED", answer["experiment"]
+    best = det.get(f"/experiments/{experiment_id}/checkpoints")["checkpoints"]
+    assert len(best) == 1
+
+    def downstream_runs() -> list[dict]:
+        runs = airflow_api.http.get(f"/api/v2/dags/{downstream}/dagRuns").raise_for_status().json()
+        return list(runs["dag_runs"])
+
+    (run,) = wait_until(downstream_runs, f"a run of {downstream} after experiment {experiment_id} completed")
+    assert run["run_type"] == "asset_triggered"
+    finished = airflow_api.wait_for_run(downstream, run["dag_run_id"], timeout=300)
+    assert finished["state"] == "success", finished["tis"]
+
+    events = (
+        airflow_api.http.get("/api/v2/assets/events", params={"source_dag_id": source})
+        .raise_for_status()
+        .json()["asset_events"]
+    )
+    (event,) = events
+    assert event["uri"] == f"det://experiments/{source}"
+    assert event["extra"] == {"experiment_id": experiment_id, "best_checkpoint": best[0]["uuid"]}
+    assert [r["dag_id"] for r in event["created_dagruns"]] == [downstream]

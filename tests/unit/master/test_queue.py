@@ -1,0 +1,269 @@
+"""The admission gate: scheduling order, whole gangs, no backfill past a job that could fit, and
+what `det job` shows and changes on the master's own tables."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from airflow import settings
+from airflow.models.pool import Pool
+from sqlalchemy import update
+
+from det_airflow.master import queue, schema, trials
+from det_airflow.master.queue import Job, plan
+from tests.unit.master.creating import Creator
+from tests.unit.master.people_app import People
+
+TASK = {"dag_id": "det_x", "run_id": "r", "task_id": "trial", "map_index": 0, "try_number": 1}
+
+
+def one_slot(job_id: int, *, held: int = 0, waiting: int = 0, priority: int = 42) -> Job:
+    return Job(job_id, priority, float(job_id), 1, held=held, waiting=waiting)
+
+
+def test_a_4_slot_job_keeps_its_place_against_a_stream_of_1_slot_jobs() -> None:
+    big = Job(2, 42, 2.0, 4, waiting=1)
+    running = 3  # slots the first 1-slot job holds when the 4-slot job is submitted
+    started_after_big: list[int] = []
+    big_started = False
+    for newcomer in range(3, 30):  # a new 1-slot job arrives each round; one running trial ends
+        jobs = [one_slot(1, held=running), big if not big_started else Job(2, 42, 2.0, 4, held=4)]
+        jobs += [one_slot(j, waiting=1) for j in range(3, newcomer + 1) if j not in started_after_big]
+        decision = plan(4, jobs)
+        for job in decision.order:
+            if decision.admits(job.id) and job.id != 2:
+                started_after_big.append(job.id)
+        if decision.admits(2):
+            big_started = True
+            assert not started_after_big, f"1-slot jobs {started_after_big} started before the 4-slot job"
+        running = max(0, running - 1)
+    assert big_started, "the 4-slot job never started"
+    assert started_after_big == [], "1-slot jobs started while the 4-slot job held the whole pool"
+
+
+def test_priority_comes_before_submission_order() -> None:
+    decision = plan(2, [one_slot(1, waiting=5, priority=50), one_slot(2, waiting=5, priority=10)])
+    assert [job.id for job in decision.order] == [2, 1]
+    assert decision.admitted == {2: 2}
+
+
+def test_a_job_too_big_for_the_pool_blocks_no_one() -> None:
+    decision = plan(4, [Job(1, 1, 1.0, 8, waiting=1), one_slot(2, waiting=2)])
+    assert decision.unfit == {1}
+    assert decision.admitted == {2: 2}
+
+
+def test_max_slots_caps_a_job_without_holding_back_the_next() -> None:
+    capped = Job(1, 42, 1.0, 2, held=2, waiting=3, max_slots=4)
+    decision = plan(16, [capped, one_slot(2, waiting=3)])
+    assert decision.admitted == {1: 1, 2: 3}
+    full = Job(1, 42, 1.0, 2, held=4, waiting=3, max_slots=4)
+    assert plan(16, [full, one_slot(2, waiting=1)]).admitted == {2: 1}
+
+
+def test_whole_gangs_only() -> None:
+    decision = plan(5, [Job(1, 42, 1.0, 2, held=2, waiting=3), one_slot(2, waiting=1)])
+    assert decision.admitted == {1: 1}, "3 free slots fit one 2-slot trial; the rest waits, blocking job 2"
+
+
+def test_unlimited_pool_admits_everything() -> None:
+    decision = plan(-1, [Job(1, 42, 1.0, 8, held=64, waiting=100), one_slot(2, waiting=7)])
+    assert decision.admitted == {1: 100, 2: 7}
+
+
+def test_queue_position_orders_jobs_of_one_priority() -> None:
+    jobs = [one_slot(1, waiting=1), one_slot(2, waiting=1), Job(3, 42, 1.5, 1, waiting=1)]
+    assert [job.id for job in plan(1, jobs).order] == [1, 3, 2]
+    assert plan(1, jobs).admitted == {1: 1}
+
+
+def test_positions_ahead_and_behind_are_halfway_between_neighbours() -> None:
+    jobs = [one_slot(1), one_slot(2), one_slot(3), one_slot(4, priority=10)]
+    assert queue.position_near(jobs, 2, ahead=True, moving_id=3) == 1.5
+    assert queue.position_near(jobs, 1, ahead=True, moving_id=3) == 0.0
+    assert queue.position_near(jobs, 1, ahead=False, moving_id=3) == 1.5
+    assert queue.position_near(jobs, 2, ahead=False, moving_id=3) == 3.0
+
+
+# --- on the det tables, with an Airflow pool ----------------------------------------------------
+
+
+def set_pool_slots(slots: int, name: str = "default_pool") -> None:
+    with settings.Session() as session:  # type: ignore[misc]
+        pool = session.query(Pool).filter(Pool.pool == name).one_or_none()
+        if pool is None:
+            session.add(Pool(pool=name, slots=slots, description="", include_deferred=False))
+        else:
+            pool.slots = slots
+        session.commit()
+
+
+def experiment(people: People, *, slots_per_trial: int = 1, trials_: int = 1, owner: str = "alice") -> int:
+    e = people.add_experiment(owner=owner)
+    row = people.experiment(e)
+    config = {**row.config, "resources": {"slots_per_trial": slots_per_trial}}
+    with people.db.begin() as conn:
+        conn.execute(update(schema.experiments).where(schema.experiments.c.id == e).values(config=config))
+    for _ in range(trials_):
+        people.add_trial(e, state="QUEUED")
+    return e
+
+
+def acquire(people: People, e: int, slot: int, *, dry_run: bool = False) -> str:
+    with people.db.begin() as conn:
+        return str(trials.acquire(conn, e, slot, TASK, dry_run=dry_run)["status"])
+
+
+def end_runs(people: People, e: int) -> None:
+    with people.db.begin() as conn:
+        conn.execute(
+            update(schema.trials)
+            .where(schema.trials.c.experiment_id == e, schema.trials.c.state == "RUNNING")
+            .values(state="COMPLETED")
+        )
+
+
+def test_acquire_waits_until_the_queue_admits_the_trial(people: People, creator: Creator) -> None:
+    set_pool_slots(4)
+    small = experiment(people, trials_=3)
+    for slot in range(3):
+        assert acquire(people, small, slot) == "run"
+    big = experiment(people, slots_per_trial=4)
+    later = experiment(people)
+    assert acquire(people, later, 0, dry_run=True) == "wait", "a later 1-slot job took the free slot"
+    assert acquire(people, later, 0) == "wait"
+    assert acquire(people, big, 0, dry_run=True) == "wait", "4 slots admitted while 3 are held"
+    end_runs(people, small)
+    assert acquire(people, later, 0, dry_run=True) == "wait"
+    assert acquire(people, big, 0, dry_run=True) == "run"
+    assert acquire(people, later, 0, dry_run=True) == "wait", "the admitted 4-slot trial holds the pool"
+    assert acquire(people, big, 0) == "run"
+    end_runs(people, big)
+    assert acquire(people, later, 0, dry_run=True) == "run"
+
+
+def test_one_experiment_in_the_default_pool_is_admitted_at_once(people: People, creator: Creator) -> None:
+    set_pool_slots(128)
+    e = experiment(people, trials_=2)
+    assert acquire(people, e, 0, dry_run=True) == "run"
+    assert acquire(people, e, 0) == "run"
+    assert acquire(people, e, 1) == "run"
+
+
+# --- the routes -------------------------------------------------------------------------------
+
+
+def jobs(people: People, user: str = "alice", **params: Any) -> list[dict[str, Any]]:
+    answer = people.call(user, "GET", "/jobs", params=params)
+    assert answer.status_code == 200, answer.text
+    return list(answer.json()["jobs"])
+
+
+def change(people: People, user: str, *updates: dict[str, Any]) -> Any:
+    return people.call(user, "POST", "/jobs/update", json={"updates": list(updates)})
+
+
+def test_job_list_is_in_scheduling_order(people: People, creator: Creator) -> None:
+    set_pool_slots(4)
+    first = experiment(people, trials_=2)
+    assert acquire(people, first, 0) == "run"
+    second = experiment(people, slots_per_trial=8)
+    third = experiment(people)
+    assert change(people, "alice", {"job_id": third, "priority": 10}).status_code == 200
+    listed = jobs(people)
+    assert [(j["jobs_ahead"], j["id"], j["priority"], j["state"]) for j in listed] == [
+        (0, third, 10, "STATE_QUEUED"),
+        (1, first, 42, "STATE_SCHEDULED"),
+        (2, second, 42, "STATE_QUEUED"),
+    ]
+    assert (listed[1]["acquired_slots"], listed[1]["needed_slots"]) == (1, 2)
+    assert listed[2]["fits_pool"] is False
+    assert listed[0]["type"] == "TYPE_EXPERIMENT"
+    assert len(jobs(people, limit=1)) == 1
+    assert jobs(people, resource_pool="elsewhere") == []
+
+
+def test_jobs_the_caller_may_not_read_hide_name_and_owner(people: People, creator: Creator) -> None:
+    set_pool_slots(4)
+    readable = experiment(people)  # DAG det_1: carol may read it
+    hidden = experiment(people)
+    listed = {j["id"]: j for j in jobs(people, "carol")}
+    assert (listed[readable]["name"], listed[readable]["user"]) == ("mnist", "alice")
+    assert (listed[hidden]["name"], listed[hidden]["user"]) == (None, None)
+
+
+def test_ahead_of_takes_the_anchors_priority_and_place(people: People, creator: Creator) -> None:
+    set_pool_slots(4)
+    a, b, c = (experiment(people) for _ in range(3))
+    assert change(people, "alice", {"job_id": a, "priority": 5}).status_code == 200
+    answer = change(people, "alice", {"job_id": c, "ahead_of": a})
+    assert answer.status_code == 200, answer.text
+    assert [j["id"] for j in jobs(people)] == [c, a, b]
+    assert change(people, "alice", {"job_id": c, "behind_of": b}).status_code == 200
+    assert [(j["id"], j["priority"]) for j in jobs(people)] == [(a, 5), (b, 42), (c, 42)]
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "message"),
+    [
+        ({"ahead_of": "SELF"}, 400, "cannot be moved ahead of itself"),
+        ({"behind_of": 999}, 400, "anchor job 999 not found"),
+        ({"resource_pool": "nowhere"}, 400, "Airflow pool 'nowhere' does not exist"),
+        ({"resource_pool": "tiny"}, 400, "needs 2 slots per trial, but Airflow pool 'tiny' has only 1 slots"),
+        ({"max_slots": 1}, 400, "max_slots 1 is less than its 2 slots per trial"),
+    ],
+)
+def test_bad_changes_are_refused_and_nothing_changes(
+    people: People, creator: Creator, body: dict[str, Any], status: int, message: str
+) -> None:
+    set_pool_slots(4)
+    set_pool_slots(1, "tiny")
+    e = experiment(people, slots_per_trial=2)
+    other = experiment(people)
+    body = {key: (e if value == "SELF" else value) for key, value in body.items()}
+    answer = change(people, "alice", {"job_id": other, "priority": 3}, {"job_id": e, **body})
+    assert answer.status_code == status
+    assert message in answer.json()["detail"]
+    assert [(j["id"], j["priority"], j["resource_pool"]) for j in jobs(people)] == [
+        (e, 42, "default_pool"),
+        (other, 42, "default_pool"),
+    ], "a refused batch changed something"
+
+
+def test_exactly_one_change_per_update(people: People, creator: Creator) -> None:
+    e = experiment(people)
+    answer = change(people, "alice", {"job_id": e, "priority": 3, "weight": 2})
+    assert answer.status_code == 422
+    assert "exactly one of" in str(answer.json()["detail"])
+    assert change(people, "alice", {"job_id": e, "priority": 100}).status_code == 422
+
+
+def test_only_the_owner_or_an_admin_changes_a_job(people: People, creator: Creator) -> None:
+    set_pool_slots(4)
+    e = experiment(people)
+    answer = change(people, "bob", {"job_id": e, "priority": 1})
+    assert answer.status_code == 403
+    assert "change the priority of" in answer.json()["detail"]
+    assert change(people, "viewer", {"job_id": e, "priority": 1}).status_code == 403
+    assert change(people, "admin", {"job_id": e, "priority": 1}).status_code == 200
+    assert jobs(people)[0]["priority"] == 1
+
+
+def test_moving_to_another_pool_moves_the_waiting_trials(people: People, creator: Creator) -> None:
+    set_pool_slots(1)
+    set_pool_slots(4, "gpus")
+    blocker = experiment(people)
+    assert acquire(people, blocker, 0) == "run"
+    e = experiment(people)
+    assert acquire(people, e, 0, dry_run=True) == "wait"
+    assert change(people, "alice", {"job_id": e, "resource_pool": "gpus"}).status_code == 200
+    assert [j["id"] for j in jobs(people, resource_pool="gpus")] == [e]
+    assert acquire(people, e, 0, dry_run=True) == "run"
+
+
+def test_max_slots_set_on_a_job_caps_it(people: People, creator: Creator) -> None:
+    set_pool_slots(8)
+    e = experiment(people, trials_=3)
+    assert change(people, "alice", {"job_id": e, "max_slots": 2}).status_code == 200
+    assert [acquire(people, e, slot) for slot in range(3)] == ["run", "run", "wait"]
