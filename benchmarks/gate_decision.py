@@ -15,6 +15,7 @@ between them. Timed, each as the median of many repetitions in this one run:
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -49,7 +50,9 @@ def _jobs(jobs: int, trials: int) -> list[queue.Job]:
     ]
 
 
-def _median_ms(fn: Callable[[], object], repeat: int) -> float:
+def _timed_ms(fn: Callable[[], object], repeat: int) -> tuple[float, float]:
+    """(median, fastest) of ``repeat`` calls after a warm-up; the fastest is the cost without the
+    interference of other work on a shared machine."""
     for _ in range(min(repeat, 20)):
         fn()
     samples = []
@@ -57,7 +60,7 @@ def _median_ms(fn: Callable[[], object], repeat: int) -> float:
         start = time.perf_counter()
         fn()
         samples.append(time.perf_counter() - start)
-    return statistics.median(samples) * 1000
+    return statistics.median(samples) * 1000, min(samples) * 1000
 
 
 def _fill(conn, jobs: list[queue.Job]) -> None:  # type: ignore[no-untyped-def]
@@ -105,8 +108,8 @@ def main() -> None:
     args = parser.parse_args()
     jobs = _jobs(args.jobs, args.trials)
 
-    pure = _median_ms(lambda: queue.plan(CAPACITY, jobs).admits(jobs[-1].id), 5000)
-    trivial = _median_ms(lambda: (sorted(jobs, key=queue.order_key), sum(j.held for j in jobs)), 5000)
+    pure = _timed_ms(lambda: queue.plan(CAPACITY, jobs).admits(jobs[-1].id), 5000)
+    trivial = _timed_ms(lambda: (sorted(jobs, key=queue.order_key), sum(j.held for j in jobs)), 5000)
 
     with tempfile.TemporaryDirectory() as folder:
         engine = create_engine(f"sqlite:///{folder}/det.db")
@@ -117,10 +120,10 @@ def main() -> None:
             snap = queue.snapshot(conn, "gpus", capacity=CAPACITY)
             waiting = sum(job.waiting for job in snap.jobs)
             assert waiting == args.trials, f"the snapshot saw {waiting} waiting trials, not {args.trials}"
-            on_tables = _median_ms(
+            on_tables = _timed_ms(
                 lambda: queue.snapshot(conn, "gpus", capacity=CAPACITY).plan().admits(jobs[-1].id), 300
             )
-            row_read = _median_ms(
+            row_read = _timed_ms(
                 lambda: conn.execute(
                     select(schema.experiments).where(schema.experiments.c.id == jobs[-1].id)
                 ).first(),
@@ -129,11 +132,21 @@ def main() -> None:
         engine.dispose()
 
     print(f"gate decision, {args.trials} waiting trials across {args.jobs} jobs, pool of {CAPACITY} slots")
-    print(f"{'':34}{'ms':>9}{'baseline ms':>13}{'ratio':>8}")
-    print(f"{'pure plan':34}{pure:9.4f}{trivial:13.4f}{pure / trivial:8.1f}")
-    print(f"{'snapshot + plan (SQLite)':34}{on_tables:9.3f}{row_read:13.3f}{on_tables / row_read:8.1f}")
-    verdict = "meets" if on_tables < TARGET_MS else "misses"
-    print(f"target < {TARGET_MS} ms per decision: {verdict} it on the tables ({on_tables:.3f} ms)")
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print(
+        f"{'':28}{'median ms':>11}{'baseline':>10}{'ratio':>7}{'fastest ms':>12}{'baseline':>10}{'ratio':>7}"
+    )
+    for label, (value, fast), (base, base_fast) in (
+        ("pure plan", pure, trivial),
+        ("snapshot + plan (SQLite)", on_tables, row_read),
+    ):
+        print(
+            f"{label:28}{value:11.4f}{base:10.4f}{value / base:7.1f}{fast:12.4f}{base_fast:10.4f}{fast / base_fast:7.1f}"
+        )
+    verdict = "meets" if on_tables[0] < TARGET_MS else "misses"
+    print(
+        f"target < {TARGET_MS} ms per decision: the median on the tables {verdict} it ({on_tables[0]:.3f} ms)"
+    )
 
 
 if __name__ == "__main__":

@@ -102,9 +102,10 @@ def airflow_section_defaults() -> dict[str, str]:
     """Defaults for an experiment's `airflow:` section: the matching keys of airflow.cfg `[det]`."""
     from airflow.configuration import conf
 
-    if not conf.has_section("det"):
-        return {}
-    return {k: str(v) for k, v in (conf.getsection("det") or {}).items() if k in _AIRFLOW_KEYS}
+    # Key by key: conf.get also reads AIRFLOW__DET__* variables, which getsection() misses when
+    # airflow.cfg has no [det] section.
+    values = {key: conf.get("det", key, fallback=None) for key in sorted(_AIRFLOW_KEYS)}
+    return {key: str(value) for key, value in values.items() if value is not None}
 
 
 def trial_slots_problem(cfg: ExperimentConfig) -> tuple[str, str] | None:

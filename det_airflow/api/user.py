@@ -412,7 +412,9 @@ class UserClient:
 
     # --- the job queue ---
 
-    def list_jobs(self, *, resource_pool: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
+    def list_jobs(
+        self, *, resource_pool: str | None = None, limit: int | None = None
+    ) -> list[dict[str, Any]]:
         params: dict[str, Any] = {}
         if resource_pool:
             params["resource_pool"] = resource_pool

@@ -22,7 +22,6 @@ UNTYPED: dict[str, tuple[str, ...]] = {
 # det-airflow acts on yet.
 TYPED = (
     "resources.weight",
-    "resources.max_slots",
     "resources.is_single_node",
     "environment.pod_spec",
     "log_policies",

@@ -1,8 +1,11 @@
 """``core_v2``: Determined's module-level Core API (``core_v2.init()``, then ``core_v2.train...``).
 
-Inside a trial it reports to the trial's master, as ``core.init()`` does; anywhere else (an
-*unmanaged* run) it writes to the local store (``DET_LOCAL_STORE``, default ``./.det_local``), with
-the config built from ``defaults`` and ``config``.
+Inside a trial it reports to the trial's master, as ``core.init()`` does. Anywhere else it is an
+*unmanaged* run: with ``DET_MASTER`` set it creates an unmanaged experiment in that master, owned by
+the logged-in user (``det user login``, or ``DET_USER`` / ``DET_PASS``), with one trial that this
+program is; without ``DET_MASTER`` it writes to the local store (``DET_LOCAL_STORE``, default
+``./.det_local``). The config is built from ``defaults`` and ``config``. The experiment ends
+COMPLETED at ``close()`` (or at exit), ERROR when the program ends with an exception.
 
 Example::
 
@@ -16,21 +19,30 @@ Example::
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import logging
 import os
-from typing import Any
+import shlex
+import sys
+import traceback
+import types
+from typing import TYPE_CHECKING, Any
 
 from det_airflow import core, trial_env
-from det_airflow.cluster_info import ClusterInfo
+from det_airflow.cluster_info import ClusterInfo, TrialInfo
 from det_airflow.core import (
     CheckpointContext,
+    CheckpointStorage,
     DistributedContext,
     PreemptContext,
     SearcherContext,
     TrainContext,
 )
 from det_airflow.errors import DetError
+
+if TYPE_CHECKING:
+    from det_airflow.api.unmanaged import UnmanagedRun
 
 logger = logging.getLogger("det_airflow.core")
 
@@ -66,6 +78,8 @@ preempt: PreemptContext
 searcher: SearcherContext
 info: ClusterInfo | None = None
 _context: core.Context | None = None
+_run: UnmanagedRun | None = None
+_previous_excepthook: Any = None
 
 
 def init(
@@ -83,18 +97,30 @@ def init(
     if _context is not None:
         raise DetError("core_v2.init() was already called; call core_v2.close() first")
     settings = _merge(defaults, config)
-    if os.environ.get(trial_env.MASTER) and not os.environ.get(trial_env.TRIAL_ID):
-        logger.warning(
-            "core_v2: unmanaged runs are not sent to a det-airflow master; writing to the local store"
-        )
     storage = (
         checkpoint_storage if checkpoint_storage is not None else settings.pop("checkpoint_storage", None)
     )
-    context = core.init(
-        distributed=distributed,
-        checkpoint_storage=storage if not os.environ.get(trial_env.TRIAL_ID) else None,
-        config=settings,
-    )
+    in_trial = bool(os.environ.get(trial_env.TRIAL_ID))
+    if not in_trial and os.environ.get(trial_env.MASTER) and not unmanaged:
+        raise DetError(
+            "core_v2.init(unmanaged=False) runs only inside a trial; outside one, pass unmanaged=True "
+            f"to report to {os.environ[trial_env.MASTER]} as an unmanaged experiment"
+        )
+    if not in_trial and unmanaged and os.environ.get(trial_env.MASTER):
+        # The external ids are Determined's links to other trackers; the master has no field for them.
+        settings.pop("external_experiment_id", None)
+        settings.pop("external_trial_id", None)
+        if isinstance(storage, str):
+            storage = {"type": "shared_fs", "host_path": os.path.abspath(storage)}
+        if storage is not None:
+            settings["checkpoint_storage"] = storage
+        context = _start_unmanaged(settings, distributed)
+    else:
+        context = core.init(
+            distributed=distributed,
+            checkpoint_storage=storage if not in_trial else None,
+            config=settings,
+        )
     # A parameter shares the module attribute's name (`distributed`), hence globals().
     globals().update(
         _context=context,
@@ -109,10 +135,100 @@ def init(
 
 def close() -> None:
     """Send what is buffered and end the Core API started by ``init()``."""
-    global _context
-    if _context is not None:
-        _context.close()
-        _context = None
+    _close(error=None)
+
+
+def _close(error: str | None) -> None:
+    global _context, _run
+    context, run = _context, _run
+    _context = _run = None
+    try:
+        if context is not None:
+            context.close()
+    finally:
+        if run is not None:
+            _restore_excepthook()
+            atexit.unregister(_close_at_exit)
+            experiment = run.report_exit(error)
+            logger.info("core_v2: unmanaged experiment %s is %s", run.experiment_id, experiment["state"])
+
+
+def _start_unmanaged(settings: dict[str, Any], distributed: DistributedContext | None) -> core.Context:
+    """Create the unmanaged experiment in the master and report to it, as a trial would."""
+    global _run, _previous_excepthook
+    from det_airflow.api.unmanaged import start_unmanaged
+    from det_airflow.core._remote import RemoteBackend
+
+    hparams = dict(settings.pop("hyperparameters", None) or {})
+    master = os.environ[trial_env.MASTER]
+    run = start_unmanaged(
+        master, config=settings, hparams=hparams, command=shlex.join([sys.executable, *sys.argv])
+    )
+    logger.info(
+        "core_v2: reporting to %s as unmanaged experiment %s, trial %s",
+        run.master,
+        run.experiment_id,
+        run.trial_id,
+    )
+    dist = distributed or DistributedContext()
+    backend = RemoteBackend(run.runtime_client())
+    storage_config = run.config.get("checkpoint_storage")
+    storage = CheckpointStorage.from_config(storage_config) if storage_config else None
+    train = TrainContext(dist, backend)
+    info = ClusterInfo(
+        master_url=run.master,
+        task_id=f"{run.experiment_id}.{run.trial_id}",
+        allocation_id=f"{run.experiment_id}.{run.trial_id}.1",
+        session_token=run.token,
+        slot_ids=[],
+        container_addrs=["127.0.0.1"],
+        container_rank=0,
+        latest_checkpoint=None,
+        trial=TrialInfo(
+            trial_id=run.trial_id,
+            experiment_id=run.experiment_id,
+            trial_seed=int(run.config.get("reproducibility", {}).get("experiment_seed") or 0),
+            hparams=run.hparams,
+            config=run.config,
+            steps_completed=0,
+            trial_run_id=1,
+        ),
+        task_type="UNMANAGED",
+    )
+    _run = run
+    # An exception that ends the program marks the experiment ERROR; a program that forgets
+    # close() still ends its experiment at exit.
+    _previous_excepthook = sys.excepthook
+    sys.excepthook = _excepthook
+    atexit.register(_close_at_exit)
+    return core.Context(
+        distributed=dist,
+        train=train,
+        checkpoint=CheckpointContext(dist, storage, backend, train),
+        preempt=PreemptContext(dist, backend),
+        searcher=SearcherContext(dist, backend, train),
+        backend=backend,
+        info=info,
+    )
+
+
+def _excepthook(exc_type: type[BaseException], exc: BaseException, tb: types.TracebackType | None) -> None:
+    previous = _previous_excepthook or sys.__excepthook__
+    try:
+        _close(error="".join(traceback.format_exception_only(exc_type, exc)).strip())
+    except Exception:
+        logger.exception("core_v2: could not report the error to the master")
+    previous(exc_type, exc, tb)
+
+
+def _restore_excepthook() -> None:
+    if sys.excepthook is _excepthook:
+        sys.excepthook = _previous_excepthook or sys.__excepthook__
+
+
+def _close_at_exit() -> None:
+    if _run is not None:
+        close()
 
 
 def _merge(defaults: DefaultConfig | None, config: Config | None) -> dict[str, Any]:

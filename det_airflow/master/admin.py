@@ -1,4 +1,5 @@
-"""`det admin migrate`: create or upgrade the det tables and the service connection."""
+"""`det admin migrate`: create or upgrade the det tables and the service connection, and mask the
+secrets in experiment files that older versions wrote in plain text."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ def migrate(*, conn_id: str = DEFAULT_CONN_ID, master_url: str | None = None) ->
         ) from None
     lines = [migration_summary(before, after)]
     lines.append(ensure_service_connection(db, conn_id, master_url or airflow_bridge.master_url()))
+    lines.append(rewrite_summary(*mask_experiment_files(db)))
     from sqlalchemy.engine import make_url
 
     from det_airflow.master.search import ensure_optuna_schema, optuna_storage_url
@@ -66,3 +68,38 @@ def ensure_service_connection(db: Database, conn_id: str, master_url: str) -> st
         with db.begin() as conn:
             set_setting(conn, SERVICE_TOKEN_SETTING, hash_token(token))
     return f"connection '{conn_id}' created with a new service token ({master_url})"
+
+
+def mask_experiment_files(db: Database) -> tuple[int, int]:
+    """Rewrite each stored experiment's file in the DAGs folder (parsed or retired) with its secrets
+    masked, where it differs from that; answers (files rewritten, files found).
+
+    Versions before masking wrote configs there in plain text, readable by every Airflow component.
+    """
+    from sqlalchemy import select
+
+    from det_airflow.dagfactory import FINISHED_SUBDIR, experiment_file
+    from det_airflow.master import schema
+    from det_airflow.master.experiments import write_experiment_file
+
+    folder = airflow_bridge.dags_folder()
+    rewritten = found = 0
+    with db.read() as conn:
+        rows = conn.execute(select(schema.experiments.c.id, schema.experiments.c.config)).all()
+    for row in rows:
+        parsed = experiment_file(folder, row.id)
+        for path in (parsed, parsed.parent / FINISHED_SUBDIR / parsed.name):
+            try:
+                before = path.read_text()
+            except FileNotFoundError:
+                continue
+            found += 1
+            write_experiment_file(row.id, row.config, path)
+            rewritten += path.read_text() != before
+    return rewritten, found
+
+
+def rewrite_summary(rewritten: int, found: int) -> str:
+    if not found:
+        return "experiment files: none in the DAGs folder"
+    return f"experiment files: rewrote {rewritten} of {found} with secrets masked"

@@ -3,7 +3,8 @@
 Reading an experiment (its trials, metrics, logs, checkpoints, config, context) needs read access to
 its DAG; creating one needs the right to create DAG runs; changing one needs edit access to its DAG
 and being its owner or an admin (Determined's rule). An admin is a user the auth manager lets change
-Airflow's configuration: that is the one place the word is defined.
+Airflow's configuration (under FAB, which grants that to no role: one who may edit roles): this is
+the one place the word is defined.
 """
 
 from __future__ import annotations
@@ -58,7 +59,16 @@ class Caller:
 
     @functools.cached_property
     def is_admin(self) -> bool:
-        return bool(_auth_manager().is_authorized_configuration(method="PUT", user=self.user))
+        manager = _auth_manager()
+        if manager.is_authorized_configuration(method="PUT", user=self.user):
+            return True
+        # FAB grants no role edit access to the configuration; its Admin role is the one that may
+        # edit roles. Asked only of FAB: other managers answer custom views for every viewer.
+        if type(manager).__name__ == "FabAuthManager":
+            return bool(
+                manager.is_authorized_custom_view(method="PUT", resource_name="Roles", user=self.user)
+            )
+        return False
 
     def may_access_dag(self, dag_id: str | None, method: Method) -> bool:
         if dag_id is None:  # not linked to a DAG yet: nobody's but an admin's business
@@ -90,6 +100,9 @@ CallerDep = Annotated[Caller, Depends(_current_caller)]
 
 def check_read(caller: Caller, experiment: Row, what: str = "read") -> None:
     """Refuse unless the caller may read the experiment's DAG."""
+    if experiment.dag_id is None:  # unmanaged: no DAG to ask about, so its owner's and admins'
+        _check_owner_or_admin(caller, experiment, what)
+        return
     if not caller.may_access_dag(experiment.dag_id, "GET"):
         raise PermissionDenied(
             f"user '{caller.name}' may not {what} experiment {experiment.id}: "
@@ -99,6 +112,9 @@ def check_read(caller: Caller, experiment: Row, what: str = "read") -> None:
 
 def check_change(caller: Caller, experiment: Row, action: str) -> None:
     """Refuse unless the caller may edit the experiment's DAG and owns the experiment or is an admin."""
+    if experiment.dag_id is None:
+        _check_owner_or_admin(caller, experiment, action)
+        return
     if not caller.may_access_dag(experiment.dag_id, "PUT"):
         raise PermissionDenied(
             f"user '{caller.name}' may not {action} experiment {experiment.id}: "
@@ -108,6 +124,14 @@ def check_change(caller: Caller, experiment: Row, action: str) -> None:
         raise PermissionDenied(
             f"user '{caller.name}' may not {action} experiment {experiment.id}: "
             f"it belongs to '{experiment.owner}'; only its owner or an admin may change it"
+        )
+
+
+def _check_owner_or_admin(caller: Caller, experiment: Row, action: str) -> None:
+    if experiment.owner != caller.name and not caller.is_admin:
+        raise PermissionDenied(
+            f"user '{caller.name}' may not {action} experiment {experiment.id}: it is an unmanaged "
+            f"experiment of '{experiment.owner}'; only its owner or an admin may"
         )
 
 
@@ -123,7 +147,9 @@ def readable(caller: Caller, experiments: Sequence[Row]) -> list[Row]:
     dag_ids = {row.dag_id for row in experiments if row.dag_id is not None}
     allowed = _readable_dag_ids(caller, dag_ids)
     return [
-        row for row in experiments if (row.dag_id in allowed if row.dag_id is not None else caller.is_admin)
+        row
+        for row in experiments
+        if (row.dag_id in allowed if row.dag_id is not None else row.owner == caller.name or caller.is_admin)
     ]
 
 

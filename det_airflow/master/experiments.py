@@ -253,12 +253,13 @@ def create_experiment(
     return experiment_id
 
 
-def write_experiment_file(experiment_id: int, config: dict[str, Any]) -> None:
-    """The file the DAG factory compiles. Secrets are masked: the DAGs folder is readable by every
-    Airflow component and often by people, and trials get the full config from the master."""
+def write_experiment_file(experiment_id: int, config: dict[str, Any], path: Path | None = None) -> None:
+    """The file the DAG factory compiles (or ``path``, e.g. its retired copy). Secrets are masked: the
+    DAGs folder is readable by every Airflow component and often by people, and trials get the full
+    config from the master."""
     from det_airflow.master.serialize import masked_config
 
-    path = experiment_file(airflow_bridge.dags_folder(), experiment_id)
+    path = path or experiment_file(airflow_bridge.dags_folder(), experiment_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(
@@ -332,6 +333,7 @@ def change_state(conn: Connection, experiment_id: int, action: str) -> None:
             )
         conn.execute(table.update().where(table.c.id == experiment_id).values(archived=action == "archive"))
         return
+    refuse_dag_action(row, action)
     allowed, target = _TRANSITIONS[action]
     state = ExperimentState(row.state)
     if state == target:
@@ -350,6 +352,8 @@ def change_state(conn: Connection, experiment_id: int, action: str) -> None:
             .values(state=TrialState.CANCELED, end_time=now(), token_hash=None)
         )
         conn.execute(table.update().where(table.c.id == experiment_id).values(search_done=True))
+        if is_unmanaged(row):
+            end_unmanaged_trials(conn, experiment_id)
         maybe_finish(conn, experiment_id)
 
 
@@ -548,3 +552,130 @@ def retire_finished_experiment_files(conn: Connection) -> list[int]:
         if (r.dag_id, r.dag_run_id) in finished and retire_experiment_file(folder, r.id) is not None:
             retired.append(int(r.id))
     return retired
+
+
+# --- unmanaged experiments (Determined's core_v2 runs started outside any trial) ------------------
+
+# Unmanaged runs take no Airflow pool slot: their experiments stand in a pool of their own, which
+# no Airflow pool is, so the job queue never counts them against a real pool's slots.
+UNMANAGED_POOL = "unmanaged"
+# No entrypoint the master could run, and no slots.
+_UNMANAGED_DEFAULTS: dict[str, Any] = {
+    "entrypoint": "unmanaged",
+    "resources": {"slots_per_trial": 0},
+    "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": 1}},
+}
+
+
+def is_unmanaged(row: Row) -> bool:
+    """An unmanaged experiment is the one kind never linked to a DAG."""
+    return row.dag_id is None
+
+
+def unmanaged_config(given: dict[str, Any]) -> ExperimentConfig:
+    """The config of an unmanaged run: the program's settings over the unmanaged defaults."""
+    raw = {**_UNMANAGED_DEFAULTS, **given}
+    raw["checkpoint_storage"] = merge_checkpoint_storage(
+        raw.get("checkpoint_storage"), default_checkpoint_storage()
+    )
+    if raw.get("reproducibility", {}).get("experiment_seed") is None:
+        raw["reproducibility"] = {
+            **(raw.get("reproducibility") or {}),
+            "experiment_seed": int(time.time()) % 2**31,
+        }
+    return parse_config(raw, source_name="unmanaged experiment", airflow_defaults=airflow_section_defaults())
+
+
+def create_unmanaged(
+    conn: Connection, cfg: ExperimentConfig, *, owner: str, hparams: dict[str, Any], token_hash: str
+) -> tuple[int, int]:
+    """Store an unmanaged experiment with its one running trial; returns (experiment id, trial id)."""
+    config = config_to_dict(cfg)
+    result = conn.execute(
+        schema.experiments.insert().values(
+            name=cfg.name,
+            owner=owner,
+            description=cfg.description,
+            labels=list(cfg.labels),
+            state=ExperimentState.ACTIVE,
+            config=config,
+            config_yaml=yaml.safe_dump(cfg.raw, sort_keys=False),
+            context=None,
+            dag_id=None,
+            dag_run_id=None,
+            resource_pool=UNMANAGED_POOL,
+            searcher_name=cfg.searcher.name,
+            searcher_state=None,
+            search_done=True,  # no search: the program is the one trial
+            progress=0.0,
+            start_time=now(),
+            archived=False,
+        )
+    )
+    experiment_id = int(result.inserted_primary_key[0])  # type: ignore[index]
+    trial = conn.execute(
+        schema.trials.insert().values(
+            experiment_id=experiment_id,
+            request_id=1,
+            slot=0,
+            state=TrialState.RUNNING,
+            hparams=hparams,
+            trial_seed=cfg.experiment_seed or 0,
+            start_time=now(),
+            run_id=1,
+            admitted_run=1,
+            summary={},
+            token_hash=token_hash,
+        )
+    )
+    return experiment_id, int(trial.inserted_primary_key[0])  # type: ignore[index]
+
+
+def refuse_dag_action(row: Row, action: str) -> None:
+    """Pause and activate act through the experiment's DAG, which an unmanaged one does not have."""
+    if is_unmanaged(row) and action in ("pause", "activate"):
+        raise StateError(
+            f"experiment {row.id} is unmanaged (its program runs outside Airflow, with no DAG); "
+            f"it cannot be {action}d: kill it, or stop its program"
+        )
+
+
+def end_unmanaged_trials(conn: Connection, experiment_id: int) -> None:
+    """A killed unmanaged experiment ends at once: no task will report its program's exit.
+
+    The trial keeps its token so the program, still running, hears ``should_preempt()`` and can
+    report its last metrics before it stops.
+    """
+    conn.execute(
+        schema.trials.update()
+        .where(
+            schema.trials.c.experiment_id == experiment_id,
+            schema.trials.c.state.not_in([s.value for s in TrialState if s.is_terminal]),
+        )
+        .values(state=TrialState.CANCELED, end_time=now())
+    )
+    maybe_finish(conn, experiment_id)
+
+
+def finish_unmanaged(conn: Connection, trial_id: int, *, error: str | None) -> Row:
+    """The unmanaged program ended: cleanly (``error`` None) or with an error. Returns the experiment."""
+    trial = conn.execute(select(schema.trials).where(schema.trials.c.id == trial_id)).first()
+    if trial is None:
+        raise NotFound(f"trial {trial_id} not found")
+    exp = get_experiment(conn, trial.experiment_id, lock=True)
+    if not is_unmanaged(exp):
+        raise StateError(f"trial {trial_id} belongs to a managed experiment; its task reports its exit")
+    values: dict[str, Any] = {"token_hash": None}
+    if not TrialState(trial.state).is_terminal:
+        if error is not None:
+            state = TrialState.ERROR
+        elif trial.state == TrialState.STOPPING_KILLED:
+            state = TrialState.CANCELED
+        else:
+            state = TrialState.COMPLETED
+        values.update(state=state, end_time=now())
+    conn.execute(schema.trials.update().where(schema.trials.c.id == trial_id).values(**values))
+    if error is not None and not ExperimentState(exp.state).is_terminal:
+        conn.execute(schema.experiments.update().where(schema.experiments.c.id == exp.id).values(error=error))
+    maybe_finish(conn, exp.id)
+    return get_experiment(conn, exp.id)

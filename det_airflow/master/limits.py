@@ -7,6 +7,7 @@ announces nothing) is cut off at the limit rather than after the whole body is i
 from __future__ import annotations
 
 import logging
+from http.cookies import CookieError, SimpleCookie
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
@@ -33,25 +34,49 @@ def base64_length(raw_bytes: int) -> int:
 CREATE_BODY_LIMIT = base64_length(LIMITS.archive_bytes) + 6 * CONFIG_LIMIT_CHARS + 64 * 1024
 # Everything else: metric and log batches (10,000 entries at most) and small commands.
 BODY_LIMIT = 16 * 1024**2
+# A request with no credential at all is refused by every route that takes a body, so it gets only
+# enough room for that refusal: the large limits would otherwise let anyone make the server read
+# over a hundred MiB before the login check runs.
+ANONYMOUS_BODY_LIMIT = 64 * 1024
 _CREATE_ROUTES = ("/experiments", "/internal/experiments/register")
+# Airflow's UI keeps its login in this cookie; API clients send a bearer token.
+_LOGIN_COOKIE = "_token"
 
 
-def body_limit(method: str, path: str) -> int:
+def body_limit(method: str, path: str, *, logged_in: bool = True) -> int:
     """The most bytes a request to ``path`` may send."""
+    if not logged_in:
+        return ANONYMOUS_BODY_LIMIT
     if method == "POST" and path.rstrip("/").endswith(_CREATE_ROUTES):
         return CREATE_BODY_LIMIT
     return BODY_LIMIT
 
 
+def carries_credentials(headers: dict[bytes, bytes]) -> bool:
+    """Whether a request sends a bearer token or Airflow's login cookie (valid or not)."""
+    scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
+    if scheme.lower() == b"bearer" and token.strip():
+        return True
+    cookies = SimpleCookie()
+    try:
+        cookies.load(headers.get(b"cookie", b"").decode("latin-1"))
+    except CookieError:
+        return False
+    morsel = cookies.get(_LOGIN_COOKIE)
+    return morsel is not None and bool(morsel.value)
+
+
 class BodyTooLarge(HTTPException):
     """413, naming the limit and how much was sent (or that it was more)."""
 
-    def __init__(self, method: str, path: str, limit: int, size: int, *, announced: bool) -> None:
+    def __init__(
+        self, method: str, path: str, limit: int, size: int, *, announced: bool, logged_in: bool = True
+    ) -> None:
         amount = format_size(size) if announced else f"more than {format_size(limit)}"
-        super().__init__(
-            status_code=413,
-            detail=f"request body: {amount} is over the limit of {format_size(limit)} for {method} {path}",
-        )
+        detail = f"request body: {amount} is over the limit of {format_size(limit)} for {method} {path}"
+        if not logged_in:
+            detail += " without a login (send a bearer token or Airflow's login cookie)"
+        super().__init__(status_code=413, detail=detail)
 
 
 class BodyLimit:
@@ -65,8 +90,9 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         method, path = scope["method"], scope["path"]
-        limit = body_limit(method, path)
         headers = dict(scope.get("headers") or [])
+        logged_in = carries_credentials(headers)
+        limit = body_limit(method, path, logged_in=logged_in)
         announced = headers.get(b"content-length")
         if announced is not None:
             try:
@@ -77,7 +103,7 @@ class BodyLimit:
                 )
                 return
             if size > limit:
-                exc = BodyTooLarge(method, path, limit, size, announced=True)
+                exc = BodyTooLarge(method, path, limit, size, announced=True, logged_in=logged_in)
                 await _answer(scope, receive, send, exc.status_code, str(exc.detail))
                 return
         received = 0
@@ -89,7 +115,7 @@ class BodyLimit:
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:
-                    raise BodyTooLarge(method, path, limit, received, announced=False)
+                    raise BodyTooLarge(method, path, limit, received, announced=False, logged_in=logged_in)
             return message
 
         async def watched_send(message: Message) -> None:

@@ -11,14 +11,16 @@ ends. :func:`plan` is the pure decision; the rest reads and writes the det table
 from __future__ import annotations
 
 import functools
+import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, Row, and_, bindparam, func, select
+from sqlalchemy import Connection, Row, and_, bindparam, func, select, text
 
 from det_airflow.errors import DetError
 from det_airflow.master import airflow_bridge, schema
+from det_airflow.master.experiments import now
 from det_airflow.states import ExperimentState, TrialState
 
 # Trials whose run has started and not yet ended hold their slots.
@@ -250,10 +252,14 @@ def admit(conn: Connection, exp: Row, trial: Row) -> bool:
     """Ask the gate for the trial's next run; an admission is recorded and holds its slots."""
     if is_admitted(trial) or trial.state in RUNNING_STATES:
         return True  # a run that is starting again (a retried task) keeps the slots it holds
+    if conn.dialect.name == "postgresql":
+        # Decisions in one pool are taken one at a time, so two trials never both get the last slots.
+        # On SQLite the master already serializes its writing transactions (db.Database.begin).
+        conn.execute(
+            text("SELECT pg_advisory_xact_lock(:key)"), {"key": zlib.crc32(exp.resource_pool.encode())}
+        )
     if not snapshot(conn, exp.resource_pool).plan().admits(exp.id):
         return False
-    from det_airflow.master.experiments import now
-
     conn.execute(
         schema.trials.update()
         .where(schema.trials.c.id == trial.id)

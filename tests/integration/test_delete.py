@@ -50,7 +50,10 @@ def dag_ids(det: DetEnv) -> set[str]:
 
 def running_runs(det: DetEnv, dag_id: str) -> list[str]:
     with det.api() as client:
-        runs = client.get(f"/api/v2/dags/{dag_id}/dagRuns").raise_for_status().json()["dag_runs"]
+        answer = client.get(f"/api/v2/dags/{dag_id}/dagRuns")
+    if answer.status_code == 404:  # not parsed yet: an experiment killed at once may end before that
+        return []
+    runs = answer.raise_for_status().json()["dag_runs"]
     return [run["dag_run_id"] for run in runs if run["state"] not in ("success", "failed")]
 
 

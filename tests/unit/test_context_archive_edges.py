@@ -14,7 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from det_airflow.context_archive import LIMITS, extract_context, format_size, pack_context
+from det_airflow.context_archive import (
+    LIMITS,
+    ArchiveSummary,
+    ContextLimits,
+    check_archive,
+    extract_context,
+    format_size,
+    pack_context,
+)
 from det_airflow.errors import ContextError
 
 
@@ -207,3 +215,85 @@ def test_extraction_drops_setuid_and_group_or_other_write(tmp_path: Path) -> Non
     extract_context(data, tmp_path)
     assert stat.S_IMODE(os.stat(tmp_path / "tool").st_mode) == 0o755
     assert stat.S_IMODE(os.stat(tmp_path / "notes.txt").st_mode) == 0o644
+
+
+# --- the master's upload check -------------------------------------------------------------------
+
+
+def _pax_member(name: str, header_bytes: int) -> tarfile.TarInfo:
+    """A file whose PAX header is exactly ``header_bytes`` long (one ``comment`` record)."""
+    info = _member(name)
+    digits = len(str(header_bytes))
+    info.pax_headers = {"comment": "c" * (header_bytes - digits - len(" comment=\n"))}
+    return info
+
+
+def _pax_tar(*members: tarfile.TarInfo) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
+        for info in members:
+            info.size = 1
+            tar.addfile(info, io.BytesIO(b"x"))
+    return buffer.getvalue()
+
+
+def test_an_empty_context_is_an_empty_summary(tmp_path: Path) -> None:
+    assert check_archive(pack_context(tmp_path).data) == ArchiveSummary(content_bytes=0, entries=0)
+
+
+def test_a_metadata_header_exactly_at_its_limit_is_read_and_one_byte_more_is_refused() -> None:
+    assert check_archive(_pax_tar(_pax_member("a.txt", 64 * 1024))) == ArchiveSummary(1, 1)
+    with pytest.raises(ContextError) as err:
+        check_archive(_pax_tar(_pax_member("a.txt", 64 * 1024 + 1)))
+    assert str(err.value) == (
+        f"context: a metadata header of {format_size(64 * 1024 + 1)} is over the limit of {format_size(64 * 1024)}"
+    )
+
+
+def test_many_entries_within_every_limit_fit_the_expansion_budget() -> None:
+    limits = ContextLimits(archive_bytes=LIMITS.archive_bytes, content_bytes=100, entries=100)
+    data = _tar(*[(_member(f"f{i:03}.txt"), b"x") for i in range(100)])
+    assert check_archive(data, limits) == ArchiveSummary(100, 100)
+
+
+def test_headers_that_expand_past_the_budget_are_refused() -> None:
+    # Two members with 60 KB headers each: within the entry and file limits, over the expansion
+    # budget of 1 KiB + 10 entries * 3 blocks + 64 KiB.
+    limits = ContextLimits(archive_bytes=LIMITS.archive_bytes, content_bytes=1024, entries=10)
+    budget = 1024 + 10 * 3 * 512 + 64 * 1024
+    with pytest.raises(ContextError) as err:
+        check_archive(_pax_tar(_pax_member("a.txt", 60_000), _pax_member("b.txt", 60_000)), limits)
+    assert (
+        str(err.value) == f"context: the archive expands to more than {format_size(budget)}, over the limit"
+    )
+
+
+@pytest.mark.parametrize(
+    ("member", "problem"),
+    [
+        (_member("\\evil.txt"), "it has an absolute path"),
+        (_member("C:evil.txt"), "it has an absolute path"),
+        (_member("c:evil.txt"), "it has an absolute path"),
+        (_member("link", tarfile.SYMTYPE, ".."), "it is a symlink to '..', outside the context"),
+        (
+            _member("hard", tarfile.LNKTYPE, "a/../b.txt"),
+            "it is a hard link to 'a/../b.txt', outside the context",
+        ),
+    ],
+    ids=["backslash", "drive", "lower-drive", "symlink-parent", "hardlink-dotdot"],
+)
+def test_the_upload_check_refuses_exactly(member: tarfile.TarInfo, problem: str) -> None:
+    with pytest.raises(ContextError) as err:
+        check_archive(_tar((member, b"x" if member.isfile() else None)))
+    assert str(err.value) == f"context: {member.name!r}: {problem}"
+
+
+def test_the_upload_check_accepts_links_that_stay_inside() -> None:
+    data = _tar(
+        (_member("top.txt"), b"t"),
+        (_member("sub", tarfile.DIRTYPE, mode=0o755), None),
+        (_member("sub/up", tarfile.SYMTYPE, "../top.txt"), None),
+        (_member("copy", tarfile.LNKTYPE, "top.txt"), None),
+        (_member("plain.txt", linkname="/etc/passwd"), b"p"),  # a stray link field on a file
+    )
+    assert check_archive(data) == ArchiveSummary(2, 5)

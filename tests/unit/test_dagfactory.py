@@ -198,3 +198,19 @@ def test_a_retired_experiment_is_no_longer_built_and_the_running_ones_are(tmp_pa
     assert moved.read_text() == CONST
     assert set(build_dags(tmp_path)) == {"det_exp_1", "det_exp_3"}
     assert dagfactory.retire_experiment_file(tmp_path, 2) is None  # already retired: nothing to move
+
+
+def test_det_settings_given_only_as_environment_variables_are_the_experiments_defaults(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # airflow.cfg of the tests has no [det] section: the variables alone must count.
+    monkeypatch.setenv("AIRFLOW__DET__POOL", "gpu-a100")
+    monkeypatch.setenv("AIRFLOW__DET__QUEUE", "gpus")
+    (tmp_path / "exp.yaml").write_text(
+        "entrypoint: python3 train.py\nsearcher: {name: single, metric: loss}\n"
+    )
+
+    dag = build_dags(tmp_path)["det_exp"]
+
+    trial = dag.get_task("trial")
+    assert (trial.partial_kwargs["pool"], trial.partial_kwargs["queue"]) == ("gpu-a100", "gpus")

@@ -1,5 +1,6 @@
 """An unmanaged run (Determined's ``core_v2``): plain ``python3 core_v2_unmanaged.py``, no experiment
-config; metrics go to the local store off-cluster and to the master inside a trial."""
+config; with ``DET_MASTER`` and a login (``det user login``, or ``DET_USER``/``DET_PASS``) it is an
+unmanaged experiment in that master, without ``DET_MASTER`` it writes to the local store."""
 
 import logging
 

@@ -67,16 +67,6 @@ def test_core_v2_reports_an_unmanaged_run_to_the_local_store(tmp_path: Path) -> 
     assert [p.name for p in (tmp_path / "ckpt").iterdir()] != []
 
 
-def test_core_v2_warns_that_unmanaged_runs_stay_local(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    monkeypatch.setenv(trial_env.MASTER, "http://master.test:8080")
-    with caplog.at_level(logging.WARNING, logger="det_airflow.core"):
-        core_v2.init()
-        core_v2.close()
-    assert "unmanaged runs are not sent to a det-airflow master" in caplog.text
-
-
 def test_client_downloads_a_checkpoint_from_the_local_store(tmp_path: Path) -> None:
     with det.core.init() as core_context:
         with core_context.checkpoint.store_path({"steps_completed": 3}) as (path, uuid):

@@ -66,7 +66,11 @@ async def _post_streamed(app: Any, path: str, chunks: list[bytes]) -> tuple[int,
         "raw_path": path.encode(),
         "root_path": "",
         "query_string": b"",
-        "headers": [(b"content-type", b"application/json"), (b"x-test-user", b"alice")],
+        "headers": [
+            (b"content-type", b"application/json"),
+            (b"x-test-user", b"alice"),
+            (b"authorization", b"Bearer login-of-alice"),
+        ],
         "client": ("127.0.0.1", 5000),
         "server": ("testserver", 80),
     }

@@ -1,0 +1,64 @@
+"""Client of the master's unmanaged-experiment routes, for ``core_v2.init(unmanaged=True)``.
+
+A person's login (``det user login``, or ``DET_USER`` / ``DET_PASS``) creates the experiment; the
+program then reports with the trial token the master answers, as training code on a trial does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from det_airflow.api._http import TrialSession
+from det_airflow.api.runtime import RuntimeClient
+from det_airflow.api.user import connect
+
+
+@dataclass(frozen=True)
+class UnmanagedRun:
+    """An unmanaged experiment the master created for this program, with its one trial."""
+
+    master: str
+    experiment_id: int
+    trial_id: int
+    token: str
+    config: dict[str, Any]
+    hparams: dict[str, Any]
+
+    def runtime_client(self) -> RuntimeClient:
+        """The client training code reports through (metrics, checkpoints, progress, preemption)."""
+        return RuntimeClient(self.master, self.token, self.trial_id)
+
+    def report_exit(self, error: str | None = None) -> dict[str, Any]:
+        """Tell the master the program ended: COMPLETED, or ERROR with ``error``. Answers the experiment."""
+        with TrialSession(self.master, self.token) as session:
+            answer = session.post(f"/runtime/trials/{self.trial_id}/unmanaged/exit", {"error": error})
+        return dict(answer["experiment"])
+
+
+def start_unmanaged(
+    master: str | None,
+    *,
+    config: dict[str, Any],
+    hparams: dict[str, Any],
+    command: str | None = None,
+) -> UnmanagedRun:
+    """Create an unmanaged experiment owned by the logged-in user.
+
+    Raises:
+        APIError: Not logged in, not allowed to create experiments, or an invalid ``config``.
+    """
+    with connect(master) as client:
+        answer = client._json(
+            "POST",
+            "/experiments/unmanaged",
+            json={"config": config, "hparams": hparams, "command": command},
+        )
+        return UnmanagedRun(
+            master=client.master,
+            experiment_id=int(answer["experiment"]["id"]),
+            trial_id=int(answer["trial"]["id"]),
+            token=str(answer["token"]),
+            config=dict(answer["config"]),
+            hparams=dict(answer["trial"]["hparams"]),
+        )

@@ -1,0 +1,69 @@
+"""Unmanaged experiments: a program started outside Airflow (``core_v2.init(unmanaged=True)``)
+reports to the master as an experiment with one trial and no DAG.
+
+A person creates it (the right to create DAG runs, as for any experiment) and gets the trial's
+token; the program then reports through the same ``/runtime`` routes as training code on a trial,
+and says here when it ends.
+"""
+
+from __future__ import annotations
+
+import platform
+from typing import Any
+
+from airflow.api_fastapi.core_api.security import requires_authenticated
+from fastapi import APIRouter, Depends
+from pydantic import BaseModel, Field
+
+from det_airflow.master import experiments, serialize, trials
+from det_airflow.master.auth import CrossSiteGuard, TrialAuth, hash_token, new_token
+from det_airflow.master.authz import CallerDep, check_create
+from det_airflow.master.db import get_database
+
+router = APIRouter()
+
+
+class UnmanagedBody(BaseModel):
+    # An experiment config's fields (name, hyperparameters, searcher, checkpoint_storage...);
+    # validated as one, with the unmanaged defaults filled in.
+    config: dict[str, Any] = Field(default_factory=dict)
+    hparams: dict[str, Any] = Field(default_factory=dict)
+    # What started the program, for `det trial logs`.
+    command: str | None = Field(None, max_length=4096)
+
+
+class UnmanagedExit(BaseModel):
+    error: str | None = Field(None, max_length=10_000)
+
+
+@router.post("/experiments/unmanaged", dependencies=[Depends(requires_authenticated()), CrossSiteGuard])
+def create_unmanaged(body: UnmanagedBody, caller: CallerDep) -> dict:
+    check_create(caller)
+    config = dict(body.config)
+    if body.hparams:
+        config.setdefault("hyperparameters", body.hparams)
+    cfg = experiments.unmanaged_config(config)
+    token = new_token()
+    with get_database().begin() as conn:
+        experiment_id, trial_id = experiments.create_unmanaged(
+            conn, cfg, owner=caller.name, hparams=body.hparams, token_hash=hash_token(token)
+        )
+        started = f"unmanaged run started by {caller.name}"
+        if body.command:
+            started += f": {body.command}"
+        trials.append_logs(conn, trial_id, [{"message": started, "container_id": platform.node()}])
+        row = experiments.get_experiment(conn, experiment_id)
+        trial = trials.get_trial(conn, trial_id)
+    return {
+        "experiment": serialize.experiment(row, num_trials=1),
+        "trial": serialize.trial(trial),
+        "token": token,
+        "config": row.config,
+    }
+
+
+@router.post("/runtime/trials/{trial_id}/unmanaged/exit")
+def unmanaged_exit(trial_id: TrialAuth, body: UnmanagedExit) -> dict:
+    with get_database().begin() as conn:
+        row = experiments.finish_unmanaged(conn, trial_id, error=body.error)
+        return {"experiment": serialize.experiment(row, num_trials=1)}

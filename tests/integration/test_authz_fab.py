@@ -1,0 +1,220 @@
+"""Who may do what, on a real Airflow with the FAB auth manager: its Viewer, User, Op and Admin
+roles, users made with `airflow users create`, logins through FAB's own `POST /auth/token`.
+
+The simple auth manager's run (test_authz.py) drives every route; this one drives a representative
+set, to show that the same rules hold when FAB's roles and permissions decide. An admin is a user
+FAB lets edit the configuration: its Admin role, not Op (which may only read it).
+"""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from det_airflow.localairflow import LocalAirflow, sqlite_url, write_config
+from tests.integration.conftest import free_port
+from tests.integration.det_env import DET, REPO, DetEnv, wait_until
+
+pytestmark = pytest.mark.integration
+
+API = "/det/api/v1"
+FAB_AUTH_MANAGER = "airflow.providers.fab.auth_manager.fab_auth_manager.FabAuthManager"
+ROLES = {"viewer": "Viewer", "alice": "User", "bob": "User", "oscar": "Op"}
+CONFIG = yaml.safe_dump(
+    {
+        "name": "fab",
+        "entrypoint": "python3 train.py",
+        "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": 1}},
+        "max_restarts": 0,
+    }
+)
+
+
+def _airflow_ok(af: LocalAirflow, *args: str) -> None:
+    result = af.airflow(*args)
+    assert result.returncode == 0, f"airflow {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}"
+
+
+@pytest.fixture(scope="module")
+def fab_airflow() -> Iterator[tuple[LocalAirflow, dict[str, str]]]:
+    """An Airflow on SQLite whose users and roles live in FAB; answers it and ``{user: password}``."""
+    pytest.importorskip("airflow.providers.fab", reason="apache-airflow-providers-fab is a dev dependency")
+    base = Path(tempfile.mkdtemp(prefix="det-airflow-fab-"))
+    af = write_config(
+        base / "home",
+        sql_alchemy_conn=sqlite_url(base / "home"),
+        dags_folder=base / "dags",
+        port=free_port(),
+        extra={"core": {"auth_manager": FAB_AUTH_MANAGER}},
+    )
+    passwords = {af.admin_user: af.admin_password}
+    passwords.update({name: secrets.token_urlsafe(12) for name in ROLES})
+    try:
+        af.migrate()
+        _airflow_ok(af, "fab-db", "migrate")
+        for name, role in {af.admin_user: "Admin", **ROLES}.items():
+            _airflow_ok(
+                af,
+                *("users", "create", "--username", name, "--password", passwords[name], "--role", role),
+                *("--firstname", name, "--lastname", role, "--email", f"{name}@example.com"),
+            )
+        af.start()
+        af.wait_ready(timeout=300)
+    except BaseException:
+        tails = af.log_tails()
+        af.stop()
+        shutil.rmtree(base, ignore_errors=True)
+        pytest.fail(f"the FAB Airflow did not start:\n{tails}", pytrace=False)
+    try:
+        yield af, passwords
+    finally:
+        af.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def det(fab_airflow: tuple[LocalAirflow, dict[str, str]], tmp_path_factory: pytest.TempPathFactory) -> DetEnv:
+    return DetEnv.install(fab_airflow[0], tmp_path_factory.mktemp("det-config-fab"))
+
+
+@pytest.fixture(scope="module")
+def tokens(det: DetEnv, fab_airflow: tuple[LocalAirflow, dict[str, str]]) -> dict[str, str]:
+    """A JWT per user from `POST /auth/token`, which FAB's auth manager serves."""
+    answer = {}
+    for name, password in fab_airflow[1].items():
+        r = httpx.post(f"{det.af.url}/auth/token", json={"username": name, "password": password}, timeout=30)
+        assert r.status_code == 201, f"FAB login of {name}: {r.status_code} {r.text}"
+        answer[name] = r.json()["access_token"]
+    return answer
+
+
+def call(
+    det: DetEnv, who: str | None, tokens: dict[str, str], method: str, path: str, **kw: Any
+) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {tokens[who]}"} if who is not None else {}
+    with httpx.Client(base_url=det.af.url, timeout=60) as client:
+        return client.request(method, API + path, headers=headers, **kw)
+
+
+def create(det: DetEnv, who: str | None, tokens: dict[str, str]) -> httpx.Response:
+    return call(det, who, tokens, "POST", "/experiments", json={"config": CONFIG, "paused": True})
+
+
+@pytest.fixture(scope="module")
+def owned(det: DetEnv, tokens: dict[str, str]) -> dict[str, int]:
+    """A paused experiment of alice's and one of bob's (both Users)."""
+    answer = {}
+    for user in ("alice", "bob"):
+        made = create(det, user, tokens)
+        assert made.status_code == 200, made.text
+        answer[user] = int(made.json()["experiment"]["id"])
+    return answer
+
+
+def state(det: DetEnv, tokens: dict[str, str], experiment_id: int) -> str:
+    answer = call(det, "admin", tokens, "GET", f"/experiments/{experiment_id}")
+    assert answer.status_code == 200, answer.text
+    return str(answer.json()["experiment"]["state"])
+
+
+def test_logins_come_from_fab(det: DetEnv, tokens: dict[str, str]) -> None:
+    for who in ("admin", *ROLES):
+        me = call(det, who, tokens, "GET", "/me")
+        assert me.status_code == 200, me.text
+        assert me.json()["username"] == who
+    assert call(det, None, tokens, "GET", "/me").status_code == 401
+
+
+def test_everyone_logged_in_reads_and_nobody_anonymous(
+    det: DetEnv, tokens: dict[str, str], owned: dict[str, int]
+) -> None:
+    e = owned["alice"]
+    for path in ("/experiments", f"/experiments/{e}", f"/experiments/{e}/config"):
+        for who in ("viewer", "alice", "bob", "oscar", "admin"):
+            assert call(det, who, tokens, "GET", path).status_code == 200, (who, path)
+        assert call(det, None, tokens, "GET", path).status_code == 401, path
+
+    # FAB answers which DAGs a user may read from Airflow's DAG table: an experiment is listed once
+    # the DAG processor has parsed its DAG.
+    def listed_for_viewer() -> bool:
+        listed = call(det, "viewer", tokens, "GET", "/experiments").json()["experiments"]
+        return e in {x["id"] for x in listed}
+
+    wait_until(listed_for_viewer, f"experiment {e} in the Viewer's list", timeout=180)
+
+
+def test_a_viewer_may_not_create_and_anonymous_must_log_in(det: DetEnv, tokens: dict[str, str]) -> None:
+    refused = create(det, "viewer", tokens)
+    assert refused.status_code == 403, refused.text
+    assert "user 'viewer' may not" in refused.json()["detail"]
+    assert create(det, None, tokens).status_code == 401
+
+
+def test_only_the_owner_and_fab_admins_change_an_experiment(
+    det: DetEnv, tokens: dict[str, str], owned: dict[str, int]
+) -> None:
+    alice, bob = owned["alice"], owned["bob"]
+    changes = [
+        ("POST", f"/experiments/{alice}/labels", {"label": "mine"}),
+        ("PATCH", f"/experiments/{alice}", {"name": "taken over"}),
+        ("POST", f"/experiments/{alice}/cancel", None),
+        ("DELETE", f"/experiments/{alice}", None),
+    ]
+    for method, path, body in changes:
+        assert call(det, None, tokens, method, path, json=body).status_code == 401, path
+        # Op may edit every DAG in FAB, but is not an admin: only the owner's own experiments.
+        for who in ("viewer", "bob", "oscar"):
+            answer = call(det, who, tokens, method, path, json=body)
+            assert answer.status_code == 403, (who, method, path, answer.text)
+            assert f"user '{who}' may not" in answer.json()["detail"]
+    assert state(det, tokens, alice) == "PAUSED"
+
+    labelled = call(det, "alice", tokens, "POST", f"/experiments/{alice}/labels", json={"label": "mine"})
+    assert labelled.status_code == 200, labelled.text
+    assert "mine" in labelled.json()["experiment"]["labels"]
+    assert call(det, "alice", tokens, "POST", f"/experiments/{alice}/cancel").status_code == 200
+    assert state(det, tokens, alice) in ("STOPPING_CANCELED", "CANCELED")
+
+    assert call(det, "alice", tokens, "POST", f"/experiments/{bob}/cancel").status_code == 403
+    assert (
+        call(det, "admin", tokens, "POST", f"/experiments/{bob}/labels", json={"label": "seen"}).status_code
+        == 200
+    )
+    assert call(det, "admin", tokens, "POST", f"/experiments/{bob}/cancel").status_code == 200
+    assert state(det, tokens, bob) in ("STOPPING_CANCELED", "CANCELED")
+
+
+def test_the_cli_says_permission_denied_under_fab(
+    det: DetEnv, fab_airflow: tuple[LocalAirflow, dict[str, str]], tokens: dict[str, str], tmp_path: Path
+) -> None:
+    made = create(det, "alice", tokens)
+    assert made.status_code == 200, made.text
+    e = made.json()["experiment"]["id"]
+    env = {
+        **det.env(),
+        "DET_USER": "viewer",
+        "DET_PASS": fab_airflow[1]["viewer"],
+        "DET_AIRFLOW_CONFIG_DIR": str(tmp_path / "cli-viewer"),
+    }
+    result = subprocess.run(
+        [str(DET), "experiment", "kill", str(e)],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "permission denied: " in result.stderr
+    assert "Traceback" not in result.stderr
+    assert state(det, tokens, e) == "PAUSED"

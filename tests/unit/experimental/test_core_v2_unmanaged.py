@@ -1,0 +1,187 @@
+"""``core_v2.init(unmanaged=True)`` with ``DET_MASTER`` set: the run becomes an unmanaged experiment.
+
+The master's app is served over a real loopback socket, with Airflow's simple auth manager deciding;
+only Airflow's login is replaced: the bearer token names the user.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import uvicorn
+from airflow.api_fastapi.app import create_auth_manager, purge_cached_app
+from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+from airflow.api_fastapi.core_api.security import get_user
+from fastapi import FastAPI, HTTPException, Request
+from sqlalchemy import select
+
+from det_airflow import trial_env
+from det_airflow.api.user import CONFIG_DIR_ENV, store_login
+from det_airflow.errors import APIError, DetError
+from det_airflow.experimental import core_v2
+from det_airflow.master import schema
+from det_airflow.master.app import create_app
+from det_airflow.master.db import Database, get_database
+
+ROLES = {"alice": "user", "viewer": "viewer"}
+
+
+async def _user_from_token(request: Request) -> SimpleAuthManagerUser:
+    name = request.headers.get("authorization", "").removeprefix("Bearer ").removesuffix("-token")
+    if name not in ROLES:
+        raise HTTPException(401, "Not authenticated")
+    return SimpleAuthManagerUser(username=name, role=ROLES[name])
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def master(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, Database]]:
+    monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", f"sqlite:///{tmp_path / 'airflow.db'}")
+    monkeypatch.setenv("AIRFLOW__CORE__DAGS_FOLDER", str(tmp_path / "dags"))
+    monkeypatch.setenv(
+        "AIRFLOW__CORE__AUTH_MANAGER",
+        "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
+    )
+    monkeypatch.setenv("AIRFLOW__DET__CHECKPOINT_STORAGE_PATH", str(tmp_path / "checkpoints"))
+    monkeypatch.setenv(CONFIG_DIR_ENV, str(tmp_path / "det-config"))
+    monkeypatch.delenv(trial_env.TRIAL_ID, raising=False)
+    get_database.cache_clear()
+    db = get_database()
+    db.migrate()
+    create_auth_manager()
+    app = create_app()
+    app.dependency_overrides[get_user] = _user_from_token
+    root = FastAPI()
+    root.mount("/det", app)
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(root, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline, "the master's test server did not start within 30 s"
+        time.sleep(0.05)
+    url = f"http://127.0.0.1:{port}"
+    monkeypatch.setenv(trial_env.MASTER, url)
+    try:
+        yield url, db
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        db.engine.dispose()
+        get_database.cache_clear()
+        purge_cached_app()
+
+
+def _experiments(db: Database) -> list[tuple[str, str, str | None, str | None]]:
+    table = schema.experiments
+    with db.read() as conn:
+        rows = conn.execute(select(table).order_by(table.c.id)).all()
+    return [(r.owner, r.state, r.dag_id, r.error) for r in rows]
+
+
+def _trials(db: Database) -> list[tuple[str, dict, int, str | None]]:
+    table = schema.trials
+    with db.read() as conn:
+        rows = conn.execute(select(table).order_by(table.c.id)).all()
+    return [(r.state, r.hparams, r.total_batches, r.latest_checkpoint) for r in rows]
+
+
+def test_a_run_with_a_login_reports_to_the_master_and_completes(master: tuple[str, Database]) -> None:
+    url, db = master
+    store_login(url, "alice", "alice-token")
+    core_v2.init(defaults=core_v2.DefaultConfig(name="unmanaged-mnist", hparams={"lr": 0.1}))
+    try:
+        assert core_v2.info is not None and core_v2.info.trial.hparams == {"lr": 0.1}
+        assert _experiments(db) == [("alice", "ACTIVE", None, None)]
+        for step in (1, 2):
+            core_v2.train.report_training_metrics(steps_completed=step, metrics={"loss": 1 / step})
+        core_v2.train.report_validation_metrics(steps_completed=2, metrics={"loss": 0.4})
+        with core_v2.checkpoint.store_path({"steps_completed": 2}) as (path, uuid):
+            (path / "weights").write_text("w")
+        assert core_v2.preempt.should_preempt() is False
+    finally:
+        core_v2.close()
+    assert _experiments(db) == [("alice", "COMPLETED", None, None)]
+    assert _trials(db) == [("COMPLETED", {"lr": 0.1}, 2, uuid)]
+    with db.read() as conn:
+        stored = conn.execute(select(schema.checkpoints.c.storage)).scalar_one()
+    assert (Path(stored["path"]) / "weights").read_text() == "w"
+
+
+def test_a_program_that_raises_ends_its_experiment_in_error(
+    master: tuple[str, Database], tmp_path: Path
+) -> None:
+    url, db = master
+    store_login(url, "alice", "alice-token")
+    program = tmp_path / "train.py"
+    program.write_text(
+        textwrap.dedent(
+            """
+            from det_airflow.experimental import core_v2
+
+            core_v2.init(defaults=core_v2.DefaultConfig(name="diverges", hparams={"lr": 10.0}))
+            core_v2.train.report_training_metrics(steps_completed=1, metrics={"loss": 3.0})
+            raise ValueError("loss became NaN")
+            """
+        )
+    )
+    result = subprocess.run(
+        [sys.executable, str(program)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 1
+    assert "ValueError: loss became NaN" in result.stderr  # the traceback is still printed
+    assert _experiments(db) == [("alice", "ERROR", None, "ValueError: loss became NaN")]
+    assert _trials(db) == [("ERROR", {"lr": 10.0}, 1, None)]
+
+
+def test_without_a_login_init_says_how_to_log_in_and_stores_nothing(master: tuple[str, Database]) -> None:
+    url, db = master
+    with pytest.raises(APIError, match=r"not logged in to .*: run `det user login`"):
+        core_v2.init(defaults=core_v2.DefaultConfig(name="anonymous"))
+    assert _experiments(db) == []
+    core_v2.close()  # nothing was started: closing is harmless
+
+
+def test_a_user_who_may_not_create_runs_is_refused(master: tuple[str, Database]) -> None:
+    url, db = master
+    store_login(url, "viewer", "viewer-token")
+    with pytest.raises(APIError, match="may not create experiments: needs the right to create DAG runs"):
+        core_v2.init(defaults=core_v2.DefaultConfig(name="not-mine"))
+    assert _experiments(db) == []
+
+
+def test_killing_the_experiment_reaches_the_program(master: tuple[str, Database]) -> None:
+    url, db = master
+    store_login(url, "alice", "alice-token")
+    core_v2.init(defaults=core_v2.DefaultConfig(name="long-run"))
+    try:
+        assert core_v2.info is not None
+        from det_airflow.master import experiments
+
+        with db.begin() as conn:
+            experiments.change_state(conn, core_v2.info.trial.experiment_id, "kill")
+        assert core_v2.preempt.should_preempt() is True
+    finally:
+        core_v2.close()
+    assert _experiments(db) == [("alice", "CANCELED", None, None)]
+
+
+def test_a_managed_init_outside_a_trial_is_refused(master: tuple[str, Database]) -> None:
+    url, db = master
+    with pytest.raises(DetError, match=r"unmanaged=False\) runs only inside a trial"):
+        core_v2.init(defaults=core_v2.DefaultConfig(name="managed"), unmanaged=False)
+    assert _experiments(db) == []
