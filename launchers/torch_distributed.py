@@ -14,7 +14,6 @@ others and this launcher exits non-zero; SIGTERM reaches every worker.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import socket
@@ -24,12 +23,12 @@ from dataclasses import dataclass
 
 from det_airflow import trial_env
 from det_airflow.cluster_info import ClusterInfo, get_cluster_info
+from det_airflow.launchers import _launch
 from det_airflow.launchers._supervisor import Supervisor
 
 USE_TORCH_DISTRIBUTED = "USE_TORCH_DISTRIBUTED"
 C10D_PORT = 29400
 LOCALHOST = "127.0.0.1"
-TRIAL_RUNNER = "det_airflow.pytorch.run_trial"
 WRAP_RANK = "det_airflow.launchers.wrap_rank"
 
 
@@ -46,24 +45,9 @@ class Layout:
 
 def parse_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     """``(torchrun overrides, worker command)``; exits with a usage message when there is no command."""
-    args = list(argv)
-    overrides: list[str] = []
-    if "--" in args:
-        split = args.index("--")
-        overrides, args = args[:split], args[split + 1 :]
-    parser = argparse.ArgumentParser(
-        prog="python3 -m det_airflow.launchers.torch_distributed",
-        usage="%(prog)s [TORCHRUN_OVERRIDES... --] (--trial module:Class | SCRIPT...)",
+    return _launch.parse_args(
+        "python3 -m det_airflow.launchers.torch_distributed", "TORCHRUN_OVERRIDES", argv
     )
-    parser.add_argument("--trial", help="a PyTorchTrial to train, as module:Class")
-    parser.add_argument("script", nargs=argparse.REMAINDER, help="the command each worker runs")
-    parsed = parser.parse_args(args)
-    script = list(parsed.script or [])
-    if parsed.trial is not None:
-        script = [sys.executable, "-m", TRIAL_RUNNER, parsed.trial, *script]
-    if not script:
-        parser.error("give --trial module:Class or a command to run")
-    return overrides, script
 
 
 def layout(info: ClusterInfo | None, env: Mapping[str, str]) -> Layout:
