@@ -17,9 +17,9 @@ from typing import Any
 from det_airflow import trial_env
 from det_airflow.errors import DetError
 
-# Any of these marks the process as a trial; a plain run has none of them.
+# Any of these marks the process as a trial; a plain run has none of them. Not DET_MASTER: people
+# export it for the `det` CLI, and `python3 train.py` in that shell is still off-cluster.
 _TRIAL_MARKERS = (
-    trial_env.MASTER,
     trial_env.TRIAL_ID,
     trial_env.EXPERIMENT_CONFIG_FILE,
     trial_env.EXPERIMENT_CONFIG,

@@ -125,3 +125,8 @@ def test_an_unreadable_or_broken_config_file_is_a_clear_error(tmp_path: Path) ->
     broken.write_text("[1, 2]")
     with pytest.raises(DetError, match=f"file {broken}: expected a JSON object, got list"):
         cluster_info_from_env({trial_env.EXPERIMENT_CONFIG_FILE: str(broken)})
+
+
+def test_det_master_alone_is_not_a_trial() -> None:
+    # Determined users export DET_MASTER for the CLI; a script run in that shell is off-cluster.
+    assert cluster_info_from_env({"DET_MASTER": "http://127.0.0.1:8080"}) is None

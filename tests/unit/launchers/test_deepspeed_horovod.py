@@ -49,14 +49,18 @@ FAKE_TOOL = textwrap.dedent(
     """
 )
 
-# Each worker writes its pid, then sleeps, or fails when its rank is FAIL_RANK.
+# Each worker writes its pid, then sleeps, or fails when its rank is FAIL_RANK: only once every
+# worker is up, so that the failure always has another worker to stop, however slow its start.
 WORKER = textwrap.dedent(
     """\
     import os, sys, time
     rank = os.environ["RANK"]
-    open(os.path.join(sys.argv[1], f"pid{{rank}}"), "w").write(str(os.getpid()))
     print(f"worker {{rank}} up", flush=True)
+    open(os.path.join(sys.argv[1], f"pid{{rank}}.tmp"), "w").write(str(os.getpid()))
+    os.replace(os.path.join(sys.argv[1], f"pid{{rank}}.tmp"), os.path.join(sys.argv[1], f"pid{{rank}}"))
     if rank == os.environ.get("FAIL_RANK"):
+        while not all(os.path.exists(os.path.join(sys.argv[1], f"pid{{r}}")) for r in range(2)):
+            time.sleep(0.01)
         sys.exit(3)
     time.sleep(600)
     """
