@@ -126,6 +126,22 @@ def delete_dag(dag_id: str) -> None:
     request_reparse()
 
 
+def stale_dags_without_runs(prefix: str) -> list[str]:
+    """DAG ids starting with `prefix` that Airflow marks stale (no file builds them) and that have
+    no run: such a DAG holds nothing, unlike a stale DAG that keeps a user's history."""
+    from airflow.models import DagModel, DagRun
+    from airflow.utils.session import create_session
+    from sqlalchemy import exists, select
+
+    query = select(DagModel.dag_id).where(
+        DagModel.dag_id.startswith(prefix, autoescape=True),
+        DagModel.is_stale.is_(True),
+        ~exists().where(DagRun.dag_id == DagModel.dag_id),
+    )
+    with create_session() as session:
+        return list(session.scalars(query))
+
+
 def delete_dag_run(dag_id: str, run_id: str) -> None:
     """Remove one DAG run and its task instances, keeping the DAG."""
     from airflow.models import DagRun

@@ -554,6 +554,34 @@ def retire_finished_experiment_files(conn: Connection) -> list[int]:
     return retired
 
 
+def forget_deleted_experiment_dags(conn: Connection) -> list[str]:
+    """Delete the DAGs of deleted experiments that Airflow registered again; returns their ids.
+
+    A parse of the DAG processor that began before `det e delete` removed the experiment's file
+    can finish after the delete removed its DAG, and register the DAG once more: stale, with no
+    runs. Only such DAGs (experiment DAG id, no experiment row, stale, no run) are removed.
+    """
+    prefix = experiment_dag_id(0).removesuffix("0")
+    candidates: dict[int, str] = {}
+    for dag_id in airflow_bridge.stale_dags_without_runs(prefix):
+        number = dag_id.removeprefix(prefix)
+        if number.isdigit():
+            candidates[int(number)] = dag_id
+    if not candidates:
+        return []
+    kept = set(
+        conn.execute(
+            select(schema.experiments.c.id).where(schema.experiments.c.id.in_(list(candidates)))
+        ).scalars()
+    )
+    forgotten = []
+    for experiment_id, dag_id in sorted(candidates.items()):
+        if experiment_id not in kept:
+            airflow_bridge.delete_dag(dag_id)
+            forgotten.append(dag_id)
+    return forgotten
+
+
 # --- unmanaged experiments (Determined's core_v2 runs started outside any trial) ------------------
 
 # Unmanaged runs take no Airflow pool slot: their experiments stand in a pool of their own, which

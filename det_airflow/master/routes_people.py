@@ -336,5 +336,6 @@ def _retire_finished(db: Database) -> None:
     try:
         with db.read() as conn:
             experiments.retire_finished_experiment_files(conn)
+            experiments.forget_deleted_experiment_dags(conn)
     except Exception:  # noqa: BLE001 - logged; the next create tries again
         logging.getLogger(__name__).exception("could not retire finished experiments' configs")

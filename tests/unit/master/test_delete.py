@@ -331,3 +331,23 @@ def test_deleting_a_retired_experiment_removes_its_retired_config(
     assert experiments.delete_experiment(master.db, experiment_id) == []
 
     assert list(master.dags.rglob(f"exp_{experiment_id}.yaml")) == []
+
+
+def test_a_deleted_experiments_dag_registered_again_is_forgotten_and_nothing_else(
+    master: Master, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kept = master.add_experiment()
+    deleted = master.add_experiment()
+    assert experiments.delete_experiment(master.db, deleted) == []
+    master.airflow.deleted_dags.clear()
+    # What Airflow reports as stale and runless: the deleted experiment's DAG, parsed back by a parse
+    # in flight, beside a kept experiment's DAG and a user's YAML DAG that only look alike.
+    stale = [experiment_dag_id(deleted), experiment_dag_id(kept), "det_exp_notes"]
+    monkeypatch.setattr(
+        airflow_bridge, "stale_dags_without_runs", lambda prefix: [d for d in stale if d.startswith(prefix)]
+    )
+
+    with master.db.read() as conn:
+        assert experiments.forget_deleted_experiment_dags(conn) == [experiment_dag_id(deleted)]
+
+    assert master.airflow.deleted_dags == [experiment_dag_id(deleted)]
