@@ -8,6 +8,7 @@ is exactly Determined's per-experiment ``slots_per_trial``, ``priority`` and ``m
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 from collections.abc import Iterator
@@ -39,6 +40,47 @@ _SEARCHER_LINE = re.compile(r"^searcher\s*:", re.MULTILINE)
 
 class InvalidExperimentYAML(DetError):
     """One or more experiment YAMLs in the DAGs folder are invalid (shown as an Airflow import error)."""
+
+
+# The master's second line in experiment_file(): who submitted the experiment, and when.
+_SUBMISSION_LINE = "# det-submission: "
+
+
+@dataclasses.dataclass(frozen=True)
+class Submission:
+    owner: str
+    submitted: datetime
+
+
+def submission_header(owner: str, submitted: datetime) -> str:
+    """The comment line the master writes into experiment_file(); read back by read_submission()."""
+    stamp = submitted if submitted.tzinfo else submitted.replace(tzinfo=UTC)
+    return _SUBMISSION_LINE + json.dumps({"owner": owner, "submitted": stamp.isoformat()}) + "\n"
+
+
+def read_submission(path: Path) -> Submission | None:
+    """Who submitted the experiment of a master-written file, and when; None when it does not say
+    (files of older versions), and the DAG then keeps its neutral defaults."""
+    with path.open(encoding="utf-8", errors="replace") as file:
+        head = [file.readline() for _ in range(2)]
+    for line in head:
+        if line.startswith(_SUBMISSION_LINE):
+            try:
+                fields = json.loads(line.removeprefix(_SUBMISSION_LINE))
+                return Submission(str(fields["owner"]), datetime.fromisoformat(fields["submitted"]))
+            except (ValueError, KeyError, TypeError):
+                return None
+    return None
+
+
+def experiment_page(experiment_id: int) -> str:
+    """The experiment's page in the det web UI, under Airflow's base URL."""
+    from urllib.parse import urlsplit
+
+    from airflow.configuration import conf
+
+    base = urlsplit(conf.get("api", "base_url", fallback="") or "").path.rstrip("/")
+    return f"{base}/det/ui/#/experiments/{experiment_id}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,7 +179,7 @@ def load_experiment(path: Path, defaults: dict[str, str]) -> ExperimentConfig | 
     return cfg
 
 
-def build_dag(file: ExperimentFile, cfg: ExperimentConfig):  # type: ignore[no-untyped-def]
+def build_dag(file: ExperimentFile, cfg: ExperimentConfig, submission: Submission | None = None):  # type: ignore[no-untyped-def]
     from airflow.sdk import DAG, Asset
 
     from det_airflow.operators import (
@@ -148,18 +190,30 @@ def build_dag(file: ExperimentFile, cfg: ExperimentConfig):  # type: ignore[no-u
     )
 
     conn_id = cfg.airflow.master_conn_id
+    if file.experiment_id is not None:
+        display_name = f"{cfg.name} (experiment {file.experiment_id})"
+        doc = (
+            f"Experiment **{cfg.name}** ({file.experiment_id}): "
+            f"[open its page]({experiment_page(file.experiment_id)}) for trials, curves and logs."
+        )
+    else:
+        display_name = cfg.name
+        doc = f"Experiment **{cfg.name}** compiled from `{file.path}`; each run is one experiment."
     with DAG(
         dag_id=file.dag_id,
-        # A `det experiment create` experiment runs exactly once, as soon as Airflow has parsed it.
+        dag_display_name=display_name,
+        params=_run_params(cfg) if file.experiment_id is None else None,
+        # A `det experiment create` experiment runs exactly once, as soon as Airflow has parsed it;
+        # its run's date is then the submission time.
         schedule="@once" if file.experiment_id is not None else None,
-        start_date=_START,
+        start_date=submission.submitted if submission else _START,
         catchup=False,
         is_paused_upon_creation=False,
         max_active_runs=1 if file.experiment_id is not None else 16,
         tags=["det", cfg.searcher.name],
         description=(cfg.description or cfg.name)[:200],
-        doc_md=f"Experiment **{cfg.name}** compiled from `{file.path}`.",
-        default_args={"owner": "det"},
+        doc_md=doc,
+        default_args={"owner": submission.owner if submission else "det"},
     ) as dag:
         register = RegisterExperimentOperator(
             task_id="register",
@@ -204,6 +258,37 @@ def build_dag(file: ExperimentFile, cfg: ExperimentConfig):  # type: ignore[no-u
     return dag
 
 
+def _run_params(cfg: ExperimentConfig) -> dict[str, object]:
+    """What a run of a dropped YAML may override (config.RUN_CONF_FIELDS), offered by Airflow's
+    Trigger form with the YAML's values; the register task applies and validates them."""
+    from airflow.sdk import Param
+
+    from det_airflow.config import config_to_dict
+
+    config = config_to_dict(cfg)
+    searcher, resources = config.get("searcher") or {}, config.get("resources") or {}
+    return {
+        "description": Param(
+            cfg.description, type=["null", "string"], description="The experiment's description."
+        ),
+        "hyperparameters": Param(
+            config.get("hyperparameters") or {},
+            type="object",
+            description="Any hyperparameter of the YAML: a value, or a search range as in the YAML.",
+        ),
+        "searcher": Param(
+            {"max_trials": searcher.get("max_trials"), "max_length": searcher.get("max_length")},
+            type="object",
+            description="searcher.max_trials and searcher.max_length.",
+        ),
+        "resources": Param(
+            {"resource_pool": resources.get("resource_pool"), "priority": resources.get("priority")},
+            type="object",
+            description="resources.resource_pool and resources.priority (1-99, lower runs first).",
+        ),
+    }
+
+
 def _invalid_dag(dag_id: str, message: str):  # type: ignore[no-untyped-def]
     """A DAG that fails Airflow's validation with our message, so that invalid YAMLs appear as an
     import error of the factory file while every valid experiment still loads."""
@@ -235,7 +320,8 @@ def build_dags(dags_folder: Path, *, only_dag_id: str | None = None) -> dict[str
                     f"{path}: DAG id '{file.dag_id}' is already used by {seen[file.dag_id]}; rename one file"
                 )
                 continue
-            dag = build_dag(file, cfg)
+            submission = read_submission(path) if file.experiment_id is not None else None
+            dag = build_dag(file, cfg, submission)
         except DetError as exc:
             problems.append(str(exc))
             continue

@@ -8,6 +8,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, BaseSensorOperator, Context
 
+from det_airflow.errors import DetError
 from det_airflow.operators._master import internal_client, master_credentials
 from det_airflow.operators.triggers import ExperimentReadyTrigger
 from det_airflow.states import ExperimentState
@@ -35,17 +36,28 @@ class RegisterExperimentOperator(BaseOperator):
         self.master_conn_id = master_conn_id
 
     def execute(self, context: Context) -> int:
+        from airflow.sdk.exceptions import AirflowFailException
+
         from det_airflow.context_archive import pack_context
 
         dag_run = context["dag_run"]
         config = context_bytes = None
+        run_conf = dict(getattr(dag_run, "conf", None) or {})
         if self.experiment_id is None:
             path = Path(self.config_path)
-            config = path.read_text()
+            try:
+                config = with_run_conf(path, run_conf)
+            except DetError as exc:
+                raise AirflowFailException(str(exc)) from None  # a retry would not fix the conf
             packed = pack_context(path.parent)
             context_bytes = packed.data
             self.log.info(
                 "Packed context %s: %d files, %d bytes", path.parent, packed.file_count, packed.size
+            )
+        elif run_conf:
+            raise AirflowFailException(
+                f"experiment {self.experiment_id} was created with `det experiment create`; a run's conf "
+                f"cannot change it (got keys: {', '.join(map(str, run_conf))})"
             )
         client = internal_client(self.master_conn_id)
         try:
@@ -61,6 +73,26 @@ class RegisterExperimentOperator(BaseOperator):
             client.close()
         self.log.info("Experiment %s (%s)", answer["experiment_id"], answer["state"])
         return int(answer["experiment_id"])
+
+
+def with_run_conf(path: Path, run_conf: dict[str, Any]) -> str:
+    """The YAML at `path` with a run's conf applied (airflow dags trigger -c, the Trigger form),
+    validated as `det experiment create` validates a config; the file's text when there is none."""
+    import yaml
+
+    from det_airflow.config import apply_run_conf, parse_config, read_yaml
+    from det_airflow.errors import ConfigError
+
+    text = path.read_text()
+    if not run_conf:
+        return text
+    source = f"{path} with the run's conf"
+    raw = read_yaml(text, str(path))
+    problems = apply_run_conf(raw, run_conf)
+    if problems:
+        raise ConfigError(problems, source=source)
+    parse_config(raw, source_name=source)
+    return yaml.safe_dump(raw, sort_keys=False)
 
 
 class SearcherSensor(BaseSensorOperator):
@@ -137,6 +169,8 @@ class FinalizeExperimentOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowFailException
 
+        if self.experiment_id is None:
+            raise AirflowFailException("no experiment to finalize: the register task did not create one")
         client = internal_client(self.master_conn_id)
         try:
             answer = client.finalize(int(self.experiment_id))

@@ -71,10 +71,11 @@ def ensure_service_connection(db: Database, conn_id: str, master_url: str) -> st
 
 
 def mask_experiment_files(db: Database) -> tuple[int, int]:
-    """Rewrite each stored experiment's file in the DAGs folder (parsed or retired) with its secrets
-    masked, where it differs from that; answers (files rewritten, files found).
+    """Rewrite each stored experiment's file in the DAGs folder (parsed or retired) as this version
+    writes it, where it differs; answers (files rewritten, files found).
 
-    Versions before masking wrote configs there in plain text, readable by every Airflow component.
+    Versions before masking wrote configs there in plain text, readable by every Airflow component;
+    versions before the submission line left the experiment's DAG without its owner and run date.
     """
     from sqlalchemy import select
 
@@ -85,7 +86,14 @@ def mask_experiment_files(db: Database) -> tuple[int, int]:
     folder = airflow_bridge.dags_folder()
     rewritten = found = 0
     with db.read() as conn:
-        rows = conn.execute(select(schema.experiments.c.id, schema.experiments.c.config)).all()
+        rows = conn.execute(
+            select(
+                schema.experiments.c.id,
+                schema.experiments.c.config,
+                schema.experiments.c.owner,
+                schema.experiments.c.start_time,
+            )
+        ).all()
     for row in rows:
         parsed = experiment_file(folder, row.id)
         for path in (parsed, parsed.parent / FINISHED_SUBDIR / parsed.name):
@@ -94,7 +102,7 @@ def mask_experiment_files(db: Database) -> tuple[int, int]:
             except FileNotFoundError:
                 continue
             found += 1
-            write_experiment_file(row.id, row.config, path)
+            write_experiment_file(row.id, row.config, path, submission=(row.owner, row.start_time))
             rewritten += path.read_text() != before
     return rewritten, found
 

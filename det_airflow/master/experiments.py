@@ -26,6 +26,7 @@ from det_airflow.dagfactory import (
     experiment_dag_id,
     experiment_file,
     retire_experiment_file,
+    submission_header,
     trial_slots_problem,
 )
 from det_airflow.errors import ConfigError, ContextError, DetError
@@ -249,14 +250,20 @@ def create_experiment(
             .values(dag_id=experiment_dag_id(experiment_id))
         )
         # Written inside the transaction: if the file cannot be written, nothing is stored.
-        write_experiment_file(experiment_id, config_to_dict(cfg))
+        write_experiment_file(experiment_id, config_to_dict(cfg), submission=(owner, now()))
     return experiment_id
 
 
-def write_experiment_file(experiment_id: int, config: dict[str, Any], path: Path | None = None) -> None:
+def write_experiment_file(
+    experiment_id: int,
+    config: dict[str, Any],
+    path: Path | None = None,
+    *,
+    submission: tuple[str, datetime] | None = None,
+) -> None:
     """The file the DAG factory compiles (or ``path``, e.g. its retired copy). Secrets are masked: the
     DAGs folder is readable by every Airflow component and often by people, and trials get the full
-    config from the master."""
+    config from the master. `submission` (owner, time) becomes the DAG's owner and run date."""
     from det_airflow.master.serialize import masked_config
 
     path = path or experiment_file(airflow_bridge.dags_folder(), experiment_id)
@@ -264,6 +271,7 @@ def write_experiment_file(experiment_id: int, config: dict[str, Any], path: Path
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(
         f"# Experiment {experiment_id}, written by the det master. Do not edit.\n"
+        + (submission_header(*submission) if submission else "")
         + yaml.safe_dump(masked_config(config), sort_keys=False)
     )
     os.replace(tmp, path)

@@ -4,6 +4,7 @@ driven the way a user drives them: the `det` CLI, `airflow dags trigger`, files 
 from __future__ import annotations
 
 import io
+import json
 import re
 import shutil
 import tarfile
@@ -88,6 +89,33 @@ def test_yaml_dropped_into_dags_folder_runs_with_airflow_dags_trigger(det: DetEn
     assert experiments[0]["state"] == "COMPLETED"
     assert experiments[0]["name"] == "dropped digits"
     assert not [e for e in airflow_api.import_errors() if "notes.yaml" in e["stack_trace"]]
+
+    # A run's conf overrides what the DAG's params offer; anything else fails the register task.
+    conf = {"description": "lr sweep by hand", "hyperparameters": {"learning_rate": 0.5}}
+    result = det.af.airflow("dags", "trigger", "det_digits_drop", "-c", json.dumps(conf))
+    assert result.returncode == 0, result.stderr
+    bad = det.af.airflow("dags", "trigger", "det_digits_drop", "-c", '{"hyperparameters": {"lr": 0.1}}')
+    assert bad.returncode == 0, bad.stderr
+    runs = airflow_api.http.get("/api/v2/dags/det_digits_drop/dagRuns").raise_for_status().json()["dag_runs"]
+    by_conf = {json.dumps(r["conf"], sort_keys=True): r["dag_run_id"] for r in runs}
+    good_run = airflow_api.wait_for_run(
+        "det_digits_drop", by_conf[json.dumps(conf, sort_keys=True)], timeout=300
+    )
+    bad_run_id = by_conf['{"hyperparameters": {"lr": 0.1}}']
+    bad_run = airflow_api.wait_for_run("det_digits_drop", bad_run_id, timeout=300)
+    assert good_run["state"] == "success", good_run["tis"]
+    overridden = [
+        e for e in det.get("/experiments")["experiments"] if e["dag_run_id"] == good_run["dag_run_id"]
+    ]
+    assert [e["description"] for e in overridden] == ["lr sweep by hand"]
+    hparams = det.get(f"/experiments/{overridden[0]['id']}/trials")["trials"][0]["hparams"]
+    assert hparams["learning_rate"] == 0.5
+    assert bad_run["state"] == "failed" and bad_run["tis"]["register"] == "failed", bad_run["tis"]
+    log = airflow_api.http.get(
+        f"/api/v2/dags/det_digits_drop/dagRuns/{bad_run_id}/taskInstances/register/logs/1"
+    ).text
+    assert "hyperparameters.lr: not a hyperparameter of this experiment" in log, log[-3000:]
+    assert not [e for e in det.get("/experiments")["experiments"] if e["dag_run_id"] == bad_run_id]
 
 
 def test_failed_trial_resumes_from_its_checkpoint_on_retry(det: DetEnv, tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -62,6 +63,45 @@ def test_master_written_config_runs_once_for_its_experiment(tmp_path: Path) -> N
 
     assert dag.task_dict["register"].experiment_id == 12
     assert "Once" in type(dag.timetable).__name__
+
+
+def test_a_master_written_experiment_dag_shows_its_name_id_owner_submission_time_and_page(
+    tmp_path: Path,
+) -> None:
+    submitted = datetime(2026, 11, 20, 9, 30, tzinfo=UTC)
+    header = "# Experiment 12, written by the det master. Do not edit.\n"
+    write(
+        tmp_path / "experiments" / "exp_12.yaml",
+        header + dagfactory.submission_header("alice", submitted) + CONST,
+    )
+    write(tmp_path / "experiments" / "exp_13.yaml", header + CONST)  # written by an older version
+
+    dags = build_dags(tmp_path)
+
+    dag = dags["det_exp_12"]
+    assert dag.dag_display_name == "digits (experiment 12)"
+    assert dag.owner == "alice"
+    assert dag.start_date == submitted  # the logical date of its one run
+    assert "/det/ui/#/experiments/12)" in dag.doc_md
+    older = dags["det_exp_13"]
+    assert (older.dag_display_name, older.owner) == ("digits (experiment 13)", "det")
+    assert dags["det_exp_13"].start_date == datetime(2024, 1, 1, tzinfo=UTC)
+    assert dict(dag.params) == {}  # its config is the master's: a run cannot change it
+
+
+def test_a_dropped_yaml_dag_shows_the_experiment_name(tmp_path: Path) -> None:
+    write(tmp_path / "const.yaml", CONST)
+
+    dags = build_dags(tmp_path)
+
+    dag = dags["det_const"]
+    assert dag.dag_display_name == "digits"
+    assert dag.owner == "det"
+    # The Trigger form offers what a run may override, with the YAML's values.
+    params = dag.params.dump()
+    assert set(params) == {"description", "hyperparameters", "searcher", "resources"}
+    assert params["searcher"] == {"max_trials": None, "max_length": {"batches": 10}}
+    assert params["resources"] == {"resource_pool": "gpus", "priority": 10}
 
 
 def test_other_yaml_files_are_left_alone(tmp_path: Path) -> None:
@@ -126,11 +166,11 @@ def test_an_unexpected_failure_while_building_one_experiment_spares_the_others(
     poisoned = write(tmp_path / "poisoned.yaml", CONST)
     real_build = dagfactory.build_dag
 
-    def build(file: dagfactory.ExperimentFile, cfg: object) -> object:
+    def build(file: dagfactory.ExperimentFile, cfg: object, submission: object = None) -> object:
         # Stands in for a bug in any library the factory calls: an error that is not ours.
         if file.path == poisoned:
             raise OverflowError("int too large to convert to C int")
-        return real_build(file, cfg)  # type: ignore[arg-type]
+        return real_build(file, cfg, submission)  # type: ignore[arg-type]
 
     monkeypatch.setattr(dagfactory, "build_dag", build)
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
-from det_airflow.config import ConstHP, DoubleHP, parse_config
+from det_airflow.config import ConstHP, DoubleHP, apply_run_conf, parse_config
 from det_airflow.errors import ConfigError
 
 from ._configs import MNIST_ADAPTIVE_SEED, MNIST_CONST, minimal
@@ -75,3 +77,55 @@ def test_a_bad_override_is_named(override: str, message: str) -> None:
     [(path, text)] = info.value.problems
     assert path == "--config"
     assert message in text
+
+
+# --- a DAG run's conf on a YAML dropped into dags/ ---------------------------------------------------
+
+RAW = {
+    "name": "digits",
+    "description": "from the YAML",
+    "entrypoint": "python3 train.py",
+    "hyperparameters": {"lr": 0.1, "layers": {"type": "int", "minval": 1, "maxval": 4}},
+    "searcher": {"name": "random", "metric": "loss", "max_trials": 4, "max_length": 100},
+    "resources": {"priority": 40},
+}
+
+
+def test_a_run_conf_sets_what_the_trigger_form_offers() -> None:
+    data = copy.deepcopy(RAW)
+
+    problems = apply_run_conf(
+        data,
+        {
+            "description": "by hand",
+            "hyperparameters": {"lr": 0.5},
+            "searcher": {"max_trials": 9, "max_length": None},
+            "resources": {"resource_pool": "gpus", "priority": None},
+        },
+    )
+
+    assert problems == []
+    assert data["description"] == "by hand"
+    assert data["hyperparameters"] == {"lr": 0.5, "layers": RAW["hyperparameters"]["layers"]}
+    assert data["searcher"] == {**RAW["searcher"], "max_trials": 9}  # None keeps the YAML's value
+    assert data["resources"] == {"priority": 40, "resource_pool": "gpus"}
+    assert parse_config(data).searcher.max_trials == 9
+
+
+def test_a_run_conf_outside_what_a_run_may_set_names_each_field() -> None:
+    data = copy.deepcopy(RAW)
+
+    problems = apply_run_conf(
+        data,
+        {"entrypoint": "rm -rf /", "searcher": {"metric": "acc"}, "hyperparameters": {"momentum": 0.9}},
+    )
+
+    assert [path for path, _ in problems] == ["entrypoint", "searcher.metric", "hyperparameters.momentum"]
+    assert problems[0][1].startswith("cannot be set by a run; a run may set description, hyperparameters, ")
+    assert problems[2][1] == "not a hyperparameter of this experiment (it has: lr, layers)"
+    assert data == RAW  # nothing applied from a refused key
+
+
+def test_a_run_conf_of_the_wrong_shape_is_refused() -> None:
+    assert apply_run_conf({}, ["lr"]) == [("", "the run's conf must be a mapping, got ['lr']")]
+    assert apply_run_conf(copy.deepcopy(RAW), {"searcher": 5}) == [("searcher", "expected a mapping, got 5")]
