@@ -23,7 +23,7 @@ from urllib.parse import quote
 import httpx
 
 from det_airflow.api._http import Session, _error_message, normalize_master_url
-from det_airflow.errors import APIError
+from det_airflow.errors import APIError, DetError
 
 CONFIG_DIR_ENV = "DET_AIRFLOW_CONFIG_DIR"
 USER_ENV = "DET_USER"
@@ -266,6 +266,14 @@ def connect(master: str | None, *, ask_password: Callable[[str], str] | None = N
 # --- the client --------------------------------------------------------------------------------------
 
 
+# FAB's auth manager serves its users here (apache-airflow-providers-fab); others have no user API.
+FAB_USERS_PATH = "/auth/fab/v1/users"
+
+
+class NotFab(DetError):
+    """The Airflow behind the master keeps its users elsewhere than FAB's auth manager."""
+
+
 class UserClient:
     """The People routes of the master, over the one HTTP :class:`Session`.
 
@@ -449,6 +457,18 @@ class UserClient:
     def whoami(self) -> str:
         """The username the master knows this client's token as (``GET /me``)."""
         return str(self._json("GET", "/me")["username"])
+
+    # --- users, where Airflow's auth manager is FAB's (its API is outside the master's prefix) ---
+
+    def fab_users(self, method: str, path: str = "", **kwargs: Any) -> Any:
+        """Call FAB's user API; raises NotFab when the Airflow behind the master does not serve it."""
+        try:
+            return self._json(method, f"{self.master}{FAB_USERS_PATH}{path}", **kwargs)
+        except APIError as exc:
+            # FAB names the missing user; an Airflow without the route answers a bare "Not Found".
+            if exc.status_code == 404 and str(exc).rstrip().endswith("Not Found"):
+                raise NotFab("the Airflow behind this master has no FAB user API") from None
+            raise
 
 
 __all__ = [

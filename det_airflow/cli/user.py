@@ -1,7 +1,8 @@
 """``det user ...``: the Airflow login the CLI uses with a master, and Determined's user verbs.
 
-Users are Airflow's (its auth manager decides who may do what), so the verbs that would change
-users say where that is done instead.
+Users are Airflow's (its auth manager decides who may do what). Under FAB's auth manager, `list`,
+`create` and `change-password` go through its user API; elsewhere, and for `deactivate` (which FAB's
+API cannot do), the verbs say where that is done instead.
 """
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
+from urllib.parse import quote
 
 from det_airflow.cli import render
 from det_airflow.errors import DetError
@@ -30,6 +32,9 @@ _MANAGED_BY_AIRFLOW = {
 }
 
 
+_FAB_WAY = {"deactivate": "untick Is Active on the user's page under Security > List Users"}
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     noun = subparsers.add_parser("user", help="log in to and out of a master; users")
     verbs = noun.add_subparsers(dest="verb", metavar="VERB", required=True)
@@ -44,17 +49,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     whoami = verbs.add_parser("whoami", help="show who the master thinks you are")
     whoami.set_defaults(func=_whoami)
 
-    ls = verbs.add_parser("list", aliases=["ls"], help="list users (the logged-in user)")
+    ls = verbs.add_parser("list", aliases=["ls"], help="list users (all of them under FAB's auth manager)")
     ls.set_defaults(func=_list)
 
-    create = verbs.add_parser("create", help="create a user (done in Airflow's auth manager)")
+    create = verbs.add_parser("create", help="create a user (FAB's auth manager)")
     create.add_argument("username", metavar="USERNAME")
-    create.add_argument("--admin", action="store_true", help="give the user the Admin role")
-    create.set_defaults(func=_managed_by_airflow)
+    create.add_argument("--admin", action="store_true", help="give the user FAB's Admin role, else User")
+    create.set_defaults(func=_create)
 
-    change = verbs.add_parser("change-password", help="change a password (done in Airflow's auth manager)")
-    change.add_argument("username", metavar="USERNAME", nargs="?")
-    change.set_defaults(func=_managed_by_airflow)
+    change = verbs.add_parser("change-password", help="change a password (FAB's auth manager)")
+    change.add_argument("username", metavar="USERNAME", nargs="?", help="default: the logged-in user")
+    change.set_defaults(func=_change_password)
 
     deactivate = verbs.add_parser("deactivate", help="deactivate a user (done in Airflow's auth manager)")
     deactivate.add_argument("username", metavar="USERNAME")
@@ -106,15 +111,85 @@ def _whoami(args: argparse.Namespace) -> None:
 
 
 def _list(args: argparse.Namespace) -> None:
-    render.print_table(LIST_HEADERS, [[connect(args.master).whoami(), True]])
-    print(
-        f"Airflow's auth manager keeps the other users (simple auth manager: {USERS_SETTING}).",
-        file=sys.stderr,
+    from det_airflow.api.user import NotFab
+
+    client = connect(args.master)
+    try:
+        users = client.fab_users("GET", params={"limit": 1000})["users"]
+    except NotFab:
+        render.print_table(LIST_HEADERS, [[client.whoami(), True]])
+        print(
+            f"Airflow's auth manager keeps the other users (simple auth manager: {USERS_SETTING}).",
+            file=sys.stderr,
+        )
+        return
+    render.print_table(
+        (*LIST_HEADERS, "Admin"),
+        [
+            [
+                u["username"],
+                bool(u.get("active", True)),
+                any(r["name"] == "Admin" for r in u.get("roles") or []),
+            ]
+            for u in users
+        ],
     )
 
 
-def _managed_by_airflow(args: argparse.Namespace) -> None:
+def _new_password(username: str) -> str:
+    """Asked twice on a terminal; else the first line of standard input (for scripts)."""
+    import getpass
+
+    if sys.stdin.isatty():
+        first = getpass.getpass(f"New password for user '{username}': ")
+        if first != getpass.getpass("Confirm password: "):
+            raise DetError("the two passwords differ; nothing was changed")
+    else:
+        first = sys.stdin.readline().rstrip("\r\n")
+    if not first:
+        raise DetError(f"no password given for user '{username}': type it when asked, or pipe it in")
+    return first
+
+
+def _create(args: argparse.Namespace) -> None:
+    from det_airflow.api.user import NotFab
+
+    client = connect(args.master)
+    role = "Admin" if args.admin else "User"
+    try:
+        client.fab_users("GET", params={"limit": 1})  # FAB's, and may this login manage users?
+    except NotFab:
+        _managed_by_airflow(args)
+    body = {
+        "username": args.username,
+        # FAB requires these; Determined users have only a name.
+        "first_name": args.username,
+        "last_name": role,
+        "email": f"{args.username}@users.invalid",
+        "roles": [{"name": role}],
+        "password": _new_password(args.username),
+    }
+    client.fab_users("POST", json=body)
+    print(render.clean(f"Created user '{args.username}' with Airflow role {role}"))
+
+
+def _change_password(args: argparse.Namespace) -> None:
+    from det_airflow.api.user import NotFab
+
+    client = connect(args.master)
+    username = args.username or client.whoami()
+    user_path = f"/{quote(username, safe='')}"
+    try:
+        client.fab_users("GET", user_path)  # FAB's, the user exists, and this login may see it
+    except NotFab:
+        _managed_by_airflow(args)
+    password = _new_password(username)
+    client.fab_users("PATCH", user_path, params={"update_mask": "password"}, json={"password": password})
+    print(render.clean(f"Changed the password of user '{username}'"))
+
+
+def _managed_by_airflow(args: argparse.Namespace) -> NoReturn:
     raise DetError(
         f"det user {args.verb}: users are Airflow's, not det's; with Airflow's simple auth manager, "
-        f"{_MANAGED_BY_AIRFLOW[args.verb]}; with the FAB auth manager, use `airflow users` or its Security pages"
+        f"{_MANAGED_BY_AIRFLOW[args.verb]}; with the FAB auth manager, {_FAB_WAY.get(args.verb, 'use det user ' + args.verb)}"
     )

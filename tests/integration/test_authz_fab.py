@@ -218,3 +218,60 @@ def test_the_cli_says_permission_denied_under_fab(
     assert "permission denied: " in result.stderr
     assert "Traceback" not in result.stderr
     assert state(det, tokens, e) == "PAUSED"
+
+
+def _det_as(
+    det: DetEnv, who: str, password: str, tmp_path: Path, *args: str, stdin: str = ""
+) -> subprocess.CompletedProcess[str]:
+    env = {
+        **det.env(),
+        "DET_USER": who,
+        "DET_PASS": password,
+        "DET_AIRFLOW_CONFIG_DIR": str(tmp_path / f"cli-{who}"),
+    }
+    return subprocess.run(
+        [str(DET), *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=300, input=stdin
+    )
+
+
+def test_det_user_verbs_manage_fab_users(
+    det: DetEnv, fab_airflow: tuple[LocalAirflow, dict[str, str]], tmp_path: Path
+) -> None:
+    passwords = fab_airflow[1]
+    admin = det.af.admin_user
+
+    created = _det_as(det, admin, passwords[admin], tmp_path, "user", "create", "dave", stdin="first-pass\n")
+    assert created.returncode == 0, created.stderr
+    assert created.stdout == "Created user 'dave' with Airflow role User\n"
+    listed = _det_as(det, admin, passwords[admin], tmp_path, "user", "list")
+    assert listed.returncode == 0, listed.stderr
+    rows = {line.split("|")[0].strip(): line for line in listed.stdout.splitlines()[2:]}
+    assert {"dave", admin, "viewer"} <= set(rows)
+    assert [cell.strip() for cell in rows["dave"].split("|")] == ["dave", "True", "False"]
+    assert [cell.strip() for cell in rows[admin].split("|")][2] == "True"
+
+    # dave logs in with the password given at creation, then the admin changes it.
+    assert (
+        _det_as(det, "dave", "first-pass", tmp_path, "user", "whoami").stdout
+        == "You are logged in as user 'dave'\n"
+    )
+    changed = _det_as(
+        det, admin, passwords[admin], tmp_path, "user", "change-password", "dave", stdin="second-pass\n"
+    )
+    assert changed.returncode == 0, changed.stderr
+    old = httpx.post(
+        f"{det.af.url}/auth/token", json={"username": "dave", "password": "first-pass"}, timeout=30
+    )
+    new = httpx.post(
+        f"{det.af.url}/auth/token", json={"username": "dave", "password": "second-pass"}, timeout=30
+    )
+    assert (old.status_code, new.status_code) == (401, 201)
+
+    # A Viewer may not manage users: refused before any password is asked for.
+    refused = _det_as(det, "viewer", passwords["viewer"], tmp_path, "user", "create", "eve")
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("Error: permission denied: "), refused.stderr
+    assert "Traceback" not in refused.stderr
+    deactivate = _det_as(det, admin, passwords[admin], tmp_path, "user", "deactivate", "dave")
+    assert deactivate.returncode == 1
+    assert "untick Is Active on the user's page under Security > List Users" in deactivate.stderr

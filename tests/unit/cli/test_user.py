@@ -192,4 +192,3 @@ def test_user_changes_are_airflows(det: Any, master: Any, argv: list[str], inste
     assert result.err.startswith(f"Error: det user {argv[0]}: users are Airflow's, not det's; ")
     assert instead in result.err
     assert len(result.err.splitlines()) == 1
-    assert master.seen_auth == []  # nothing was asked of the master
