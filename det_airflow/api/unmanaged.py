@@ -6,6 +6,7 @@ program then reports with the trial token the master answers, as training code o
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,16 @@ class UnmanagedRun:
     def runtime_client(self) -> RuntimeClient:
         """The client training code reports through (metrics, checkpoints, progress, preemption)."""
         return RuntimeClient(self.master, self.token, self.trial_id)
+
+    def log_sender(self) -> Callable[[list[dict[str, Any]]], None]:
+        """Posts batches of the program's output lines (LogShipper's `ship`); one connection,
+        used from the shipper's thread only."""
+        session = TrialSession(self.master, self.token)
+
+        def send(batch: list[dict[str, Any]]) -> None:
+            session.post(f"/runtime/trials/{self.trial_id}/unmanaged/logs", {"logs": batch})
+
+        return send
 
     def report_exit(self, error: str | None = None) -> dict[str, Any]:
         """Tell the master the program ended: COMPLETED, or ERROR with ``error``. Answers the experiment."""

@@ -40,6 +40,7 @@ from det_airflow.core import (
     TrainContext,
 )
 from det_airflow.errors import DetError
+from det_airflow.log_shipping import LogShipper, Tee
 
 if TYPE_CHECKING:
     from det_airflow.api.unmanaged import UnmanagedRun
@@ -80,6 +81,7 @@ info: ClusterInfo | None = None
 _context: core.Context | None = None
 _run: UnmanagedRun | None = None
 _previous_excepthook: Any = None
+_shipper: LogShipper | None = None
 
 
 def init(
@@ -149,6 +151,7 @@ def _close(error: str | None) -> None:
         if run is not None:
             _restore_excepthook()
             atexit.unregister(_close_at_exit)
+            _stop_shipping_output()
             experiment = run.report_exit(error)
             logger.info("core_v2: unmanaged experiment %s is %s", run.experiment_id, experiment["state"])
 
@@ -163,12 +166,6 @@ def _start_unmanaged(settings: dict[str, Any], distributed: DistributedContext |
     master = os.environ[trial_env.MASTER]
     run = start_unmanaged(
         master, config=settings, hparams=hparams, command=shlex.join([sys.executable, *sys.argv])
-    )
-    logger.info(
-        "core_v2: reporting to %s as unmanaged experiment %s, trial %s",
-        run.master,
-        run.experiment_id,
-        run.trial_id,
     )
     dist = distributed or DistributedContext()
     backend = RemoteBackend(run.runtime_client())
@@ -196,6 +193,13 @@ def _start_unmanaged(settings: dict[str, Any], distributed: DistributedContext |
         task_type="UNMANAGED",
     )
     _run = run
+    _ship_output(run, dist)
+    logger.info(
+        "core_v2: reporting to %s as unmanaged experiment %s, trial %s",
+        run.master,
+        run.experiment_id,
+        run.trial_id,
+    )
     # An exception that ends the program marks the experiment ERROR; a program that forgets
     # close() still ends its experiment at exit.
     _previous_excepthook = sys.excepthook
@@ -212,13 +216,54 @@ def _start_unmanaged(settings: dict[str, Any], distributed: DistributedContext |
     )
 
 
+def _ship_output(run: UnmanagedRun, dist: DistributedContext) -> None:
+    """Tee stdout and stderr into the trial's logs (`det trial logs`), as a trial's task does."""
+    global _shipper
+    stderr = sys.stderr
+    _shipper = LogShipper(
+        run.log_sender(),
+        name=f"det-logs-{run.trial_id}",
+        warn=lambda message: print(f"core_v2: {message}", file=stderr),
+    )
+    rank = dist.rank if dist.size > 1 else None
+    tees = {
+        id(sys.stdout): Tee(sys.stdout, "stdout", _shipper, rank=rank),
+        id(sys.stderr): Tee(sys.stderr, "stderr", _shipper, rank=rank),
+    }
+    sys.stdout, sys.stderr = tees[id(sys.stdout)], tees[id(sys.stderr)]
+    # logging.basicConfig() before init() holds the real stream: its lines go to the logs too.
+    for handler in _stream_handlers():
+        tee = tees.get(id(handler.stream))
+        if tee is not None:
+            handler.setStream(tee)  # type: ignore[arg-type]
+
+
+def _stream_handlers() -> list[logging.StreamHandler]:
+    return [h for h in logging.getLogger().handlers if isinstance(h, logging.StreamHandler)]
+
+
+def _stop_shipping_output() -> None:
+    global _shipper
+    for handler in _stream_handlers():
+        if isinstance(handler.stream, Tee):
+            handler.setStream(handler.stream.stream)
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if isinstance(stream, Tee):
+            stream.flush()
+            setattr(sys, name, stream.end())
+    if _shipper is not None:
+        _shipper.close()
+        _shipper = None
+
+
 def _excepthook(exc_type: type[BaseException], exc: BaseException, tb: types.TracebackType | None) -> None:
     previous = _previous_excepthook or sys.__excepthook__
+    previous(exc_type, exc, tb)  # first, so that the traceback reaches the trial's logs too
     try:
         _close(error="".join(traceback.format_exception_only(exc_type, exc)).strip())
     except Exception:
         logger.exception("core_v2: could not report the error to the master")
-    previous(exc_type, exc, tb)
 
 
 def _restore_excepthook() -> None:

@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 from det_airflow.master import experiments, serialize, trials
 from det_airflow.master.auth import CrossSiteGuard, TrialAuth, hash_token, new_token
 from det_airflow.master.authz import CallerDep, check_create
+from det_airflow.master.bodies import LogBatch
 from det_airflow.master.db import get_database
 
 router = APIRouter()
@@ -67,3 +68,17 @@ def unmanaged_exit(trial_id: TrialAuth, body: UnmanagedExit) -> dict:
     with get_database().begin() as conn:
         row = experiments.finish_unmanaged(conn, trial_id, error=body.error)
         return {"experiment": serialize.experiment(row, num_trials=1)}
+
+
+@router.post("/runtime/trials/{trial_id}/unmanaged/logs")
+def unmanaged_logs(trial_id: TrialAuth, body: LogBatch) -> dict:
+    """The program's own output. A managed trial's output comes only from its task (service
+    token): training code may not write its trial's log."""
+    with get_database().begin() as conn:
+        trial = trials.get_trial(conn, trial_id)
+        if not experiments.is_unmanaged(experiments.get_experiment(conn, trial.experiment_id)):
+            raise experiments.StateError(
+                f"trial {trial_id} belongs to a managed experiment; its task ships its output"
+            )
+        trials.append_logs(conn, trial_id, [line.model_dump() for line in body.logs])
+    return {}

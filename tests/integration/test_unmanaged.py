@@ -63,6 +63,8 @@ def test_an_unmanaged_run_is_an_experiment_the_cli_shows(det: DetEnv) -> None:
     assert [m["steps_completed"] for m in training] == list(range(1, 21))
     logs = det.det("trial", "logs", str(trial_id)).stdout
     assert f"unmanaged run started by {det.af.admin_user}" in logs and "core_v2_unmanaged.py" in logs
+    # What the program logged (logging.basicConfig before core_v2.init) is in its trial's logs.
+    assert "core_v2: reporting to " in logs, logs
 
     paused = det.det("experiment", "pause", str(experiment_id), check=False)
     assert paused.returncode == 1

@@ -135,6 +135,7 @@ def test_a_program_that_raises_ends_its_experiment_in_error(
 
             core_v2.init(defaults=core_v2.DefaultConfig(name="diverges", hparams={"lr": 10.0}))
             core_v2.train.report_training_metrics(steps_completed=1, metrics={"loss": 3.0})
+            print("step 1: loss 3.0", end="")  # no newline yet: still shipped
             raise ValueError("loss became NaN")
             """
         )
@@ -146,6 +147,38 @@ def test_a_program_that_raises_ends_its_experiment_in_error(
     assert "ValueError: loss became NaN" in result.stderr  # the traceback is still printed
     assert _experiments(db) == [("alice", "ERROR", None, "ValueError: loss became NaN")]
     assert _trials(db) == [("ERROR", {"lr": 10.0}, 1, None)]
+    # What the program printed, its traceback included, is in the trial's logs (`det trial logs`).
+    logs = _logs(db)
+    assert ("stdout", "step 1: loss 3.0") in logs
+    assert ("stderr", "ValueError: loss became NaN") in logs
+    assert ("stderr", "Traceback (most recent call last):") in logs
+
+
+def _logs(db: Database) -> list[tuple[str, str]]:
+    table = schema.trial_logs
+    with db.read() as conn:
+        return [(r.stdtype, r.message) for r in conn.execute(select(table).order_by(table.c.id))]
+
+
+def test_what_a_run_prints_goes_to_its_trial_logs_and_the_streams_come_back(
+    master: tuple[str, Database],
+) -> None:
+    url, db = master
+    store_login(url, "alice", "alice-token")
+    stdout, stderr = sys.stdout, sys.stderr
+    core_v2.init(defaults=core_v2.DefaultConfig(name="printing"))
+    try:
+        print("epoch 1: accuracy 0.91")
+        print("WARNING: learning rate is high", file=sys.stderr)
+    finally:
+        core_v2.close()
+    assert (sys.stdout, sys.stderr) == (stdout, stderr)
+    logs = _logs(db)
+    assert ("stdout", "epoch 1: accuracy 0.91") in logs
+    assert ("stderr", "learning rate is high") in logs  # its level became the record's
+    with db.read() as conn:
+        levels = dict(conn.execute(select(schema.trial_logs.c.message, schema.trial_logs.c.level)).all())
+    assert levels["learning rate is high"] == "WARNING"
 
 
 def test_without_a_login_init_says_how_to_log_in_and_stores_nothing(master: tuple[str, Database]) -> None:

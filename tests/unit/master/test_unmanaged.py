@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 
 from tests.unit.master.creating import Creator
 from tests.unit.master.people_app import People
@@ -167,6 +168,19 @@ def test_a_managed_trial_cannot_report_an_unmanaged_exit(people: People) -> None
     assert response.status_code == 409
     assert "managed experiment" in response.json()["detail"]
     assert people.trial(trial_id).state == "RUNNING"
+    # Nor write its trial's log: a managed trial's output comes from its task only.
+    forged = people.call(
+        None,
+        "POST",
+        f"/runtime/trials/{trial_id}/unmanaged/logs",
+        json={"logs": [{"message": "accuracy 1.0"}]},
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    assert forged.status_code == 409
+    assert "its task ships its output" in forged.json()["detail"]
+    with people.db.read() as conn:
+        messages = conn.execute(select(schema.trial_logs.c.message)).scalars().all()
+    assert "accuracy 1.0" not in messages
 
 
 def test_an_unmanaged_run_takes_no_slot_of_an_airflow_pool(people: People, creator: Creator) -> None:
