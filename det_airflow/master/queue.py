@@ -279,7 +279,8 @@ def job_rows(conn: Connection, pool: str, capacity: int | None = None) -> list[d
     for ahead, job in enumerate(result.order):
         row = snap.rows[job.id]
         settings = effective(row)
-        needed = job.held + job.waiting * job.slots_per_trial
+        # A job whose searcher has not asked for trials yet still needs one trial's slots to start.
+        needed = max(job.held + job.waiting * job.slots_per_trial, job.slots_per_trial)
         rows.append(
             {
                 "jobs_ahead": ahead,

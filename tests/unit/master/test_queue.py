@@ -179,6 +179,11 @@ def test_job_list_is_in_scheduling_order(people: People, creator: Creator) -> No
     ]
     assert (listed[1]["acquired_slots"], listed[1]["needed_slots"]) == (1, 2)
     assert listed[2]["fits_pool"] is False
+    # Before its searcher has asked for trials, a job still needs one trial's slots.
+    not_started = experiment(people, slots_per_trial=3, trials_=0)
+    assert [(j["acquired_slots"], j["needed_slots"]) for j in jobs(people) if j["id"] == not_started] == [
+        (0, 3)
+    ]
     assert listed[0]["type"] == "TYPE_EXPERIMENT"
     assert len(jobs(people, limit=1)) == 1
     assert jobs(people, resource_pool="elsewhere") == []
