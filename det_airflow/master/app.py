@@ -33,13 +33,14 @@ def create_app() -> FastAPI:
         routes_jobs,
         routes_people,
         routes_runtime,
+        routes_ui,
         routes_unmanaged,
     )
 
     # The API document is served below, behind a login, instead of at FastAPI's public default.
     app = FastAPI(title="det-airflow master", docs_url=None, redoc_url=None, openapi_url=None)
     prefix = API_PREFIX.removeprefix("/det")
-    for module in (routes_unmanaged, routes_people, routes_jobs, routes_internal, routes_runtime):
+    for module in (routes_unmanaged, routes_people, routes_ui, routes_jobs, routes_internal, routes_runtime):
         app.include_router(module.router, prefix=prefix)
 
     @app.get("/openapi.json", include_in_schema=False, dependencies=[Depends(requires_authenticated())])

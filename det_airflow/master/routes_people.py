@@ -8,13 +8,14 @@ import logging
 import re
 import shutil
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from airflow.api_fastapi.core_api.security import requires_authenticated
 from fastapi import APIRouter, Depends, Query, Response
 from pydantic import BaseModel, Field
-from sqlalchemy import Connection, Row, select
+from sqlalchemy import ColumnElement, Connection, Row, func, select
 
+from det_airflow.cli.logs import LEVELS
 from det_airflow.core._storage import CheckpointStorage
 from det_airflow.errors import ContextError, DetError
 from det_airflow.master import airflow_bridge, experiments, schema, serialize, trials
@@ -99,11 +100,35 @@ def list_experiments(caller: CallerDep, all: bool = False) -> dict:  # noqa: A00
         query = query.where(table.c.archived.is_(False))
     with get_database().read() as conn:
         rows = readable(caller, conn.execute(query).all())
+        best = _best_validations(conn)
         return {
             "experiments": [
-                serialize.experiment(r, num_trials=experiments.count_trials(conn, r.id)) for r in rows
+                serialize.experiment(
+                    r,
+                    num_trials=experiments.count_trials(conn, r.id),
+                    best_validation=_best_of(r, best.get(r.id)),
+                )
+                for r in rows
             ]
         }
+
+
+def _best_validations(conn: Connection) -> dict[int, tuple[float | None, float | None]]:
+    """Every experiment's lowest and highest best searcher metric of its trials, in one query."""
+    trials_table = schema.trials
+    query = select(
+        trials_table.c.experiment_id,
+        func.min(trials_table.c.best_validation),
+        func.max(trials_table.c.best_validation),
+    ).group_by(trials_table.c.experiment_id)
+    return {experiment_id: (low, high) for experiment_id, low, high in conn.execute(query)}
+
+
+def _best_of(row: Row, extremes: tuple[float | None, float | None] | None) -> float | None:
+    if extremes is None:
+        return None
+    smaller_is_better = (row.config.get("searcher") or {}).get("smaller_is_better", True)
+    return extremes[0] if smaller_is_better else extremes[1]
 
 
 def _trials_of(conn: Connection, experiment_id: int) -> list[dict]:
@@ -268,10 +293,24 @@ def trial_logs(
     after: int | None = None,
     limit: Annotated[int | None, Query(ge=1, le=100_000)] = None,
     tail: Annotated[int | None, Query(ge=0)] = None,
+    rank: Annotated[list[int] | None, Query()] = None,
+    level: Annotated[Literal[LEVELS] | None, Query()] = None,  # type: ignore[valid-type]
+    search: Annotated[str | None, Query(min_length=1, max_length=1000)] = None,
 ) -> dict:
+    """Lines after ``after`` (the id of the last line seen, for tailing), filtered like `det trial logs`:
+    of these ranks, of ``level`` or higher, containing ``search`` (any case)."""
+    table = schema.trial_logs
+    where: list[ColumnElement[bool]] = []
+    if rank:
+        where.append(table.c.rank.in_(rank))
+    if level is not None:
+        names = LEVELS[LEVELS.index(level) :]
+        where.append(func.upper(table.c.level).in_([*names, *(f"LOG_LEVEL_{n}" for n in names)]))
+    if search is not None:
+        where.append(table.c.message.icontains(search, autoescape=True))
     with get_database().read() as conn:
         trial = _readable_trial(conn, caller, trial_id, "read the logs of")
-        rows = trials.read_logs(conn, trial_id, after=after, limit=limit, tail=tail)
+        rows = trials.read_logs(conn, trial_id, after=after, limit=limit, tail=tail, where=where)
     return {"logs": [serialize.log_line(r) for r in rows], "trial_state": trial.state}
 
 

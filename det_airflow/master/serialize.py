@@ -17,7 +17,10 @@ def iso(value: datetime | None) -> str | None:
     return value.isoformat()
 
 
-def experiment(row: Row, *, num_trials: int | None = None) -> dict[str, Any]:
+def experiment(
+    row: Row, *, num_trials: int | None = None, best_validation: float | None = None
+) -> dict[str, Any]:
+    """``best_validation``: the best searcher metric of its trials, where the caller computed it (the list)."""
     return {
         "id": row.id,
         "name": row.name,
@@ -31,6 +34,8 @@ def experiment(row: Row, *, num_trials: int | None = None) -> dict[str, Any]:
         "parent_id": row.parent_id,
         "resource_pool": row.resource_pool,
         "searcher": row.searcher_name,
+        "searcher_metric": (row.config.get("searcher") or {}).get("metric"),
+        "best_validation": best_validation,
         "archived": row.archived,
         "dag_id": row.dag_id,
         "dag_run_id": row.dag_run_id,

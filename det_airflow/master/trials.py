@@ -5,10 +5,11 @@ from __future__ import annotations
 import functools
 import math
 import os
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, select
+from sqlalchemy import ColumnElement, Connection, Row, select
 
 from det_airflow.master import experiments, queue, schema, search
 from det_airflow.master.auth import hash_token, new_token
@@ -449,10 +450,16 @@ def append_logs(conn: Connection, trial_id: int, lines: list[dict[str, Any]]) ->
 
 
 def read_logs(
-    conn: Connection, trial_id: int, *, after: int | None, limit: int | None, tail: int | None
+    conn: Connection,
+    trial_id: int,
+    *,
+    after: int | None,
+    limit: int | None,
+    tail: int | None,
+    where: Sequence[ColumnElement[bool]] = (),
 ) -> list[Row]:
     table = schema.trial_logs
-    query = select(table).where(table.c.trial_id == trial_id)
+    query = select(table).where(table.c.trial_id == trial_id, *where)
     if after is not None:
         query = query.where(table.c.id > after)
     if tail is not None:

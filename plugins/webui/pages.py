@@ -1,0 +1,49 @@
+"""The web UI's pages: the built single-page app under /det/ui/, for logged-in users only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from airflow.api_fastapi.core_api.security import requires_authenticated
+from fastapi import APIRouter, Depends, HTTPException
+from fastapi.responses import FileResponse, RedirectResponse
+
+# `make ui` (npm run build in ui/) writes the bundle here; it is build output, not sources.
+STATIC_DIR = Path(__file__).parent / "static"
+NOT_BUILT = "the det web UI was not built: run `make ui`"
+# Vite names every asset after its content, so a browser may keep it; index.html names the current ones.
+_HASHED = "assets"
+
+
+def router(static_dir: Path | None = None) -> APIRouter:
+    """Routes serving ``static_dir`` (default: the package's built bundle) at /ui/."""
+    pages = APIRouter(dependencies=[Depends(requires_authenticated())], include_in_schema=False)
+
+    def folder() -> Path:
+        found = (static_dir or STATIC_DIR).resolve()
+        if not (found / "index.html").is_file():
+            raise HTTPException(503, NOT_BUILT)
+        return found
+
+    @pages.get("/ui")
+    def ui_without_slash() -> RedirectResponse:
+        # The bundle's asset URLs are relative to /det/ui/.
+        return RedirectResponse("ui/")
+
+    @pages.get("/ui/")
+    def index() -> FileResponse:
+        return FileResponse(folder() / "index.html", headers={"Cache-Control": "no-cache"})
+
+    @pages.get("/ui/{path:path}")
+    def asset(path: str) -> FileResponse:
+        base = folder()
+        target = (base / path).resolve()
+        if not target.is_relative_to(base) or not target.is_file():
+            raise HTTPException(404, f"the det web UI has no file '{path}'")
+        if target == base / "index.html":
+            return FileResponse(target, headers={"Cache-Control": "no-cache"})
+        hashed = target.is_relative_to(base / _HASHED)
+        cache = "private, max-age=31536000, immutable" if hashed else "no-cache"
+        return FileResponse(target, headers={"Cache-Control": cache})
+
+    return pages

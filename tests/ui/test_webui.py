@@ -1,0 +1,381 @@
+"""The det web UI in a real browser (Debian's chromium through Playwright) against a real Airflow
+and PostgreSQL: signed in on Airflow's login page as the admin, a person finds the pages in
+Airflow's navigation, reads the experiments list, counts the learning curves of an experiment,
+filters a trial's logs by rank, pauses and activates an experiment, and reorders the job queue.
+Screenshots of every page go to test-results/ui/."""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from playwright.sync_api import Locator, Page, expect
+
+from det_airflow.localairflow import LocalAirflow
+from tests.integration.det_env import REPO, DetEnv, wait_until
+from tests.ui.conftest import screenshot
+
+pytestmark = pytest.mark.integration
+
+STATIC = REPO / "plugins" / "webui" / "static"
+QUEUE_POOL = "det_ui_queue"
+
+# Run under the torch_distributed launcher with two slots, so each trial has ranks 0 and 1: rank 1
+# only says a few lines, rank 0 reports a learning curve whose level depends on the learning rate.
+RANKED_TRAIN = """\
+import logging
+import os
+
+import det_airflow as det
+
+logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s")
+rank = int(os.environ["RANK"])
+if rank != 0:
+    logging.info("worker %d ready", rank)
+    logging.warning("worker %d has nothing to train", rank)
+    raise SystemExit(0)
+lr = float(det.get_cluster_info().trial.hparams["lr"])
+with det.core.init() as core_context:
+    for op in core_context.searcher.operations():
+        batches = 0
+        while batches < op.length:
+            batches += 10
+            loss = lr * 10 / batches
+            core_context.train.report_training_metrics(batches, {"loss": loss})
+            core_context.train.report_validation_metrics(batches, {"validation_loss": loss})
+            op.report_progress(batches)
+        op.report_completed(loss)
+logging.info("chief finished training")
+"""
+
+# Runs until the test creates its release file; a pause reaches it as should_preempt().
+HOLD = """\
+import os
+import time
+
+import det_airflow as det
+
+release = os.environ["RELEASE_FILE"]
+with det.core.init() as core_context:
+    while not os.path.exists(release):
+        if core_context.preempt.should_preempt():
+            raise SystemExit(0)
+        time.sleep(0.5)
+"""
+
+
+@pytest.fixture(scope="module")
+def curves(det: DetEnv, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A finished random search of three two-rank trials, each with four validation points."""
+    context = tmp_path_factory.mktemp("ranked")
+    (context / "train.py").write_text(RANKED_TRAIN)
+    config = {
+        "name": "ui-curves",
+        "labels": ["browser-test"],
+        "entrypoint": "python3 -m det_airflow.launchers.torch_distributed python3 train.py",
+        "hyperparameters": {"lr": {"type": "double", "minval": 0.1, "maxval": 1.0}},
+        "searcher": {
+            "name": "random",
+            "metric": "validation_loss",
+            "smaller_is_better": True,
+            "max_trials": 3,
+            "max_concurrent_trials": 3,
+            "max_length": {"batches": 40},
+        },
+        "resources": {"slots_per_trial": 2},
+        "max_restarts": 0,
+    }
+    (context / "curves.yaml").write_text(yaml.safe_dump(config))
+    answer = det.wait_experiment(det.create(context / "curves.yaml", context), timeout=600)
+    assert answer["experiment"]["state"] == "COMPLETED", answer
+    assert len(answer["trials"]) == 3 and {t["state"] for t in answer["trials"]} == {"COMPLETED"}, answer
+    return answer
+
+
+class HeldJobs:
+    """Experiments whose single trial runs until released, submitted by the admin."""
+
+    def __init__(self, det: DetEnv, context: Path, release_dir: Path) -> None:
+        self.det = det
+        self.context = context
+        self.release_dir = release_dir
+        self.created: list[int] = []
+        (context / "hold.py").write_text(HOLD)
+
+    def create(self, label: str, pool: str | None = None) -> int:
+        config: dict[str, Any] = {
+            "name": f"ui-{label}",
+            "entrypoint": "python3 hold.py",
+            "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": 1}},
+            "environment": {"environment_variables": [f"RELEASE_FILE={self.release_dir / label}"]},
+            "max_restarts": 0,
+        }
+        if pool:
+            config["resources"] = {"resource_pool": pool}
+        path = self.context / f"{label}.yaml"
+        path.write_text(yaml.safe_dump(config))
+        experiment_id = self.det.create(path, self.context)
+        self.created.append(experiment_id)
+        return experiment_id
+
+    def trial_state(self, experiment_id: int) -> str | None:
+        trials = self.det.get(f"/experiments/{experiment_id}/trials")["trials"]
+        return str(trials[0]["state"]) if trials else None
+
+    def release_all(self) -> None:
+        for path in (self.release_dir / config.stem for config in self.context.glob("*.yaml")):
+            path.write_text("go")
+            path.chmod(0o644)
+
+
+@pytest.fixture(scope="module")
+def held(det: DetEnv, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HeldJobs]:
+    # Trials may run as another user: the folder they poll must be readable by everyone.
+    with tempfile.TemporaryDirectory(prefix="det-ui-release-") as folder:
+        os.chmod(folder, 0o755)
+        jobs = HeldJobs(det, tmp_path_factory.mktemp("hold"), Path(folder))
+        yield jobs
+        # A job may finish between asking and killing: the kill's answer does not matter, the end does.
+        for experiment_id in jobs.created:
+            det.det("experiment", "kill", str(experiment_id), check=False)
+        jobs.release_all()
+        for experiment_id in jobs.created:
+            det.wait_experiment(experiment_id, timeout=300)
+
+
+def ui(af: LocalAirflow, route: str) -> str:
+    return f"{af.url}/det/ui/#/{route}"
+
+
+def built_assets() -> list[str]:
+    """The asset paths the built index.html loads (``assets/index-HASH.js`` and the like)."""
+    index = STATIC / "index.html"
+    assert index.is_file(), f"{index} missing: the web UI was not built (make ui)"
+    found = re.findall(r"""(?:src|href)="\./(assets/[^"]+)\"""", index.read_text())
+    assert found, f"no assets referenced by {index}"
+    return list(found)
+
+
+def row_ids(rows: Locator) -> list[int]:
+    return [int(i) for i in rows.evaluate_all("rows => rows.map(r => r.dataset.id)")]
+
+
+# -- access -------------------------------------------------------------------------------------
+
+
+def test_anonymous_requests_get_401_and_no_content(airflow: LocalAirflow) -> None:
+    paths = ["/det/ui/", "/det/ui/index.html", *(f"/det/ui/{a}" for a in built_assets())]
+    with httpx.Client(base_url=airflow.url, timeout=30) as anonymous:
+        for path in paths:
+            r = anonymous.get(path)
+            assert r.status_code == 401, f"anonymous GET {path}: HTTP {r.status_code}"
+            assert "<script" not in r.text and "function" not in r.text, f"{path} leaked: {r.text[:200]}"
+        for path in ("/det/api/v1/ui/resolve?dag_id=det_exp_1", "/det/api/v1/experiments/1/curves"):
+            assert anonymous.get(path).status_code == 401, path
+    with airflow.client() as admin:
+        for path in paths:
+            assert admin.get(path).status_code == 200, f"admin GET {path}"
+
+
+# -- pages --------------------------------------------------------------------------------------
+
+
+def test_airflow_navigation_opens_the_experiments_page(
+    page: Page, airflow: LocalAirflow, curves: dict[str, Any]
+) -> None:
+    page.goto(f"{airflow.url}/")
+    # Two nav views of one plugin share Airflow's "Plugins" menu.
+    page.get_by_test_id("nav-sidebar").get_by_role("button", name="Plugins").click()
+    expect(page.get_by_role("menuitem", name="Job queue")).to_be_visible()
+    page.get_by_role("menuitem", name="Experiments").click()
+    frame = page.frame_locator("iframe[title='Experiments']")
+    row = frame.locator(f"[data-testid=experiment-row][data-id='{curves['experiment']['id']}']")
+    expect(row).to_contain_text("ui-curves")
+    screenshot(page, "airflow-nav-experiments")
+
+
+def test_experiments_list_shows_filters_and_acts_on_experiments(
+    page: Page, airflow: LocalAirflow, det: DetEnv, curves: dict[str, Any], held: HeldJobs
+) -> None:
+    other = held.create("listed")
+    experiment_id = curves["experiment"]["id"]
+    page.goto(ui(airflow, "experiments"))
+    table = page.get_by_test_id("experiments-table")
+    row = table.locator(f"[data-testid=experiment-row][data-id='{experiment_id}']")
+    expect(row).to_contain_text("ui-curves")
+    expect(row).to_contain_text("COMPLETED")
+    expect(row).to_contain_text("browser-test")
+    expect(table.locator(f"[data-testid=experiment-row][data-id='{other}']")).to_contain_text("ui-listed")
+    screenshot(page, "experiments")
+
+    # Bulk actions ask first, then apply to the selected rows only.
+    other_row = table.locator(f"[data-testid=experiment-row][data-id='{other}']")
+    other_row.get_by_test_id("select-row").check()
+    page.get_by_test_id("bulk-pause").click()
+    page.get_by_test_id("confirm-ok").click()
+    expect(other_row).to_contain_text("PAUSED")
+    expect(row).to_contain_text("COMPLETED")
+    assert det.get(f"/experiments/{other}")["experiment"]["state"] == "PAUSED"
+    other_row.get_by_test_id("select-row").check()
+    page.get_by_test_id("bulk-activate").click()
+    page.get_by_test_id("confirm-ok").click()
+    expect(other_row).to_contain_text("ACTIVE")
+
+    page.get_by_test_id("filter-name").fill("ui-curves")
+    expect(table.get_by_test_id("experiment-row")).to_have_count(1)
+    expect(row).to_be_visible()
+
+    row.get_by_test_id("experiment-link").click()
+    expect(page).to_have_url(re.compile(rf"#/experiments/{experiment_id}$"))
+
+
+def test_experiments_list_shows_the_searcher_metric_and_its_best_value(
+    page: Page, airflow: LocalAirflow, curves: dict[str, Any]
+) -> None:
+    best = min(t["best_validation"]["metric"] for t in curves["trials"])
+    page.goto(ui(airflow, "experiments"))
+    row = page.locator(f"[data-testid=experiment-row][data-id='{curves['experiment']['id']}']")
+    expect(row).to_contain_text("validation_loss")
+    # The page shows 4 significant digits, as JavaScript's toPrecision(4) writes them.
+    expect(row).to_contain_text(f"{best:#.4g}")
+
+
+def test_airflow_dag_and_task_pages_have_experiment_and_trial_tabs(
+    page: Page, airflow: LocalAirflow, curves: dict[str, Any]
+) -> None:
+    experiment = curves["experiment"]
+    page.goto(f"{airflow.url}/dags/{experiment['dag_id']}")
+    page.get_by_role("link", name="Experiment", exact=True).click()
+    frame = page.frame_locator("iframe[title='Experiment']")
+    expect(frame.get_by_test_id("experiment-state")).to_have_text(re.compile("COMPLETED"))
+    screenshot(page, "airflow-dag-experiment-tab")
+
+    trial_ids = {t["id"] for t in curves["trials"]}
+    page.goto(
+        f"{airflow.url}/dags/{experiment['dag_id']}/runs/{experiment['dag_run_id']}/tasks/trial/mapped/0"
+    )
+    page.get_by_role("link", name="Trial", exact=True).click()
+    heading = page.frame_locator("iframe[title='Trial']").get_by_role(
+        "heading", name=re.compile(r"^Trial \d+")
+    )
+    expect(heading).to_be_visible()
+    shown = int(re.findall(r"\d+", heading.inner_text())[0])
+    assert shown in trial_ids, f"the Trial tab of map index 0 shows trial {shown}, not one of {trial_ids}"
+    screenshot(page, "airflow-task-trial-tab")
+
+
+def test_experiment_page_draws_one_curve_per_trial(
+    page: Page, airflow: LocalAirflow, curves: dict[str, Any]
+) -> None:
+    experiment = curves["experiment"]
+    # The "Experiment" tab of the DAG's page opens #/dag/{dag_id}, which leads to the experiment.
+    page.goto(ui(airflow, f"dag/{experiment['dag_id']}"))
+    expect(page).to_have_url(re.compile(rf"#/experiments/{experiment['id']}$"))
+    expect(page.get_by_test_id("experiment-state")).to_have_text(re.compile("COMPLETED"))
+    trial_rows = page.get_by_test_id("trials-table").get_by_test_id("trial-row")
+    expect(trial_rows).to_have_count(3)
+    assert sorted(row_ids(trial_rows)) == sorted(t["id"] for t in curves["trials"])
+    screenshot(page, "experiment-trials")
+
+    page.get_by_role("tab", name="Curves").click()
+    chart = page.get_by_test_id("curves")
+    expect(chart).to_have_attribute("data-series", "3")
+    expect(chart.locator("canvas").first).to_be_visible()
+    screenshot(page, "experiment-curves")
+
+    page.get_by_test_id("x-select").select_option("time")
+    expect(chart).to_have_attribute("data-series", "3")
+    page.get_by_test_id("log-y").check()
+    expect(chart).to_have_attribute("data-series", "3")
+
+    # One line per trial across the axes, one scatter per hyperparameter with a point per trial.
+    page.get_by_role("tab", name="Hyperparameters").click()
+    expect(page.get_by_test_id("hp-parallel").locator("polyline")).to_have_count(3)
+    expect(page.get_by_test_id("hp-scatter")).to_have_count(1)
+    expect(page.get_by_test_id("hp-scatter").locator("circle")).to_have_count(3)
+    screenshot(page, "experiment-hyperparameters")
+
+    page.get_by_role("tab", name="Config").click()
+    expect(page.get_by_test_id("config")).to_contain_text("validation_loss")
+
+
+def test_trial_logs_filter_by_rank(page: Page, airflow: LocalAirflow, curves: dict[str, Any]) -> None:
+    experiment = curves["experiment"]
+    trial_ids = [t["id"] for t in curves["trials"]]
+    # The "Trial" tab of a task instance opens #/dag/{dag}/run/{run}/map/{i}, which leads to the trial.
+    page.goto(ui(airflow, f"dag/{experiment['dag_id']}/run/{experiment['dag_run_id']}/map/0"))
+    expect(page).to_have_url(re.compile(rf"#/trials/({'|'.join(map(str, trial_ids))})$"))
+    trial_id = int(page.url.rsplit("/", 1)[1])
+
+    logs = page.get_by_test_id("logs")
+    lines = logs.get_by_test_id("log-line")
+    expect(lines.filter(has_text="chief finished training")).to_have_count(1)
+    expect(lines.filter(has_text="worker 1 ready")).to_have_count(1)
+    screenshot(page, f"trial-{trial_id}")
+
+    page.get_by_test_id("log-rank").select_option("1")
+    expect(logs.locator("[data-testid=log-line]:not([data-rank='1'])")).to_have_count(0)
+    expect(lines.filter(has_text="worker 1 ready")).to_have_count(1)
+    expect(lines.filter(has_text="worker 1 has nothing to train")).to_have_count(1)
+    screenshot(page, f"trial-{trial_id}-rank-1")
+
+    page.get_by_test_id("log-rank").select_option("0")
+    expect(logs.locator("[data-testid=log-line]:not([data-rank='0'])")).to_have_count(0)
+    expect(lines.filter(has_text="chief finished training")).to_have_count(1)
+
+
+def test_pause_and_activate_from_the_experiment_page(
+    page: Page, airflow: LocalAirflow, det: DetEnv, held: HeldJobs
+) -> None:
+    experiment_id = held.create("pausable")
+    wait_until(lambda: held.trial_state(experiment_id) == "RUNNING", f"experiment {experiment_id} running")
+    page.goto(ui(airflow, f"experiments/{experiment_id}"))
+    state = page.get_by_test_id("experiment-state")
+    expect(state).to_have_text(re.compile("ACTIVE"))
+    expect(page.get_by_test_id("action-activate")).to_be_disabled()
+
+    page.get_by_test_id("action-pause").click()
+    expect(state).to_have_text(re.compile("PAUSED"))
+    expect(page.get_by_test_id("action-activate")).to_be_enabled()
+    assert det.get(f"/experiments/{experiment_id}")["experiment"]["state"] == "PAUSED"
+    screenshot(page, "experiment-paused")
+
+    page.get_by_test_id("action-activate").click()
+    expect(state).to_have_text(re.compile("ACTIVE"))
+    assert det.get(f"/experiments/{experiment_id}")["experiment"]["state"] == "ACTIVE"
+
+
+def test_changing_a_jobs_priority_reorders_the_queue(
+    page: Page, airflow: LocalAirflow, det: DetEnv, held: HeldJobs
+) -> None:
+    airflow.airflow("pools", "set", QUEUE_POOL, "1", "browser test queue")
+    running = held.create("running", QUEUE_POOL)
+    wait_until(lambda: held.trial_state(running) == "RUNNING", f"experiment {running} running")
+    first, second = held.create("first", QUEUE_POOL), held.create("second", QUEUE_POOL)
+
+    page.goto(ui(airflow, "queue"))
+    table = page.locator(f"[data-testid=queue-table][data-pool='{QUEUE_POOL}']")
+    rows = table.get_by_test_id("job-row")
+    # Same priority: submission order.
+    expect(rows).to_have_count(3)
+    for position, job in enumerate((running, first, second)):
+        expect(rows.nth(position)).to_have_attribute("data-id", str(job))
+    screenshot(page, "queue")
+
+    table.locator(f"[data-testid=job-row][data-id='{second}']").get_by_test_id("manage-job").click()
+    page.get_by_test_id("job-priority").fill("10")
+    page.get_by_test_id("job-save").click()
+
+    # Lower runs first: the second job is now ahead of every job of priority 42.
+    for position, job in enumerate((second, running, first)):
+        expect(rows.nth(position)).to_have_attribute("data-id", str(job))
+    listed = {job["id"]: job for job in det.get(f"/jobs?resource_pool={QUEUE_POOL}")["jobs"]}
+    assert listed[second]["priority"] == 10 and listed[second]["jobs_ahead"] == 0
+    screenshot(page, "queue-reordered")
