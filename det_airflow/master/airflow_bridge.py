@@ -158,6 +158,45 @@ def delete_dag_run(dag_id: str, run_id: str) -> None:
         raise AirflowRecordError(f"Airflow DAG run '{run_id}' of DAG '{dag_id}': {exc}") from None
 
 
+def task_instance_states(
+    keys: list[tuple[str, str, str, int]],
+) -> dict[tuple[str, str, str, int], tuple[str | None, int]]:
+    """(state, try_number) of each (dag_id, run_id, task_id, map_index) Airflow still has."""
+    if not keys:
+        return {}
+    import logging
+
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from sqlalchemy import select, tuple_
+    from sqlalchemy.exc import SQLAlchemyError
+
+    query = select(
+        TaskInstance.dag_id,
+        TaskInstance.run_id,
+        TaskInstance.task_id,
+        TaskInstance.map_index,
+        TaskInstance.state,
+        TaskInstance.try_number,
+    ).where(
+        tuple_(TaskInstance.dag_id, TaskInstance.run_id, TaskInstance.task_id, TaskInstance.map_index).in_(
+            keys
+        )
+    )
+    try:
+        with create_session() as session:
+            return {
+                (dag_id, run_id, task_id, int(map_index)): (
+                    None if state is None else str(state),
+                    int(try_number),
+                )
+                for dag_id, run_id, task_id, map_index, state, try_number in session.execute(query)
+            }
+    except SQLAlchemyError:  # best effort: the caller only looks for runs to reclaim
+        logging.getLogger(__name__).warning("could not read Airflow's task instances", exc_info=True)
+        return {}
+
+
 def trial_work_dir() -> Path:
     """Where local trials get their working directories (`[det] trial_work_dir`)."""
     from det_airflow.operators.trial import default_work_dir

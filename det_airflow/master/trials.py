@@ -73,9 +73,12 @@ def acquire(conn: Connection, experiment_id: int, slot: int, task: dict[str, Any
             .limit(1)
         ).first()
     if trial is None:
+        if not exp.search_done:
+            reclaim_lost_runs(conn, exp.resource_pool)  # the search may be waiting on a lost run
         return {"status": "done" if exp.search_done else "wait"}
     if not queue.admit(conn, exp, trial):
-        return {"status": "wait"}  # the job queue has not admitted it: it defers, holding no pool slot
+        if not reclaim_lost_runs(conn, exp.resource_pool) or not queue.admit(conn, exp, trial):
+            return {"status": "wait"}  # the job queue has not admitted it: it defers, holding no pool slot
     if dry_run:
         return {"status": "run"}
     token = new_token()
@@ -91,6 +94,74 @@ def acquire(conn: Connection, experiment_id: int, slot: int, task: dict[str, Any
     )
     trial = get_trial(conn, trial.id)
     return {"status": "run", "trial": trial, "token": token, "spec": trial_spec(conn, exp, trial)}
+
+
+# Task instance states in which the task no longer runs the trial it last acquired.
+_TASK_ENDED = {"success", "failed", "skipped", "upstream_failed", "removed"}
+# A waiting slot looks for lost runs at most this often (per pool, per API server process).
+_RECLAIM_EVERY_SECONDS = 5.0
+_last_reclaim: dict[str, float] = {}
+
+
+def reclaim_lost_runs(conn: Connection, pool: str) -> list[int]:
+    """Close the runs whose Airflow task ended without reporting the trial's exit; returns their ids.
+
+    A worker that dies, or a task that fails while the API server is away, leaves its trial
+    RUNNING and holding pool slots, so the trials queued behind it and a search waiting for its
+    result would wait forever. Such a run ends as a failed run: the trial restarts from its latest
+    checkpoint in whichever slot is free (within max_restarts), else ends ERROR.
+    """
+    import time
+
+    from det_airflow.master import airflow_bridge
+
+    now_s = time.monotonic()
+    if now_s - _last_reclaim.get(pool, -math.inf) < _RECLAIM_EVERY_SECONDS:
+        return []
+    _last_reclaim[pool] = now_s
+    trials, exps = schema.trials, schema.experiments
+    rows = conn.execute(
+        select(trials.c.id, trials.c.task)
+        .join(exps, exps.c.id == trials.c.experiment_id)
+        .where(
+            exps.c.resource_pool == pool,
+            trials.c.state.in_([TrialState.RUNNING, TrialState.STOPPING_KILLED]),
+            trials.c.task.is_not(None),
+        )
+    ).all()
+    refs = {}
+    for row in rows:
+        task = row.task or {}
+        if all(task.get(k) is not None for k in ("dag_id", "run_id", "task_id", "map_index")):
+            refs[row.id] = (task["dag_id"], task["run_id"], task["task_id"], int(task["map_index"]))
+    states = airflow_bridge.task_instance_states(sorted(set(refs.values())))
+    lost = []
+    for row in rows:
+        found = states.get(refs.get(row.id))  # type: ignore[arg-type]
+        if found is None:
+            continue
+        state, try_number = found
+        if state not in _TASK_ENDED or try_number != int((row.task or {}).get("try_number", 1)):
+            continue  # still running, or a newer try will take the trial back in its slot
+        trial, retry = exit_run(conn, row.id, _LOST_EXIT_CODE)
+        if retry:
+            _update(conn, row.id, slot=None)  # no try of that task will come for it: any free slot
+        append_logs(
+            conn,
+            row.id,
+            [
+                {
+                    "level": "ERROR",
+                    "message": f"its task {'/'.join(map(str, refs[row.id]))} ended {state} without reporting "
+                    f"the trial's exit (a lost worker or API server); the trial is now {trial.state}",
+                }
+            ],
+        )
+        lost.append(int(row.id))
+    return lost
+
+
+_LOST_EXIT_CODE = -1
 
 
 def trial_spec(conn: Connection, exp: Row, trial: Row) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from airflow import settings
 from airflow.models.pool import Pool
-from sqlalchemy import update
+from sqlalchemy import select, update
 
 from det_airflow.master import queue, schema, trials
 from det_airflow.master.queue import Job, plan
@@ -272,3 +272,69 @@ def test_max_slots_set_on_a_job_caps_it(people: People, creator: Creator) -> Non
     e = experiment(people, trials_=3)
     assert change(people, "alice", {"job_id": e, "max_slots": 2}).status_code == 200
     assert [acquire(people, e, slot) for slot in range(3)] == ["run", "run", "wait"]
+
+
+def trial_ids(people: People, experiment_id: int) -> list[int]:
+    with people.db.read() as conn:
+        return list(
+            conn.execute(
+                select(schema.trials.c.id).where(schema.trials.c.experiment_id == experiment_id)
+            ).scalars()
+        )
+
+
+def _airflow_says(monkeypatch: pytest.MonkeyPatch, state: str, try_number: int = 1) -> None:
+    """Airflow's record of TASK (the trial task that acquired the first trial) is `state`."""
+    from det_airflow.master import airflow_bridge
+
+    key = (TASK["dag_id"], TASK["run_id"], TASK["task_id"], TASK["map_index"])
+    monkeypatch.setattr(
+        airflow_bridge, "task_instance_states", lambda keys: {key: (state, try_number)} if key in keys else {}
+    )
+    trials._last_reclaim.clear()
+
+
+def test_a_run_whose_task_ended_without_reporting_frees_its_slots_and_restarts_elsewhere(
+    people: People, creator: Creator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    set_pool_slots(1)
+    lost = experiment(people)
+    assert acquire(people, lost, 0) == "run"
+    (lost_trial,) = trial_ids(people, lost)
+    waiting = experiment(people)
+
+    _airflow_says(monkeypatch, "running")
+    assert acquire(people, waiting, 0) == "wait"  # the pool's one slot is held by a live run
+    _airflow_says(monkeypatch, "up_for_retry")
+    assert acquire(people, waiting, 0) == "wait"  # its next try takes the trial back
+    _airflow_says(monkeypatch, "failed")
+    # Its job is ahead in the queue: the lost trial gets the slot back, in a slot of its own DAG run.
+    assert acquire(people, waiting, 0) == "wait"
+    trial = people.trial(lost_trial)
+    assert (trial.state, trial.slot, trial.restarts) == ("QUEUED", None, 1)
+    assert acquire(people, lost, 1) == "run"
+    assert (people.trial(lost_trial).state, people.trial(lost_trial).slot) == ("RUNNING", 1)
+    with people.db.read() as conn:
+        logs = [r.message for r in trials.read_logs(conn, lost_trial, after=None, limit=None, tail=None)]
+    assert any("ended failed without reporting the trial's exit" in line for line in logs), logs
+
+
+def test_a_lost_run_past_its_restarts_ends_in_error_and_the_search_hears_it(
+    people: People, creator: Creator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    set_pool_slots(1)
+    lost = experiment(people)
+    with people.db.begin() as conn:
+        row = people.experiment(lost)
+        conn.execute(
+            update(schema.experiments)
+            .where(schema.experiments.c.id == lost)
+            .values(config={**row.config, "max_restarts": 0})
+        )
+    assert acquire(people, lost, 0) == "run"
+    (lost_trial,) = trial_ids(people, lost)
+
+    _airflow_says(monkeypatch, "failed")
+    assert acquire(people, experiment(people), 0) == "run"
+
+    assert people.trial(lost_trial).state == "ERROR"
