@@ -255,6 +255,18 @@ class TrialSession:
         return self.request("DELETE", path)
 
 
+@functools.cache
+def _tls_context() -> Any:
+    """One TLS context per process, as httpx would build it (SSL_CERT_FILE, else certifi).
+
+    Building one reads the whole CA bundle: tens of milliseconds, and over a second on a loaded
+    machine. A trigger polls from the triggerer's event loop, which every such read would block.
+    """
+    import httpx
+
+    return httpx.create_ssl_context()
+
+
 class AsyncSession:
     """Asynchronous twin of Session, for Airflow triggers."""
 
@@ -263,7 +275,9 @@ class AsyncSession:
 
         self.master = normalize_master_url(master)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._client = httpx.AsyncClient(base_url=self.master + API_PREFIX, headers=headers, timeout=timeout)
+        self._client = httpx.AsyncClient(
+            base_url=self.master + API_PREFIX, headers=headers, timeout=timeout, verify=_tls_context()
+        )
 
     async def __aenter__(self) -> AsyncSession:
         return self
