@@ -44,7 +44,9 @@ def det(airflow: LocalAirflow, tmp_path_factory: pytest.TempPathFactory) -> Iter
     yield DetEnv.install(airflow, tmp_path_factory.mktemp("det-config"))
 
 
-@pytest.fixture(scope="session")
+# Module scope: Playwright's sync API keeps an event loop running in this thread until it stops,
+# and the tests collected after these (asyncio.run() in unit tests) need none running.
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     if not CHROMIUM.exists():
         pytest.fail(f"{CHROMIUM} not found: apt-get install chromium", pytrace=False)
