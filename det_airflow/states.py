@@ -47,3 +47,7 @@ class TrialState(enum.StrEnum):
 
 
 TERMINAL_TRIAL_STATES = frozenset({TrialState.COMPLETED, TrialState.CANCELED, TrialState.ERROR})
+
+
+# Log levels from least to most severe, as `det trial logs --level` and the logs route filter them.
+LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")

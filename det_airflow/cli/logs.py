@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
 from det_airflow.cli import render
-from det_airflow.states import TERMINAL_TRIAL_STATES
+from det_airflow.states import LOG_LEVELS, TERMINAL_TRIAL_STATES
 
 if TYPE_CHECKING:
     from det_airflow.api.user import LogLine, LogsPage, UserClient
 
-LEVELS = ("TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+LEVELS = LOG_LEVELS
 # Seconds between two looks at a followed trial; tests shorten it.
 POLL_INTERVAL = 1.0
 PAGE_SIZE = 1000

@@ -15,7 +15,6 @@ from fastapi import APIRouter, Depends, Query, Response
 from pydantic import BaseModel, Field
 from sqlalchemy import ColumnElement, Connection, Row, func, select
 
-from det_airflow.cli.logs import LEVELS
 from det_airflow.core._storage import CheckpointStorage
 from det_airflow.errors import ContextError, DetError
 from det_airflow.master import airflow_bridge, experiments, schema, serialize, trials
@@ -23,7 +22,7 @@ from det_airflow.master.auth import CrossSiteGuard
 from det_airflow.master.authz import Caller, CallerDep, check_change, check_create, check_read, readable
 from det_airflow.master.bodies import CreateExperiment
 from det_airflow.master.db import Database, get_database
-from det_airflow.states import TrialState
+from det_airflow.states import LOG_LEVELS, TrialState
 
 # Every route needs an Airflow login (the master runs inside Airflow's API server), and no change
 # may come from another site's page riding on the login cookie.
@@ -100,7 +99,7 @@ def list_experiments(caller: CallerDep, all: bool = False) -> dict:  # noqa: A00
         query = query.where(table.c.archived.is_(False))
     with get_database().read() as conn:
         rows = readable(caller, conn.execute(query).all())
-        best = _best_validations(conn)
+        best = _best_validations(conn, [r.id for r in rows])
         return {
             "experiments": [
                 serialize.experiment(
@@ -113,14 +112,20 @@ def list_experiments(caller: CallerDep, all: bool = False) -> dict:  # noqa: A00
         }
 
 
-def _best_validations(conn: Connection) -> dict[int, tuple[float | None, float | None]]:
-    """Every experiment's lowest and highest best searcher metric of its trials, in one query."""
+def _best_validations(
+    conn: Connection, experiment_ids: list[int]
+) -> dict[int, tuple[float | None, float | None]]:
+    """Each listed experiment's lowest and highest best searcher metric of its trials, in one query."""
     trials_table = schema.trials
-    query = select(
-        trials_table.c.experiment_id,
-        func.min(trials_table.c.best_validation),
-        func.max(trials_table.c.best_validation),
-    ).group_by(trials_table.c.experiment_id)
+    query = (
+        select(
+            trials_table.c.experiment_id,
+            func.min(trials_table.c.best_validation),
+            func.max(trials_table.c.best_validation),
+        )
+        .where(trials_table.c.experiment_id.in_(experiment_ids))
+        .group_by(trials_table.c.experiment_id)
+    )
     return {experiment_id: (low, high) for experiment_id, low, high in conn.execute(query)}
 
 
@@ -294,7 +299,7 @@ def trial_logs(
     limit: Annotated[int | None, Query(ge=1, le=100_000)] = None,
     tail: Annotated[int | None, Query(ge=0)] = None,
     rank: Annotated[list[int] | None, Query()] = None,
-    level: Annotated[Literal[LEVELS] | None, Query()] = None,  # type: ignore[valid-type]
+    level: Annotated[Literal[LOG_LEVELS] | None, Query()] = None,  # type: ignore[valid-type]
     search: Annotated[str | None, Query(min_length=1, max_length=1000)] = None,
 ) -> dict:
     """Lines after ``after`` (the id of the last line seen, for tailing), filtered like `det trial logs`:
@@ -304,7 +309,7 @@ def trial_logs(
     if rank:
         where.append(table.c.rank.in_(rank))
     if level is not None:
-        names = LEVELS[LEVELS.index(level) :]
+        names = LOG_LEVELS[LOG_LEVELS.index(level) :]
         where.append(func.upper(table.c.level).in_([*names, *(f"LOG_LEVEL_{n}" for n in names)]))
     if search is not None:
         where.append(table.c.message.icontains(search, autoescape=True))

@@ -129,35 +129,33 @@ def reclaim_lost_runs(conn: Connection, pool: str) -> list[int]:
             trials.c.task.is_not(None),
         )
     ).all()
-    refs = {}
-    for row in rows:
-        task = row.task or {}
-        if all(task.get(k) is not None for k in ("dag_id", "run_id", "task_id", "map_index")):
-            refs[row.id] = (task["dag_id"], task["run_id"], task["task_id"], int(task["map_index"]))
-    states = airflow_bridge.task_instance_states(sorted(set(refs.values())))
+    # trial id → (its task instance's key, the try that acquired it)
+    runs: dict[int, tuple[tuple[str, str, str, int], int]] = {}
+    for trial_id, task in rows:
+        if all((task or {}).get(k) is not None for k in ("dag_id", "run_id", "task_id", "map_index")):
+            key = (task["dag_id"], task["run_id"], task["task_id"], int(task["map_index"]))
+            runs[trial_id] = (key, int(task.get("try_number", 1)))
+    states = airflow_bridge.task_instance_states(sorted({key for key, _ in runs.values()}))
     lost = []
-    for row in rows:
-        found = states.get(refs.get(row.id))  # type: ignore[arg-type]
-        if found is None:
-            continue
-        state, try_number = found
-        if state not in _TASK_ENDED or try_number != int((row.task or {}).get("try_number", 1)):
-            continue  # still running, or a newer try will take the trial back in its slot
-        trial, retry = exit_run(conn, row.id, _LOST_EXIT_CODE)
+    for trial_id, (key, acquired_by) in runs.items():
+        state, try_number = states.get(key, (None, 0))
+        if state not in _TASK_ENDED or try_number != acquired_by:
+            continue  # still running, gone, or a newer try will take the trial back in its slot
+        trial, retry = exit_run(conn, trial_id, _LOST_EXIT_CODE)
         if retry:
-            _update(conn, row.id, slot=None)  # no try of that task will come for it: any free slot
+            _update(conn, trial_id, slot=None)  # no try of that task will come for it: any free slot
         append_logs(
             conn,
-            row.id,
+            trial_id,
             [
                 {
                     "level": "ERROR",
-                    "message": f"its task {'/'.join(map(str, refs[row.id]))} ended {state} without reporting "
+                    "message": f"its task {'/'.join(map(str, key))} ended {state} without reporting "
                     f"the trial's exit (a lost worker or API server); the trial is now {trial.state}",
                 }
             ],
         )
-        lost.append(int(row.id))
+        lost.append(int(trial_id))
     return lost
 
 
