@@ -6,14 +6,16 @@ det_airflow, builds the digits CNN of examples/mnist_pytorch, takes one training
 of ``make trial-image``, or ``run_trial_process``) to that line reaching the caller. Runs alternate
 between the two after a warm-up of each (the first container start of an image reads its layers
 from disk); the figures are the medians, the extra seconds of Docker and the ratio. Needs a running
-Docker daemon and the trial image.
+Docker daemon and the trial image. With ``--ranks 2`` both run the script as 2 gloo ranks under
+``det_airflow.launchers.torch_distributed``, and the time is until the last rank's first step.
 
-    .venv/bin/python benchmarks/container_overhead.py [--repeats 7]
+    .venv/bin/python benchmarks/container_overhead.py [--repeats 7] [--ranks 2]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import statistics
 import sys
@@ -54,25 +56,34 @@ def prepare(workdir: Path) -> None:
     (workdir / "first_step.py").write_text(FIRST_STEP)
 
 
-def time_to_first_step(run: object) -> float:
+def time_to_first_step(run: object, ranks: int) -> float:
     seen = threading.Event()
     start = time.perf_counter()
     at: list[float] = []
 
     def on_output(line: str, stream: str) -> None:
-        if line == "first step" and not seen.is_set():
+        # Under the launcher each rank's line comes as "[rank=N] first step": the gang's first step
+        # is the last rank's.
+        if line.endswith("first step"):
             at.append(time.perf_counter() - start)
-            seen.set()
+            if len(at) == ranks:
+                seen.set()
 
     code = run(on_output)  # type: ignore[operator]
-    if code != 0 or not at:
-        raise SystemExit(f"the trial exited {code} without taking its first step")
-    return at[0]
+    if code != 0 or len(at) < ranks:
+        raise SystemExit(f"the trial exited {code} before its {ranks} ranks took their first step")
+    return at[ranks - 1]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument(
+        "--ranks",
+        type=int,
+        default=1,
+        help="ranks of the trial: over 1, under the torch_distributed launcher (gloo)",
+    )
     args = parser.parse_args()
 
     client = docker.APIClient()
@@ -82,10 +93,15 @@ def main() -> int:
         workdir = Path(tmp) / "work"
         prepare(workdir)
         spec = TrialSpec(trial_id=1, experiment_id=1, request_id="bench", trial_seed=0, config={}, run_id=0)
-        argv = ("python3", "first_step.py")
-        trial = ContainerTrial(spec=spec, workdir=workdir, argv=argv, env={"PYTHONPATH": str(workdir)})
-        local_argv = [sys.executable, "first_step.py"]
-        local_env = {"PYTHONPATH": f"{workdir}:{REPO}", "PATH": "/usr/bin:/bin", "HOME": tmp}
+        launcher = ("-m", "det_airflow.launchers.torch_distributed") if args.ranks > 1 else ()
+        slots = {"DET_SLOT_IDS": json.dumps(list(range(args.ranks)))}
+        # The launcher runs a command per rank: the interpreter and the script.
+        argv = ("python3", *launcher, *(("python3",) if launcher else ()), "first_step.py")
+        trial = ContainerTrial(
+            spec=spec, workdir=workdir, argv=argv, env={"PYTHONPATH": str(workdir), **slots}
+        )
+        local_argv = [sys.executable, *launcher, *((sys.executable,) if launcher else ()), "first_step.py"]
+        local_env = {"PYTHONPATH": f"{workdir}:{REPO}", "PATH": "/usr/bin:/bin", "HOME": tmp, **slots}
 
         def docker_run(on_output: object) -> int:
             return runner.run(trial, on_output=on_output, stop=threading.Event())  # type: ignore[arg-type]
@@ -93,13 +109,13 @@ def main() -> int:
         def local_run(on_output: object) -> int:
             return run_trial_process(workdir, local_argv, local_env, on_output=on_output)  # type: ignore[arg-type]
 
-        time_to_first_step(docker_run), time_to_first_step(local_run)  # warm-up
+        time_to_first_step(docker_run, args.ranks), time_to_first_step(local_run, args.ranks)  # warm-up
         docker_s, local_s = [], []
         for _ in range(args.repeats):
-            docker_s.append(time_to_first_step(docker_run))
-            local_s.append(time_to_first_step(local_run))
+            docker_s.append(time_to_first_step(docker_run, args.ranks))
+            local_s.append(time_to_first_step(local_run, args.ranks))
     d, loc = statistics.median(docker_s), statistics.median(local_s)
-    print(f"start -> first training step, median of {args.repeats} alternating runs")
+    print(f"start -> first training step of {args.ranks} rank(s), median of {args.repeats} alternating runs")
     print(f"  local process   {loc:6.2f} s   (min {min(local_s):.2f})")
     print(f"  Docker          {d:6.2f} s   (min {min(docker_s):.2f})")
     print(f"  Docker extra    {d - loc:6.2f} s   ratio {d / loc:.2f}")

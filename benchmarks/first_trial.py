@@ -61,10 +61,16 @@ def main() -> int:
     parser.add_argument("--work", type=float, default=0.5, help="training seconds of the trial")
     parser.add_argument("--pg-url", help="PostgreSQL URL for Airflow's database (default SQLite)")
     parser.add_argument("--port", type=int, default=8192)
+    parser.add_argument(
+        "--docker",
+        action="store_true",
+        help="also run the det trial in a container (make trial-image) each round, against the local process",
+    )
     args = parser.parse_args()
     args.trials = 1  # read by run_det
 
     base = Path(tempfile.mkdtemp(prefix="det-first-"))
+    base.chmod(0o755)  # trials running as their own user reach their times folder through it
     dags, work = base / "dags", base / "work"
     dags.mkdir()
     work.mkdir()
@@ -79,6 +85,8 @@ def main() -> int:
         extra={"det": {"trial_work_dir": str(base / "trials")}},
     )
     det_task, det_code, plain_task, plain_code = [], [], [], []
+    docker_task: list[float] = []
+    docker_code: list[float] = []
     try:
         af.migrate()
         subprocess.run(
@@ -91,6 +99,8 @@ def main() -> int:
         wait_for(lambda: client.get("/api/v2/dags/plain_bench").status_code == 200, 120, "the plain DAG")
         run_det(client, work, args, 0.1, base / "warm-det")
         run_plain(client, 0.1, base / "warm-plain")
+        if args.docker:
+            run_det(client, work, args, 0.1, base / "warm-docker", runner="docker")
         for r in range(args.repeat):
             times = base / f"det-{r}"
             _, t0, eid = run_det(client, work, args, args.work, times)
@@ -99,6 +109,12 @@ def main() -> int:
             det_code.append(first_code_start(times) - t0)
             if r == 0:
                 print_timeline(client, exp["dag_id"], exp["dag_run_id"], t0)
+            if args.docker:
+                times = base / f"docker-{r}"
+                _, t0, eid = run_det(client, work, args, args.work, times, runner="docker")
+                exp = client.get(f"/det/api/v1/experiments/{eid}").json()["experiment"]
+                docker_task.append(first_task_start(client, exp["dag_id"], exp["dag_run_id"], "trial") - t0)
+                docker_code.append(first_code_start(times) - t0)
             times = base / f"plain-{r}"
             _, t0, run_id = run_plain(client, args.work, times)
             plain_task.append(first_task_start(client, "plain_bench", run_id, "train") - t0)
@@ -113,6 +129,12 @@ def main() -> int:
     print(f"\n{args.repeat} rounds, median (min–max), from submission / trigger")
     print(f"det:   first trial task start {spread(det_task)}, its code running {spread(det_code)}")
     print(f"plain: first task start       {spread(plain_task)}, its code running {spread(plain_code)}")
+    if args.docker:
+        print(
+            f"det in Docker: first trial task start {spread(docker_task)}, its code running {spread(docker_code)}"
+        )
+        extra = [d - c for d, c in zip(docker_code, det_code, strict=True)]
+        print(f"Docker extra, submit to code running (per round): {spread(extra)}")
     print(
         f"ratio det/plain, code running (medians): {statistics.median(det_code) / statistics.median(plain_code):.2f}x"
     )

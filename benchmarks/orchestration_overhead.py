@@ -11,7 +11,9 @@ beyond its training, amortized at the pool's concurrency:
 The experiment's wall time runs from `POST /experiments` (as `det experiment create` sends it: the DAG
 does not exist yet) to COMPLETED; the plain DAG's from its trigger (already parsed) to success.
 
-    .venv/bin/python benchmarks/orchestration_overhead.py [--trials 16] [--slots 4] [--work 3]
+    .venv/bin/python benchmarks/orchestration_overhead.py [--trials 16] [--slots 4] [--work 3] [--repeat 5]
+
+`--work 0` measures trials per minute for trivial trials (the script still starts, reports and exits).
 """
 
 from __future__ import annotations
@@ -95,15 +97,26 @@ def print_timeline(client: httpx.Client, dag_id: str, run_id: str, t0: float) ->
         print(f"{ti['task_id']:>10}[{ti['map_index']:>2}] {' '.join(stamps)}  {ti['state']}")
 
 
-def run_det(client: httpx.Client, work: Path, args: argparse.Namespace, seconds: float, times: Path):  # type: ignore[no-untyped-def]
+def run_det(  # type: ignore[no-untyped-def]
+    client: httpx.Client,
+    work: Path,
+    args: argparse.Namespace,
+    seconds: float,
+    times: Path,
+    runner: str = "local",
+):
     """Submit the experiment as `det experiment create` does; wait for COMPLETED. Returns wall, t0, eid."""
     times.mkdir()
+    times.chmod(0o777)  # trials may run as their own user (docs/trial-isolation.md)
     config = (
         "name: bench\nentrypoint: python3 train.py\n"
         f"searcher: {{name: random, metric: loss, max_trials: {args.trials}, max_concurrent_trials: 0}}\n"
         f"resources: {{resource_pool: bench}}\nmax_restarts: 0\n"
         f"environment: {{environment_variables: [BENCH_WORK={seconds}, BENCH_TIMES={times}]}}\n"
     )
+    if runner != "local":
+        # The container writes its times where the host reads them.
+        config += f"airflow: {{trial_runner: {runner}}}\nbind_mounts: [{{host_path: {times}, container_path: {times}}}]\n"
     context = base64.b64encode(pack_context(work).data).decode()
     t0, t0_wall = time.monotonic(), time.time()
     created = client.post("/det/api/v1/experiments", json={"config": config, "context": context})
@@ -125,10 +138,14 @@ def run_plain(client: httpx.Client, seconds: float, times: Path):  # type: ignor
     """Trigger the plain mapped-task DAG (already parsed); wait for success. Returns wall, t0, run id."""
     times.mkdir()
     t0, t0_wall = time.monotonic(), time.time()
-    run = client.post(
-        "/api/v2/dags/plain_bench/dagRuns",
-        json={"logical_date": None, "conf": {"work": str(seconds), "times": str(times)}},
-    )
+    for _ in range(5):  # on SQLite, Airflow's own trigger route may answer 500 for a locked database
+        run = client.post(
+            "/api/v2/dags/plain_bench/dagRuns",
+            json={"logical_date": None, "conf": {"work": str(seconds), "times": str(times)}},
+        )
+        if run.status_code < 500:
+            break
+        time.sleep(0.2)
     run.raise_for_status()
     run_id = run.json()["dag_run_id"]
 
@@ -156,10 +173,17 @@ def main() -> int:
     parser.add_argument("--pg-url", help="PostgreSQL URL for Airflow's database (default SQLite)")
     parser.add_argument("--port", type=int, default=8191)
     parser.add_argument("--timeline", action="store_true", help="print when each task ran")
-    parser.add_argument("--repeat", type=int, default=3, help="measured rounds (det, then plain, each)")
+    parser.add_argument("--repeat", type=int, default=5, help="measured rounds (det, then plain, each)")
+    parser.add_argument(
+        "--no-warm-up",
+        dest="warm_up",
+        action="store_false",
+        help="skip the warm-up run of each path (long runs: --trials 1000 --work 0)",
+    )
     args = parser.parse_args()
 
     base = Path(tempfile.mkdtemp(prefix="det-bench-"))
+    base.chmod(0o755)  # trials running as their own user reach their times folder through it
     dags, work = base / "dags", base / "work"
     dags.mkdir()
     work.mkdir()
@@ -185,8 +209,9 @@ def main() -> int:
         client = af.client(timeout=60)
         wait_for(lambda: client.get("/api/v2/dags/plain_bench").status_code == 200, 120, "plain DAG")
         # Warm up both paths once (first task processes, imports, caches), then measure.
-        run_det(client, work, args, 0.1, base / "warm-det")
-        run_plain(client, 0.1, base / "warm-plain")
+        if args.warm_up:
+            run_det(client, work, args, 0.1, base / "warm-det")
+            run_plain(client, 0.1, base / "warm-plain")
         rounds = []
         for r in range(args.repeat):
             det_wall, det_t0, eid = run_det(client, work, args, args.work, base / f"times-det-{r}")
@@ -223,8 +248,23 @@ def main() -> int:
             f" {plain_wall:8.1f} s  {statistics.mean(plain_work):9.2f} s  {plain_over:12.2f} s | {det_over / plain_over:.2f}x"
         )
     det_median, plain_median = statistics.median(det_overheads), statistics.median(plain_overheads)
-    print(f"median overhead per trial: det {det_median:.2f} s, plain Airflow {plain_median:.2f} s")
-    print(f"ratio det/plain (medians): {det_median / plain_median:.2f}x")
+    ratios = [d / p for d, p in zip(det_overheads, plain_overheads, strict=True)]
+    print(
+        f"overhead per trial, median (min-max): det {det_median:.2f} s "
+        f"({min(det_overheads):.2f}-{max(det_overheads):.2f}), plain Airflow {plain_median:.2f} s "
+        f"({min(plain_overheads):.2f}-{max(plain_overheads):.2f})"
+    )
+    print(
+        f"ratio det/plain (medians): {det_median / plain_median:.2f}x; "
+        f"single rounds {min(ratios):.2f}-{max(ratios):.2f}x"
+    )
+    det_rate = [args.trials * 60 / wall for wall, *_ in rounds]
+    plain_rate = [args.trials * 60 / wall for _, _, wall, _ in rounds]
+    print(
+        f"trials per minute, median (min-max): det {statistics.median(det_rate):.0f} "
+        f"({min(det_rate):.0f}-{max(det_rate):.0f}), plain Airflow {statistics.median(plain_rate):.0f} "
+        f"({min(plain_rate):.0f}-{max(plain_rate):.0f})"
+    )
     shutil.rmtree(base, ignore_errors=True)
     return 0
 

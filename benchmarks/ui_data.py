@@ -1,9 +1,10 @@
 """UI data: server time of an experiment's learning curves at 1,000 trials × 1,000 reports.
 
 Builds an experiment of ``--trials`` trials, each with ``--reports`` validation reports (one metric
-row per report, as the master stores them), in a fresh SQLite database (or ``--db``), then times the
-answer of ``GET /experiments/{id}/curves`` (:func:`det_airflow.master.curves.curves_json`, the
-route's work after the login check), each ``--repeat`` times:
+row per report and its numbers in ``det_metric_chunks``, as the master stores them), in a fresh
+SQLite database (or ``--db``), then times the answer of ``GET /experiments/{id}/curves``
+(:func:`det_airflow.master.curves.curves_json`, the route's work after the login check), each
+``--repeat`` times:
 
 - baseline: the same rows served without downsampling (every point of every trial);
 - cold: downsampled (LTTB to 400 points, best 10 trials whole), nothing kept from earlier answers;
@@ -11,7 +12,8 @@ route's work after the login check), each ``--repeat`` times:
 - live: ``--changed`` trials store one more report each, then the answer (a refresh while running).
 
 Printed: the median wall time (and the fastest run), this process's CPU time, where the cold time
-goes (the SQL read, LTTB, JSON encoding) and the answer sizes.
+goes (reading the points, LTTB, JSON encoding), the answer sizes, and how long the upgrade to schema
+version 5 takes to backfill the numbers of that many stored metric rows (once).
 
     .venv/bin/python benchmarks/ui_data.py [--trials 1000] [--reports 1000] [--repeat 5] [--db URL]
 """
@@ -34,9 +36,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+import pydantic_core  # noqa: E402
 from sqlalchemy import select  # noqa: E402
 
-from det_airflow.master import curves, schema  # noqa: E402
+from det_airflow.master import curves, metric_points, migrations, schema  # noqa: E402
 from det_airflow.master.db import Database  # noqa: E402
 from det_airflow.master.downsample import lttb_many  # noqa: E402
 
@@ -103,6 +106,7 @@ def build(db: Database, trials: int, reports: int) -> int:
                 for k in range(reports)
             ]
             conn.execute(schema.metrics.insert(), rows)
+            metric_points.store(conn, trial_id, rows)
     return exp_id
 
 
@@ -114,16 +118,16 @@ def report_and_answer(db: Database, exp_id: int, query: curves.CurveQuery, chang
         ).all()
         for trial in rows:
             steps = trial.summary["validation"]["steps_completed"] + 10
-            conn.execute(
-                schema.metrics.insert().values(
-                    trial_id=trial.id,
-                    group="validation",
-                    steps_completed=steps,
-                    metrics={"loss": trial.best_validation, "accuracy": 0.9},
-                    report_time=START + timedelta(seconds=steps),
-                    trial_run_id=1,
-                )
-            )
+            row = {
+                "trial_id": trial.id,
+                "group": "validation",
+                "steps_completed": steps,
+                "metrics": {"loss": trial.best_validation, "accuracy": 0.9},
+                "report_time": START + timedelta(seconds=steps),
+                "trial_run_id": 1,
+            }
+            conn.execute(schema.metrics.insert(), [row])
+            metric_points.store(conn, trial.id, [row])
             summary = {"validation": {"steps_completed": steps, "loss": trial.best_validation}}
             conn.execute(schema.trials.update().where(schema.trials.c.id == trial.id).values(summary=summary))
     with db.read() as conn:
@@ -190,11 +194,20 @@ def main() -> None:
             print(f"database: {conn.dialect.name}")
         items = list(series.values())
         median_ms(lambda: lttb_many(items, 400), args.repeat, "lttb")
+        served = lttb_many(items, 400)
+        median_ms(
+            lambda: [pydantic_core.to_json({"x": x.tolist(), "y": y.tolist()}) for x, y in served],
+            args.repeat,
+            "json",
+        )
         answer_dict = json.loads(thin)
-        median_ms(lambda: json.dumps(answer_dict, separators=(",", ":")), args.repeat, "json")
         drawn = sum(len(s["x"]) for s in answer_dict["series"])
         total = sum(s["points"] for s in answer_dict["series"])
         live = median_ms(lambda: report_and_answer(db, exp_id, query, args.changed), args.repeat, "live")
+        t0, c0 = time.perf_counter(), time.process_time()
+        with db.begin() as conn:
+            migrations.backfill_metric_chunks(conn)
+        backfill = (time.perf_counter() - t0, time.process_time() - c0)
 
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; {args.repeat} runs each")
     print(f"points: {total:,} stored, {drawn:,} served downsampled")
@@ -213,7 +226,12 @@ def main() -> None:
         f"{args.changed} trials reported once more:     {live:7.0f} ms ({f['live']:.0f})   {c['live']:7.0f} ms  (row writes included)"
     )
     print(
-        f"  of cold (CPU): SQL read {CPU['sql']:.0f} ms, LTTB {CPU['lttb']:.0f} ms, JSON {CPU['json']:.0f} ms"
+        f"  of cold (CPU): reading the points {CPU['sql']:.0f} ms, LTTB {CPU['lttb']:.0f} ms, "
+        f"JSON {CPU['json']:.0f} ms"
+    )
+    print(
+        f"upgrade to schema 5, backfill of {total:,} stored points: {backfill[0]:.1f} s wall, "
+        f"{backfill[1]:.1f} s CPU"
     )
 
 

@@ -1,8 +1,12 @@
 """Compiles experiment YAMLs under the DAGs folder into experiment DAGs.
 
-Shape: ``register`` → ``searcher`` → ``trial.expand(slot=...)`` → ``finalize``. Everything shared by an
-experiment's trials (pool, pool slots, priority, retries) is set once on the mapped trial task, which
-is exactly Determined's per-experiment ``slots_per_trial``, ``priority`` and ``max_restarts``.
+Shape of a `det experiment create` experiment (stored by the master at submission):
+``trial.expand(slot=[0..n))`` → ``finalize``; of a YAML dropped into the DAGs folder (each run a new
+experiment): ``register`` → ``searcher`` → ``trial.expand(slot=...)`` → ``finalize``. Each trial slot
+runs trial after trial, so there are only as many slots as trials that can run at once
+(`concurrent_slot_count`). Everything shared by an experiment's trials (pool, pool slots, priority,
+retries) is set once on the mapped trial task, which is exactly Determined's per-experiment
+``slots_per_trial``, ``priority`` and ``max_restarts``.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from det_airflow.config import (
     MAX_CONFIG_BYTES,
@@ -24,7 +29,7 @@ from det_airflow.config import (
     read_yaml,
 )
 from det_airflow.errors import ConfigError, DetError
-from det_airflow.searcher import trial_slot_count
+from det_airflow.searcher import concurrent_slot_count
 
 EXPERIMENTS_SUBDIR = "experiments"  # where the master writes the configs of `det experiment create`
 FINISHED_SUBDIR = "finished"  # under EXPERIMENTS_SUBDIR: configs of finished experiments, not parsed
@@ -50,25 +55,34 @@ _SUBMISSION_LINE = "# det-submission: "
 class Submission:
     owner: str
     submitted: datetime
+    # The trial slots the DAG maps, counted by the master at submission (it reads the pool's size,
+    # which parsing cannot); None in files of older versions: the DAG counts without the pool.
+    trial_slots: int | None = None
 
 
-def submission_header(owner: str, submitted: datetime) -> str:
+def submission_header(owner: str, submitted: datetime, trial_slots: int | None = None) -> str:
     """The comment line the master writes into experiment_file(); read back by read_submission()."""
     stamp = submitted if submitted.tzinfo else submitted.replace(tzinfo=UTC)
-    return _SUBMISSION_LINE + json.dumps({"owner": owner, "submitted": stamp.isoformat()}) + "\n"
+    fields: dict[str, object] = {"owner": owner, "submitted": stamp.isoformat()}
+    if trial_slots is not None:
+        fields["trial_slots"] = trial_slots
+    return _SUBMISSION_LINE + json.dumps(fields) + "\n"
 
 
-def read_submission(path: Path) -> Submission | None:
-    """Who submitted the experiment of a master-written file, and when; None when it does not say
-    (files of older versions), and the DAG then keeps its neutral defaults."""
-    with path.open(encoding="utf-8", errors="replace") as file:
-        head = [file.readline() for _ in range(2)]
-    for line in head:
+def read_submission(text: str) -> Submission | None:
+    """Who submitted the experiment of a master-written file (its text), and when; None when it does
+    not say (files of older versions), and the DAG then keeps its neutral defaults."""
+    for line in text.split("\n", 2)[:2]:
         if line.startswith(_SUBMISSION_LINE):
             try:
                 fields = json.loads(line.removeprefix(_SUBMISSION_LINE))
-                return Submission(str(fields["owner"]), datetime.fromisoformat(fields["submitted"]))
-            except (ValueError, KeyError, TypeError):
+                slots = fields.get("trial_slots")
+                return Submission(
+                    str(fields["owner"]),
+                    datetime.fromisoformat(fields["submitted"]),
+                    slots if isinstance(slots, int) and not isinstance(slots, bool) and slots > 0 else None,
+                )
+            except (ValueError, KeyError, TypeError, AttributeError):
                 return None
     return None
 
@@ -154,16 +168,26 @@ def trial_slots_problem(cfg: ExperimentConfig) -> tuple[str, str] | None:
     """A mapped task cannot expand past `[core] max_map_length`: Airflow would fail the run."""
     from airflow.configuration import conf
 
-    needed, limit = trial_slot_count(cfg), conf.getint("core", "max_map_length", fallback=1024)
+    needed, limit = concurrent_slot_count(cfg), conf.getint("core", "max_map_length", fallback=1024)
     if needed > limit:
-        return ("searcher", f"needs {needed} trial slots but Airflow's [core] max_map_length is {limit}")
+        return (
+            "searcher",
+            f"needs {needed} trial slots (one per trial it runs at once) but Airflow's [core] "
+            f"max_map_length is {limit}; set searcher.max_concurrent_trials to at most {limit}",
+        )
     return None
 
 
-def load_experiment(path: Path, defaults: dict[str, str]) -> ExperimentConfig | None:
-    """The config in `path`, or None when the YAML is not an experiment (no top-level `searcher`)."""
+def read_config_text(path: Path) -> str:
     with path.open(encoding="utf-8", errors="replace") as file:
-        text = file.read(MAX_CONFIG_BYTES + 1)  # read_yaml refuses anything longer
+        return file.read(MAX_CONFIG_BYTES + 1)  # read_yaml refuses anything longer
+
+
+def load_experiment(path: Path, defaults: dict[str, str], text: str | None = None) -> ExperimentConfig | None:
+    """The config in `path` (whose ``text``, when already read), or None when the YAML is not an
+    experiment (no top-level `searcher`)."""
+    if text is None:
+        text = read_config_text(path)
     try:
         raw = read_yaml(text, str(path))
     except ConfigError:
@@ -215,10 +239,36 @@ def build_dag(file: ExperimentFile, cfg: ExperimentConfig, submission: Submissio
         doc_md=doc,
         default_args={"owner": submission.owner if submission else "det"},
     ) as dag:
+        trial_kwargs: dict[str, Any] = {
+            "pool": cfg.resources.resource_pool or cfg.airflow.pool,
+            "pool_slots": max(1, cfg.resources.slots_per_trial),
+            "priority_weight": 100 - cfg.resources.priority,
+            "weight_rule": "absolute",
+            "retries": cfg.max_restarts,
+            "retry_delay": timedelta(seconds=1),
+            "master_conn_id": conn_id,
+            "preemption_timeout": cfg.preemption_timeout,
+        }
+        if cfg.airflow.queue:
+            trial_kwargs["queue"] = cfg.airflow.queue
+        finalize_kwargs: dict[str, Any] = {
+            "task_id": "finalize",
+            "master_conn_id": conn_id,
+            "trigger_rule": "all_done",
+            "outlets": [Asset(f"det://experiments/{file.dag_id}", group="det")],
+        }
+        if file.experiment_id is not None:
+            # The master stored the experiment and started its search at submission: its trial slots
+            # start the run, and the first one to ask links the run (no task starts before a trial).
+            slots = (submission.trial_slots if submission else None) or concurrent_slot_count(cfg)
+            trial = TrialOperator.partial(
+                task_id="trial", experiment_id=file.experiment_id, **trial_kwargs
+            ).expand(slot=list(range(slots)))
+            trial >> FinalizeExperimentOperator(experiment_id=file.experiment_id, **finalize_kwargs)
+            return dag
         register = RegisterExperimentOperator(
             task_id="register",
             config_path=str(file.path),
-            experiment_id=file.experiment_id,
             master_conn_id=conn_id,
             retries=2,
             retry_delay=timedelta(seconds=2),
@@ -230,30 +280,10 @@ def build_dag(file: ExperimentFile, cfg: ExperimentConfig, submission: Submissio
             retries=2,
             retry_delay=timedelta(seconds=2),
         )
-        trial_kwargs = {
-            "pool": cfg.resources.resource_pool or cfg.airflow.pool,
-            "pool_slots": max(1, cfg.resources.slots_per_trial),
-            "priority_weight": 100 - cfg.resources.priority,
-            "weight_rule": "absolute",
-            "retries": cfg.max_restarts,
-            "retry_delay": timedelta(seconds=1),
-        }
-        if cfg.airflow.queue:
-            trial_kwargs["queue"] = cfg.airflow.queue
-        trial = TrialOperator.partial(
-            task_id="trial",
-            experiment_id=register.output,
-            master_conn_id=conn_id,
-            preemption_timeout=cfg.preemption_timeout,
-            **trial_kwargs,
-        ).expand(slot=searcher.output)
-        finalize = FinalizeExperimentOperator(
-            task_id="finalize",
-            experiment_id=register.output,
-            master_conn_id=conn_id,
-            trigger_rule="all_done",
-            outlets=[Asset(f"det://experiments/{file.dag_id}", group="det")],
+        trial = TrialOperator.partial(task_id="trial", experiment_id=register.output, **trial_kwargs).expand(
+            slot=searcher.output
         )
+        finalize = FinalizeExperimentOperator(experiment_id=register.output, **finalize_kwargs)
         register >> searcher >> trial >> finalize
     return dag
 
@@ -312,7 +342,8 @@ def build_dags(dags_folder: Path, *, only_dag_id: str | None = None) -> dict[str
         if only_dag_id is not None and file.dag_id != only_dag_id:
             continue
         try:
-            cfg = load_experiment(path, defaults)
+            text = read_config_text(path)
+            cfg = load_experiment(path, defaults, text)
             if cfg is None:
                 continue
             if file.dag_id in seen:
@@ -320,7 +351,7 @@ def build_dags(dags_folder: Path, *, only_dag_id: str | None = None) -> dict[str
                     f"{path}: DAG id '{file.dag_id}' is already used by {seen[file.dag_id]}; rename one file"
                 )
                 continue
-            submission = read_submission(path) if file.experiment_id is not None else None
+            submission = read_submission(text) if file.experiment_id is not None else None
             dag = build_dag(file, cfg, submission)
         except DetError as exc:
             problems.append(str(exc))

@@ -146,6 +146,10 @@ def write_config(
             "secret_key": keep("api", "secret_key", secrets.token_urlsafe(32)),
         },
         "api_auth": {"jwt_secret": keep("api_auth", "jwt_secret", secrets.token_urlsafe(32))},
+        # A task's supervisor heartbeats to the API server every 5 s and by default kills the task
+        # after 3 failures (about 40 s): an API server away for a minute would kill every running
+        # trial. 24 rides out about 5 minutes; the trials themselves retry the master for 3.
+        "workers": {"max_failed_heartbeats": "24"},
         "dag_processor": {
             # New .py files are found within 5 s (default 300), edited ones re-parsed every 2 s.
             "refresh_interval": "5",

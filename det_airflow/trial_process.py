@@ -31,6 +31,7 @@ from typing import IO, Any
 
 from det_airflow import trial_env
 from det_airflow.errors import DetError
+from det_airflow.launchers._supervisor import die_with_parent
 
 STARTUP_HOOK = "startup-hook.sh"
 # det's own files in a trial's work folder: the config, the trial's HOME and TMPDIR.
@@ -214,6 +215,9 @@ def run_trial_process(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,  # its own process group, which stop signals as a whole
+            # A worker killed mid-run takes its trial along: the master restarts the trial elsewhere
+            # and no orphan keeps training (and writing checkpoints) beside the new run.
+            preexec_fn=die_with_parent(signal.SIGKILL),
             **as_user,
         )
     except OSError as exc:

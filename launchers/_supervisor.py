@@ -78,7 +78,7 @@ class Supervisor:
             list(argv),
             env=dict(env) if env is not None else None,
             start_new_session=new_session,
-            preexec_fn=_die_with_parent(),
+            preexec_fn=die_with_parent(signal.SIGTERM),
             **popen_kwargs,
         )
         self._procs.append(proc)
@@ -138,8 +138,9 @@ class Supervisor:
                 proc.wait()
 
 
-def _die_with_parent() -> Callable[[], None] | None:
-    """A preexec function asking Linux to SIGTERM the child when this process dies."""
+def die_with_parent(sig: signal.Signals) -> Callable[[], None] | None:
+    """A preexec function asking Linux to send the child ``sig`` when the thread that starts it ends
+    (with this process, as a killed worker's does); None where Linux is not."""
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -149,6 +150,6 @@ def _die_with_parent() -> Callable[[], None] | None:
         return None
 
     def set_parent_death_signal() -> None:
-        prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
 
     return set_parent_death_signal

@@ -8,18 +8,19 @@ import time
 from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from airflow.sdk import BaseOperator, Context
 
 from det_airflow.api.internal import InternalClient
-from det_airflow.errors import APIError
+from det_airflow.errors import APIError, DetError
 from det_airflow.operators._logs import LogShipper
 from det_airflow.operators._master import master_credentials
-from det_airflow.operators.triggers import TrialSlotTrigger
-from det_airflow.states import ExperimentState, TrialState
+from det_airflow.operators.triggers import KubernetesTrialTrigger, TrialSlotTrigger, stop_reason
+from det_airflow.states import TrialState
 
 if TYPE_CHECKING:
+    from det_airflow.operators.runners._kubernetes import KubernetesRunner
     from det_airflow.trial_process import TrialSpec, TrialUser
 
 
@@ -34,11 +35,15 @@ def default_work_dir() -> Path:
 
 
 class TrialOperator(BaseOperator):
-    """Runs the trials of one trial slot: asks the master for a trial, waits (deferred) while there is
-    none yet, runs it, and reports how it ended. A failed run raises, so Airflow's retries
-    (`max_restarts`) start it again from its latest checkpoint.
+    """Runs the trials of one trial slot, one after another: asks the master for a trial, waits
+    (deferred) while there is none yet, runs it, reports how it ended, and asks again until the
+    search has no trial left for it. A failed run raises, so Airflow's retries (`max_restarts`)
+    start it again from its latest checkpoint.
 
-    Subclasses say where the trial's process runs (`_run_trial`); this one runs it as a local process.
+    Subclasses say where the trial's process runs (`_run_trial`); this one runs it as a local process,
+    or through the runner that ``airflow.trial_runner`` names. A Kubernetes trial holds no worker
+    while its pods run: the task submits them and defers to a `KubernetesTrialTrigger`, then
+    collects their output and exit code (`resume_kubernetes`).
     """
 
     template_fields: Sequence[str] = ("experiment_id",)
@@ -63,6 +68,7 @@ class TrialOperator(BaseOperator):
         self.poll_interval = poll_interval
         self.work_dir = work_dir
         self._stop = threading.Event()
+        self._context_archive: bytes | None = None
 
     # --- Airflow entry points ---
 
@@ -76,6 +82,49 @@ class TrialOperator(BaseOperator):
             raise RuntimeError(event["message"])
         return self._serve_slot(context, ran=list(ran or []))
 
+    def resume_kubernetes(
+        self,
+        context: Context,
+        event: dict[str, Any],
+        ran: list[int],
+        trial_id: int,
+        workload: dict[str, Any],
+        runner_config: dict[str, Any],
+    ) -> dict[str, Any] | None:
+        """The trial's pods ended (or were stopped): pass on their output, report how the trial
+        ended, and go on serving the slot."""
+        from det_airflow.operators.runners._kubernetes import SubmittedWorkload
+        from det_airflow.operators.runners._run import CONTAINER_FAILED
+
+        submitted = SubmittedWorkload.from_dict(workload)
+        runner = self._kubernetes_runner(runner_config)
+        status = event.get("status")
+        if status == "stopped":
+            self.log.warning("Trial %s %s: its pods were deleted", trial_id, event.get("reason"))
+        shipper = LogShipper(self._client(), trial_id, log=self.log)
+
+        def on_output(line: str, stream: str) -> None:
+            self.log.info("%s", line)
+            shipper.add(line, stream)
+
+        try:
+            code = runner.collect(submitted, on_output=on_output, stopped=status != "ended")
+        except DetError as exc:
+            on_output(f"ERROR: {exc}", "stderr")
+            code = CONTAINER_FAILED
+        finally:
+            shipper.close()
+            shipper.client.close()
+        if status == "error":
+            raise RuntimeError(event["message"])
+        self.log.info("Trial %s exited with code %s", trial_id, code)
+        client = self._client()
+        try:
+            self._report_exit(client, context, trial_id, code, ran)
+        finally:
+            client.close()
+        return self._serve_slot(context, ran=ran)
+
     def on_kill(self) -> None:
         self._stop.set()
 
@@ -87,10 +136,19 @@ class TrialOperator(BaseOperator):
     def _client(self) -> InternalClient:
         return InternalClient(*self._credentials)
 
+    def trial_context(self, client: InternalClient, experiment_id: int) -> bytes:
+        """The experiment's context archive, fetched once per task: its slot runs trial after trial
+        of the same experiment, whose context never changes."""
+        if self._context_archive is None:
+            self._context_archive = client.context(experiment_id)
+        return self._context_archive
+
     # --- the slot loop ---
 
     def _serve_slot(self, context: Context, ran: list[int]) -> dict[str, Any] | None:
-        from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
+        from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+        from det_airflow.operators.runners import runner_name
 
         experiment_id = int(self.experiment_id)
         ti = context["ti"]
@@ -105,6 +163,8 @@ class TrialOperator(BaseOperator):
         try:
             while True:
                 answer = client.acquire(experiment_id, self.slot, task_ref)
+                if answer["status"] == "refused":
+                    raise AirflowFailException(answer["message"])  # a retry would be refused too
                 if answer["status"] == "done":
                     if ran:
                         return {"trials": ran}
@@ -112,32 +172,55 @@ class TrialOperator(BaseOperator):
                 if answer["status"] == "wait":
                     self._defer(TrialSlotTrigger, ran, slot=self.slot)
                 trial_id = answer["trial"]["id"]
-                exit_code = self._run_trial(client, answer["spec"], answer["token"])
-                result = client.exit_trial(
-                    trial_id, exit_code, try_number=ti.try_number, max_tries=getattr(ti, "max_tries", 0)
-                )
-                state = TrialState(result["trial"]["state"])
-                if result["retry"]:
-                    raise AirflowException(
-                        f"trial {trial_id} exited with code {exit_code}; it restarts from its latest checkpoint "
-                        f"(restart {result['trial']['restarts']})"
-                    )
-                if state == TrialState.ERROR:
-                    raise AirflowFailException(
-                        f"trial {trial_id} failed (exit code {exit_code}) after its last restart"
-                    )
-                if state == TrialState.PAUSED:
-                    self.log.info(
-                        "Trial %s paused; this slot waits (holding no pool slot) to resume it", trial_id
-                    )
-                    self._defer(TrialSlotTrigger, ran, slot=self.slot)
-                self.log.info("Trial %s ended %s", trial_id, state)
-                ran.append(trial_id)
-                if result["trial"]["early_exit"] != "INVALID_HP":
-                    return {"trials": ran}
-                # The search replaces a trial with invalid hyperparameters: this slot runs the replacement.
+                if runner_name(answer["spec"].get("config") or {}) == "kubernetes":
+                    exit_code = self._submit_to_kubernetes(client, answer, ran)  # defers once submitted
+                else:
+                    exit_code = self._run_trial(client, answer["spec"], answer["token"])
+                self._report_exit(client, context, trial_id, exit_code, ran)
+                # The slot goes on with the search's next trial: no Airflow task start between trials.
         finally:
             client.close()
+
+    def _report_exit(
+        self, client: InternalClient, context: Context, trial_id: int, exit_code: int, ran: list[int]
+    ) -> None:
+        """Tells the master how the trial's run ended and acts on its answer: raise for a restart
+        (Airflow retries the slot's task) or a failure, defer while the trial is paused or preempted
+        in this slot; return when the slot is free for the search's next trial."""
+        from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+        ti = context["ti"]
+        max_tries = int(getattr(ti, "max_tries", 0) or 0)
+        result = client.exit_trial(trial_id, exit_code, try_number=ti.try_number, max_tries=max_tries)
+        trial = result["trial"]
+        state = TrialState(trial["state"])
+        if result["retry"]:
+            why = (
+                f"trial {trial_id} exited with code {exit_code}; it restarts from its latest checkpoint "
+                f"(restart {trial['restarts']})"
+            )
+            if ti.try_number <= max_tries:
+                raise AirflowException(why)
+            # The slot's earlier trials used its Airflow retries: the trial's own max_restarts decides.
+            self.log.warning("%s in this try of the slot, which has no Airflow retry left", why)
+            return
+        if state == TrialState.ERROR:
+            raise AirflowFailException(
+                f"trial {trial_id} failed (exit code {exit_code}) after its last restart"
+            )
+        if state in (TrialState.PAUSED, TrialState.QUEUED):
+            if trial["slot"] is None:
+                self.log.info("Trial %s waits at its rung; this slot goes on to other trials", trial_id)
+                return
+            # Paused, or preempted by the job queue for a higher-priority job.
+            self.log.info(
+                "Trial %s %s; this slot waits (holding no pool slot) to resume it",
+                trial_id,
+                "paused" if state == TrialState.PAUSED else "preempted",
+            )
+            self._defer(TrialSlotTrigger, ran, slot=self.slot)
+        self.log.info("Trial %s ended %s", trial_id, state)
+        ran.append(trial_id)
 
     def _defer(self, trigger_cls: type, ran: list[int], **extra: Any) -> None:
         master, token = self._credentials
@@ -151,8 +234,76 @@ class TrialOperator(BaseOperator):
 
     # --- running one trial ---
 
+    def _kubernetes_runner(self, config: dict[str, Any]) -> KubernetesRunner:
+        from det_airflow.operators.runners._run import build_runner
+
+        return cast("KubernetesRunner", build_runner("kubernetes", config, log=self.log))
+
+    def _submit_to_kubernetes(self, client: InternalClient, answer: dict[str, Any], ran: list[int]) -> int:
+        """Creates the trial's pods and defers until they end; answers an exit code only when they
+        could not be created (the reason in the trial's logs)."""
+        from det_airflow.operators.runners._run import CONTAINER_FAILED, container_trial
+
+        spec_dict, trial_id = answer["spec"], int(answer["trial"]["id"])
+        # Only the settings the runner is built from travel with the deferral, not the trial's token.
+        runner_config = {"airflow": dict((spec_dict.get("config") or {}).get("airflow") or {})}
+        shipper = LogShipper(self._client(), trial_id, log=self.log)
+
+        def on_output(line: str, stream: str) -> None:
+            self.log.info("%s", line)
+            shipper.add(line, stream)
+
+        try:
+            prepared = container_trial("kubernetes", self, client, spec_dict, answer["token"], on_output)
+            if prepared is None:
+                return CONTAINER_FAILED
+            trial, held = prepared
+            try:
+                runner = self._kubernetes_runner(runner_config)
+                workload = runner.submit(trial)
+            except DetError as exc:
+                on_output(f"ERROR: {exc}", "stderr")
+                return CONTAINER_FAILED
+            finally:
+                held.release()
+                # The pod fetches the context itself: the folder here only told how to start it.
+                shutil.rmtree(trial.workdir, ignore_errors=True)
+        finally:
+            shipper.close()
+            shipper.client.close()
+        self.log.info(
+            "Trial %s submitted as %s %s; waiting without a worker",
+            trial_id,
+            "/".join(workload.kinds),
+            workload.name,
+        )
+        master, token = self._credentials
+        self.defer(
+            trigger=KubernetesTrialTrigger(
+                master,
+                token,
+                int(self.experiment_id),
+                trial_id,
+                workload.to_dict(),
+                kubernetes_conn_id=runner_config["airflow"].get("kubernetes_conn_id") or None,
+                preemption_timeout=self.preemption_timeout,
+                startup_timeout=runner.startup_timeout,
+                kill_grace=runner.kill_grace,
+                poll_interval=self.poll_interval,
+            ),
+            method_name="resume_kubernetes",
+            kwargs={
+                "ran": ran,
+                "trial_id": trial_id,
+                "workload": workload.to_dict(),
+                "runner_config": runner_config,
+            },
+        )
+
     def _run_trial(self, client: InternalClient, spec_dict: dict[str, Any], token: str) -> int:
         from det_airflow.operators.runners import run_with, runner_name
+        from det_airflow.operators.runners._run import lease_slots
+        from det_airflow.slots import SlotsUnavailable
 
         where = runner_name(spec_dict.get("config") or {})
         if where != "local":
@@ -187,19 +338,23 @@ class TrialOperator(BaseOperator):
 
         try:
             user = self._trial_user(spec, workdir)
-            prepare_workdir(client.context(spec.experiment_id), workdir)
+            prepare_workdir(self.trial_context(client, spec.experiment_id), workdir)
             write_trial_files(spec, workdir)
             if user is not None:
                 hand_over(workdir, user)
                 check_trial_access(user, read=[workdir])
-        except TrialIsolationError as exc:
+            slots = lease_slots(spec_dict)
+        except (TrialIsolationError, SlotsUnavailable) as exc:
             # Into the trial's logs, where its owner looks, not only the Airflow task log.
             on_output(f"error: {exc}", "stderr")
             shipper.close()
             shipper.client.close()
             shutil.rmtree(workdir, ignore_errors=True)
             return 126
-        env = trial_environment(spec, master_url=master, token=token, workdir=workdir)
+        env = trial_environment(
+            spec, master_url=master, token=token, workdir=workdir, slot_ids=slots.slot_ids
+        )
+        env.update(slots.visible_devices())  # the trial sees exactly the GPUs it leased
         argv = entrypoint_argv(spec.config["entrypoint"])
         self.log.info(
             "Trial %s (experiment %s, run %s) starting in %s as %s: %s",
@@ -216,6 +371,7 @@ class TrialOperator(BaseOperator):
         try:
             code = run_trial_process(workdir, argv, env, on_output=on_output, stop=self._stop, user=user)
         finally:
+            slots.release()
             self._stop.set()
             shipper.close()
             shipper.client.close()
@@ -260,23 +416,9 @@ class TrialOperator(BaseOperator):
                     status = client.trial_status(trial_id)
                 except APIError:
                     continue
-                exp_state = ExperimentState(status["experiment_state"])
-                if (
-                    exp_state == ExperimentState.STOPPING_KILLED
-                    or status["trial"]["state"] == TrialState.STOPPING_KILLED
-                ):
-                    self.log.warning("Experiment or trial killed: stopping trial %s now", trial_id)
-                    self._stop.set()
-                    return
-                preempting = exp_state != ExperimentState.ACTIVE or status["trial"].get("stop_requested")
-                if not preempting:
-                    asked_at = None
-                    continue
-                asked_at = asked_at or time.monotonic()
-                if time.monotonic() - asked_at > self.preemption_timeout:
-                    self.log.warning(
-                        "Trial %s ignored preemption for %ss: stopping it", trial_id, self.preemption_timeout
-                    )
+                why, asked_at = stop_reason(status, asked_at, time.monotonic(), self.preemption_timeout)
+                if why is not None:
+                    self.log.warning("Trial %s %s: stopping it now", trial_id, why)
                     self._stop.set()
                     return
         finally:

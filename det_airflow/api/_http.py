@@ -20,6 +20,7 @@ DEFAULT_MASTER = "localhost:8080"
 # Connection errors are retried with backoff for this long: the API server may be restarting.
 # People (the CLI) want a quick answer; tasks and trials would rather wait out a restart.
 DEFAULT_RETRY_SECONDS = 3.0
+UNAVAILABLE = 503
 SERVICE_RETRY_SECONDS = 180.0
 # Airflow's answer (403) to a bearer token it cannot verify.
 AIRFLOW_INVALID_TOKEN = "Invalid JWT token"
@@ -49,6 +50,26 @@ def _message_of(text: str, reason: str) -> str:
             f"{'.'.join(str(p) for p in item.get('loc', []))}: {item.get('msg')}" for item in detail
         )
     return str(detail or body)
+
+
+class _Backoff:
+    """The waits between tries of one request: 0.25 s doubling up to 2 s, for as long as the first
+    failure plus ``seconds`` allows (counted from the failure, so a slow answer still gets a retry)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.deadline: float | None = None
+        self.delay = 0.25
+
+    def wait(self) -> bool:
+        """Sleeps before the next try; False, without sleeping, when it would end past the deadline."""
+        if self.deadline is None:
+            self.deadline = time.monotonic() + self.seconds
+        if time.monotonic() + self.delay > self.deadline:
+            return False
+        time.sleep(self.delay)
+        self.delay = min(self.delay * 2, 2.0)
+        return True
 
 
 class Session:
@@ -99,21 +120,20 @@ class Session:
         retried: type[Exception] | tuple[type[Exception], ...] = (
             httpx.TransportError if resend_on_failure else (httpx.ConnectError, httpx.RemoteProtocolError)
         )
-        deadline: float | None = None  # counted from the first failure, so a slow answer still gets a retry
-        delay = 0.25
+        backoff = _Backoff(self.retry_seconds)
         while True:
             try:
                 response = self._client.request(method, path, **kwargs)
-                break
             except httpx.TransportError as exc:
-                if deadline is None:
-                    deadline = time.monotonic() + self.retry_seconds
-                if not isinstance(exc, retried) or time.monotonic() + delay > deadline:
-                    if isinstance(exc, httpx.TimeoutException):
-                        raise APIError(f"the master at {self.master} did not answer in time") from None
-                    raise APIError(f"cannot reach the master at {self.master}: {exc}") from None
-                time.sleep(delay)
-                delay = min(delay * 2, 2.0)
+                if isinstance(exc, retried) and backoff.wait():
+                    continue
+                if isinstance(exc, httpx.TimeoutException):
+                    raise APIError(f"the master at {self.master} did not answer in time") from None
+                raise APIError(f"cannot reach the master at {self.master}: {exc}") from None
+            # 503: the master's database is away and nothing was stored; it is worth another try.
+            if response.status_code == UNAVAILABLE and backoff.wait():
+                continue
+            break
         if response.status_code >= 400:
             _raise_for_status(self.master, response.status_code, _error_message(response))
         return response
@@ -213,8 +233,7 @@ class TrialSession:
         if body is not None:
             data = json.dumps(body).encode()
             headers["Content-Type"] = "application/json"
-        deadline: float | None = None  # counted from the first failure, as in Session
-        delay = 0.25
+        backoff = _Backoff(self.retry_seconds)
         while True:
             connection = self._connect()
             sent = False
@@ -223,23 +242,22 @@ class TrialSession:
                 sent = True
                 response = connection.getresponse()
                 status, reason, content = response.status, response.reason, response.read()
-                break
             except OSError as exc:  # refused, reset, timed out, name not found; http.client's too
                 self.close()
-                if deadline is None:
-                    deadline = time.monotonic() + self.retry_seconds
                 # As Session: a refused or dropped connection is tried again (a dropped one had its
                 # request unread), one that timed out after sending may have been carried out.
-                retried = not sent or isinstance(exc, ConnectionError)
-                if not retried or time.monotonic() + delay > deadline:
-                    if isinstance(exc, TimeoutError):
-                        raise APIError(f"the master at {self.master} did not answer in time") from None
-                    raise APIError(f"cannot reach the master at {self.master}: {exc}") from None
-                time.sleep(delay)
-                delay = min(delay * 2, 2.0)
+                if (not sent or isinstance(exc, ConnectionError)) and backoff.wait():
+                    continue
+                if isinstance(exc, TimeoutError):
+                    raise APIError(f"the master at {self.master} did not answer in time") from None
+                raise APIError(f"cannot reach the master at {self.master}: {exc}") from None
             except http.client.HTTPException as exc:
                 self.close()
                 raise APIError(f"the master at {self.master} sent a broken answer: {exc}") from None
+            # 503: the master's database is away and nothing was stored; try again, as Session.
+            if status == UNAVAILABLE and backoff.wait():
+                continue
+            break
         text = content.decode("utf-8", errors="replace")
         if status >= 400:
             _raise_for_status(self.master, status, _message_of(text, reason))

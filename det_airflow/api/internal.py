@@ -74,6 +74,10 @@ class AsyncInternalClient:
         async with AsyncSession(self.master, self.token) as session:
             return await session.request("GET", f"/internal/experiments/{experiment_id}/searcher")
 
+    async def trial_status(self, trial_id: int) -> dict[str, Any]:
+        async with AsyncSession(self.master, self.token) as session:
+            return await session.request("GET", f"/internal/trials/{trial_id}")
+
     async def slot_status(self, experiment_id: int, slot: int) -> str:
         async with AsyncSession(self.master, self.token) as session:
             answer = await session.request(

@@ -440,10 +440,19 @@ class UserClient:
         return self._json("GET", f"/trials/{trial_id}/metrics", params=params)["metrics"]
 
     def trial_logs(
-        self, trial_id: int, *, after: int | None = None, limit: int | None = None, tail: int | None = None
+        self,
+        trial_id: int,
+        *,
+        after: int | None = None,
+        limit: int | None = None,
+        tail: int | None = None,
+        rank: list[int] | None = None,
+        level: str | None = None,
     ) -> LogsPage:
-        """One page of a trial's logs, ascending by id: after ``after``, at most ``limit``, or the last ``tail``."""
-        params = {k: v for k, v in (("after", after), ("limit", limit), ("tail", tail)) if v is not None}
+        """One page of a trial's logs, ascending by id: after ``after``, at most ``limit``, or the last
+        ``tail``; only lines of these ``rank`` ids and of ``level`` or higher, when given."""
+        given = (("after", after), ("limit", limit), ("tail", tail), ("rank", rank), ("level", level))
+        params = {k: v for k, v in given if v is not None}
         return self._json("GET", f"/trials/{trial_id}/logs", params=params)
 
     # --- checkpoints and identity ---

@@ -128,7 +128,7 @@ def list_row(job: dict[str, Any]) -> list[Any]:
         job["priority"],
         render.format_time(job.get("submitted")),
         slots,
-        job["state"],
+        job["state"] + (f" ({job['preempting_trials']} preempting)" if job.get("preempting_trials") else ""),
         job["user"] if job.get("user") is not None else HIDDEN,
     ]
 

@@ -6,10 +6,9 @@ import argparse
 import json
 import sys
 import time
-from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from det_airflow.cli import render
 from det_airflow.states import LOG_LEVELS, TERMINAL_TRIAL_STATES
@@ -52,23 +51,18 @@ def _non_negative(text: str) -> int:
 
 @dataclass(frozen=True)
 class LogFilter:
-    """Which lines to show; applied here since the master's log route does not filter."""
+    """Which lines to show; the master's log route applies it, so only matching lines travel."""
 
     rank_ids: frozenset[int] | None = None
     min_level: str | None = None
 
-    @property
-    def active(self) -> bool:
-        return self.rank_ids is not None or self.min_level is not None
-
-    def matches(self, line: LogLine) -> bool:
-        if self.rank_ids is not None and line.get("rank") not in self.rank_ids:
-            return False
+    def params(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.rank_ids is not None:
+            out["rank"] = sorted(self.rank_ids)
         if self.min_level is not None:
-            level = _level_name(line.get("level"))
-            if level not in LEVELS or LEVELS.index(level) < LEVELS.index(self.min_level):
-                return False
-        return True
+            out["level"] = self.min_level
+        return out
 
 
 def _level_name(level: str | None) -> str:
@@ -101,10 +95,10 @@ class _Printer:
         self.out.flush()
 
 
-def _pages(client: UserClient, trial_id: int, after: int | None) -> Iterator[LogsPage]:
+def _pages(client: UserClient, trial_id: int, after: int | None, query: dict[str, Any]) -> Iterator[LogsPage]:
     """Pages of the trial's log after ``after`` until the first empty one (which is yielded too)."""
     while True:
-        page = client.trial_logs(trial_id, after=after, limit=PAGE_SIZE)
+        page = client.trial_logs(trial_id, after=after, limit=PAGE_SIZE, **query)
         yield page
         if not page["logs"]:
             return
@@ -126,7 +120,7 @@ def show_trial_logs(
 
     ``head`` prints the first N matching lines and stops, even when following.
     """
-    log_filter = log_filter or LogFilter()
+    query = (log_filter or LogFilter()).params()
     emit = _Printer(as_json, out)
     after: int | None = None
 
@@ -134,53 +128,43 @@ def show_trial_logs(
         remaining = head
         if remaining == 0:
             return
-        for page in _pages(client, trial_id, None):
-            for line in page["logs"]:
-                if log_filter.matches(line):
-                    emit(line)
-                    remaining -= 1
-                    if remaining == 0:
-                        return
+        for page in _pages(client, trial_id, None, query):
+            for line in page["logs"][:remaining]:
+                emit(line)
+            remaining -= min(remaining, len(page["logs"]))
+            if remaining == 0:
+                return
         return
 
-    if tail is not None and not log_filter.active:
-        lines = client.trial_logs(trial_id, tail=tail)["logs"] if tail else []
+    if tail is not None:
+        lines = client.trial_logs(trial_id, tail=tail, **query)["logs"] if tail else []
         for line in lines:
             emit(line)
         after = lines[-1]["id"] if lines else None
         if follow and after is None:
-            # Nothing printed (tail 0 or an empty log): follow from the current end.
+            # Nothing printed (tail 0 or no matching line): follow from the current end.
             last = client.trial_logs(trial_id, tail=1)["logs"]
             after = last[-1]["id"] if last else None
     else:
-        kept: deque[LogLine] | None = deque(maxlen=tail) if tail is not None else None
-        for page in _pages(client, trial_id, None):
+        for page in _pages(client, trial_id, None, query):
             for line in page["logs"]:
-                if not log_filter.matches(line):
-                    continue
-                if kept is not None:
-                    kept.append(line)
-                else:
-                    emit(line)
+                emit(line)
             if page["logs"]:
                 after = page["logs"][-1]["id"]
-        for line in kept or ():
-            emit(line)
 
     if follow:
-        _follow(client, trial_id, after, log_filter, emit)
+        _follow(client, trial_id, after, query, emit)
 
 
 def _follow(
-    client: UserClient, trial_id: int, after: int | None, log_filter: LogFilter, emit: _Printer
+    client: UserClient, trial_id: int, after: int | None, query: dict[str, Any], emit: _Printer
 ) -> None:
     ended_and_quiet = False
     while True:
-        page = client.trial_logs(trial_id, after=after, limit=PAGE_SIZE)
+        page = client.trial_logs(trial_id, after=after, limit=PAGE_SIZE, **query)
         lines = page["logs"]
         for line in lines:
-            if log_filter.matches(line):
-                emit(line)
+            emit(line)
         if lines:
             after = lines[-1]["id"]
             ended_and_quiet = False

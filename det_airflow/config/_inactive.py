@@ -26,9 +26,20 @@ TYPED = (
     "environment.pod_spec",
     "log_policies",
     "profiling",
-    "optimizations",
     "debug",
 )
+# `optimizations`: det.pytorch acts on aggregation_frequency and average_aggregated_gradients, and
+# averages training metrics across workers; any other field is inactive unless it keeps
+# Determined's default.
+OPTIMIZATION_DEFAULTS: dict[str, Any] = {
+    "average_training_metrics": True,
+    "gradient_compression": False,
+    "mixed_precision": "O0",
+    "tensor_fusion_threshold": 64,
+    "tensor_fusion_cycle_time": 5,
+    "auto_tune_tensor_fusion": False,
+    "grad_updates_size_file": None,
+}
 WARNING = "accepted but not acted on by det-airflow: "
 
 
@@ -36,7 +47,13 @@ def inactive_fields(data: Mapping[str, Any]) -> list[str]:
     """The inactive fields ``data`` sets, in the order written; null, false and empty set nothing."""
     found = []
     for key, value in data.items():
-        if _sets(value) and (key in UNTYPED[""] or key in TYPED):
+        if key == "optimizations" and isinstance(value, Mapping):
+            found += [
+                join(key, inner)
+                for inner, setting in value.items()
+                if inner in OPTIMIZATION_DEFAULTS and setting != OPTIMIZATION_DEFAULTS[inner]
+            ]
+        elif _sets(value) and (key in UNTYPED[""] or key in TYPED):
             found.append(key)
         elif key in UNTYPED and isinstance(value, Mapping):
             found += [

@@ -7,6 +7,12 @@ program is; without ``DET_MASTER`` it writes to the local store (``DET_LOCAL_STO
 ``./.det_local``). The config is built from ``defaults`` and ``config``. The experiment ends
 COMPLETED at ``close()`` (or at exit), ERROR when the program ends with an exception.
 
+Distributed (``distributed=DistributedContext.from_torch_distributed()`` under torchrun): the chief
+creates the experiment and the other ranks receive it through the distributed context; they report
+as the workers of a trial do (the chief's metrics and checkpoints count), each rank's output goes
+to the trial's logs under its rank, and the chief ends the run once every rank has called
+``close()``. A rank that raises ends it in ERROR.
+
 Example::
 
     from determined.experimental import core_v2
@@ -20,6 +26,7 @@ Example::
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import logging
 import os
@@ -39,7 +46,7 @@ from det_airflow.core import (
     SearcherContext,
     TrainContext,
 )
-from det_airflow.errors import DetError
+from det_airflow.errors import APIError, DetError
 from det_airflow.log_shipping import LogShipper, Tee
 
 if TYPE_CHECKING:
@@ -144,30 +151,72 @@ def _close(error: str | None) -> None:
     global _context, _run
     context, run = _context, _run
     _context = _run = None
-    try:
+    if run is None:
         if context is not None:
             context.close()
+        return
+    _restore_excepthook()
+    atexit.unregister(_close_at_exit)
+    if context is not None and context.distributed.size > 1 and error is None:
+        _close_rank(context, run)
+        return
+    # Ending the run revokes the token that metrics and output are sent with, so they go first.
+    # The process group goes last: a rank that sees this one leave finds the run already ended.
+    try:
+        if context is not None:
+            context.train.close()
     finally:
-        if run is not None:
-            _restore_excepthook()
-            atexit.unregister(_close_at_exit)
+        try:
             _stop_shipping_output()
+            # Any rank that fails ends the run in ERROR, as a failing worker fails a trial.
             experiment = run.report_exit(error)
             logger.info("core_v2: unmanaged experiment %s is %s", run.experiment_id, experiment["state"])
+        finally:
+            if context is not None:
+                context.close()
+
+
+def _close_rank(context: core.Context, run: UnmanagedRun) -> None:
+    """A clean end of one rank of a distributed run: only the chief ends the run, once every rank's
+    metrics and output are stored."""
+    dist = context.distributed
+    context.train.close()
+    _stop_shipping_output()
+    try:
+        _wait_for_every_rank(dist)
+    except RuntimeError:  # torch.distributed: a peer closed its connection
+        problem = (
+            "another rank ended without calling core_v2.close() (it failed or was stopped; see its logs)"
+        )
+        if dist.is_chief:
+            with contextlib.suppress(APIError):  # the failing rank has usually ended the run already
+                run.report_exit(problem)
+        raise DetError(f"core_v2.close(): {problem}") from None
+    context.close()
+    if dist.is_chief:
+        experiment = run.report_exit(None)
+        logger.info("core_v2: unmanaged experiment %s is %s", run.experiment_id, experiment["state"])
+
+
+def _wait_for_every_rank(dist: DistributedContext) -> None:
+    import torch.distributed
+
+    if not torch.distributed.is_initialized():
+        # The program tore its process group down first; the chief ends the run without waiting.
+        logger.warning(
+            "core_v2.close(): torch.distributed is no longer initialized; not waiting for the other ranks"
+        )
+        return
+    dist.allgather(None)
 
 
 def _start_unmanaged(settings: dict[str, Any], distributed: DistributedContext | None) -> core.Context:
     """Create the unmanaged experiment in the master and report to it, as a trial would."""
     global _run, _previous_excepthook
-    from det_airflow.api.unmanaged import start_unmanaged
     from det_airflow.core._remote import RemoteBackend
 
-    hparams = dict(settings.pop("hyperparameters", None) or {})
-    master = os.environ[trial_env.MASTER]
-    run = start_unmanaged(
-        master, config=settings, hparams=hparams, command=shlex.join([sys.executable, *sys.argv])
-    )
     dist = distributed or DistributedContext()
+    run = _create_or_receive_run(settings, dist)
     backend = RemoteBackend(run.runtime_client())
     storage_config = run.config.get("checkpoint_storage")
     storage = CheckpointStorage.from_config(storage_config) if storage_config else None
@@ -179,7 +228,7 @@ def _start_unmanaged(settings: dict[str, Any], distributed: DistributedContext |
         session_token=run.token,
         slot_ids=[],
         container_addrs=["127.0.0.1"],
-        container_rank=0,
+        container_rank=dist.cross_rank,
         latest_checkpoint=None,
         trial=TrialInfo(
             trial_id=run.trial_id,
@@ -214,6 +263,40 @@ def _start_unmanaged(settings: dict[str, Any], distributed: DistributedContext |
         backend=backend,
         info=info,
     )
+
+
+def _create_or_receive_run(settings: dict[str, Any], dist: DistributedContext) -> UnmanagedRun:
+    """The chief (rank 0) creates the experiment and its trial; the other ranks receive them, so a
+    distributed run is one experiment whose ranks report as the workers of one trial."""
+    from det_airflow.api.unmanaged import start_unmanaged
+
+    def create() -> UnmanagedRun:
+        hparams = dict(settings.pop("hyperparameters", None) or {})
+        return start_unmanaged(
+            os.environ[trial_env.MASTER],
+            config=settings,
+            hparams=hparams,
+            command=shlex.join([sys.executable, *sys.argv]),
+        )
+
+    if dist.size == 1:
+        return create()
+    run: UnmanagedRun | None = None
+    failure: DetError | None = None
+    if dist.is_chief:
+        try:
+            run = create()
+        except DetError as exc:
+            failure = exc  # told to the other ranks too, so that none waits for a run that never comes
+    answer: tuple[UnmanagedRun | None, str | None] = dist.broadcast(
+        (run, str(failure) if failure is not None else None)
+    )
+    if failure is not None:
+        raise failure
+    received, message = answer
+    if received is None:
+        raise DetError(f"core_v2.init(): rank 0 could not create the unmanaged experiment: {message}")
+    return received
 
 
 def _ship_output(run: UnmanagedRun, dist: DistributedContext) -> None:

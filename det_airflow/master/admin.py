@@ -79,7 +79,7 @@ def mask_experiment_files(db: Database) -> tuple[int, int]:
     """
     from sqlalchemy import select
 
-    from det_airflow.dagfactory import FINISHED_SUBDIR, experiment_file
+    from det_airflow.dagfactory import FINISHED_SUBDIR, experiment_file, read_submission
     from det_airflow.master import schema
     from det_airflow.master.experiments import write_experiment_file
 
@@ -102,7 +102,9 @@ def mask_experiment_files(db: Database) -> tuple[int, int]:
             except FileNotFoundError:
                 continue
             found += 1
-            write_experiment_file(row.id, row.config, path, submission=(row.owner, row.start_time))
+            kept = read_submission(before)  # the slots its DAG maps stay as they were counted
+            slots = kept.trial_slots if kept else None
+            write_experiment_file(row.id, row.config, path, submission=(row.owner, row.start_time, slots))
             rewritten += path.read_text() != before
     return rewritten, found
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from airflow.api_fastapi.core_api.security import requires_authenticated
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import OperationalError
 
 from det_airflow.api._http import API_PREFIX
 from det_airflow.errors import DetError
@@ -52,5 +53,14 @@ def create_app() -> FastAPI:
     @app.exception_handler(DetError)
     async def _det_error(_request: Request, exc: DetError) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=_status_for(exc))
+
+    @app.exception_handler(OperationalError)
+    async def _database_away(_request: Request, exc: OperationalError) -> JSONResponse:
+        # The database restarting or out of reach: nothing was stored (the transaction rolled back),
+        # and the clients try again, so a trial rides out a database restart.
+        return JSONResponse(
+            {"detail": f"the master's database is unavailable, try again: {type(exc.orig).__name__}"},
+            status_code=503,
+        )
 
     return app

@@ -1,9 +1,9 @@
 """Learning curves of an experiment's trials for charts: one metric of one group, every trial.
 
-An experiment of 1,000 trials × 1,000 reports is a million metric rows. The database pulls the
-metric out of each row's JSON, rows come back as the driver's tuples straight into numpy, each
-series is downsampled (LTTB) except those of the best trials, and each trial's encoded series is
-kept until the trial reports again, so that a refresh reads only the trials that reported since."""
+An experiment of 1,000 trials × 1,000 reports is a million points. They are read as numbers, packed
+per trial and metric at report time (:mod:`det_airflow.master.metric_points`), each series is
+downsampled (LTTB) except those of the best trials, and each trial's encoded series is kept until the
+trial reports again, so that a refresh reads only the trials that reported since."""
 
 from __future__ import annotations
 
@@ -16,14 +16,14 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 import numpy as np
-from sqlalchemy import Connection, Float, Row, cast, extract, func, select, text
-from sqlalchemy.sql.elements import ColumnElement
+import pydantic_core
+from sqlalchemy import Connection, Row, select
 
-from det_airflow.master import experiments, schema
+from det_airflow.master import experiments, metric_points, schema
 from det_airflow.master.downsample import Array, lttb_many
 
 Group = Literal["training", "validation"]
-XAxis = Literal["batches", "time"]
+XAxis = Literal["batches", "time", "epochs"]
 GROUPS: tuple[Group, ...] = ("training", "validation")
 BEST_KEPT_WHOLE = 10
 CACHED_VIEWS = 8
@@ -122,10 +122,7 @@ def curves_json(conn: Connection, exp: Row, query: CurveQuery, *, downsample: bo
     best = best_trial_ids(trial_rows, searcher.smaller_is_better)
     whole = set(best) if downsample else {t.id for t in trial_rows}
     cached = fragments.view((str(conn.engine.url), query, metric))
-    versions = {
-        t.id: (t.run_id, json.dumps((t.summary or {}).get(query.group), sort_keys=True), t.id in whole)
-        for t in trial_rows
-    }
+    versions = {t.id: (t.run_id, (t.summary or {}).get(query.group), t.id in whole) for t in trial_rows}
     stale = [t for t in trial_rows if t.id not in cached or cached[t.id][0] != versions[t.id]]
     if stale and metric:
         series, counts = _series(conn, stale, query, metric)
@@ -133,13 +130,12 @@ def curves_json(conn: Connection, exp: Row, query: CurveQuery, *, downsample: bo
         series.update(zip(thin, lttb_many([series[t] for t in thin], query.points), strict=True))
         for t in stale:
             xs, ys = series.get(t.id, (_EMPTY, _EMPTY))
-            # Encoded here, by the json module's C encoder, once per change of the trial: FastAPI's
-            # generic encoder would walk every number of a million one by one on every request.
+            # Encoded here, once per change of the trial, by pydantic's serializer (FastAPI's own):
+            # it writes the shortest exact form of each float several times faster than the json
+            # module, which took most of a first answer's time.
             cached[t.id] = (
                 versions[t.id],
-                json.dumps(
-                    {"points": counts.get(t.id, 0), "x": xs.tolist(), "y": ys.tolist()}, separators=(",", ":")
-                ).encode(),
+                pydantic_core.to_json({"points": counts.get(t.id, 0), "x": xs.tolist(), "y": ys.tolist()}),
             )
     head = {
         "group": query.group,
@@ -150,9 +146,7 @@ def curves_json(conn: Connection, exp: Row, query: CurveQuery, *, downsample: bo
         "best_trial_ids": best,
     }
     parts = [
-        json.dumps({"trial_id": t.id, "state": t.state, "hparams": t.hparams}, separators=(",", ":"))[
-            :-1
-        ].encode()
+        pydantic_core.to_json({"trial_id": t.id, "state": t.state, "hparams": t.hparams})[:-1]
         + b","
         + cached[t.id][1][1:]
         for t in trial_rows
@@ -171,83 +165,32 @@ def _default_metric(group: Group, names: list[str], searcher_metric: str) -> str
     return names[0] if names else None
 
 
-def _y_column(conn: Connection, metric: str) -> ColumnElement[Any]:
-    """The metric as a float, NULL where a report lacks it or holds something else than a number."""
-    m = schema.metrics.c.metrics
-    dialect = conn.dialect.name
-    if dialect == "sqlite":
-        path = '$."' + metric.replace('"', '\\"') + '"'
-        return text(
-            "CASE WHEN json_type(det_metrics.metrics, :path) IN ('integer', 'real') "
-            "THEN json_extract(det_metrics.metrics, :path) END"
-        ).bindparams(path=path)  # type: ignore[return-value]
-    if dialect == "postgresql":
-        return text(
-            "CASE WHEN json_typeof(det_metrics.metrics -> :name) = 'number' "
-            "THEN CAST(det_metrics.metrics ->> :name AS DOUBLE PRECISION) END"
-        ).bindparams(name=metric)  # type: ignore[return-value]
-    return m[metric].as_float()
-
-
-def _x_column(conn: Connection, x: XAxis) -> ColumnElement[Any]:
-    m = schema.metrics.c
-    if x == "batches":
-        return m.steps_completed
-    if conn.dialect.name == "sqlite":
-        # Datetimes are text there. A Julian day as a double is good to about 50 µs: rounded to
-        # milliseconds, the Unix time comes out exact.
-        return func.round((func.julianday(m.report_time) - 2440587.5) * 86400.0, 3)
-    return cast(extract("epoch", m.report_time), Float)
-
-
 def _series(
     conn: Connection, trial_rows: list[Row], query: CurveQuery, metric: str
 ) -> tuple[dict[int, tuple[Array, Array]], dict[int, int]]:
-    """Each trial's finite (x, y) points in report order, and how many there were."""
-    m = schema.metrics
-    ids = [t.id for t in trial_rows]
-    in_trials = (
-        m.c.trial_id.in_(ids)
-        if len(ids) <= 500
-        else m.c.trial_id.in_(
-            select(schema.trials.c.id).where(schema.trials.c.experiment_id == query.experiment_id)
-        )
-    )
-    result = conn.execute(
-        select(m.c.trial_id, _x_column(conn, query.x), _y_column(conn, metric))
-        .where(in_trials, m.c.group == query.group)
-        .order_by(m.c.trial_id, m.c.steps_completed, m.c.id)
-    )
-    # The driver's plain tuples (all numbers, nothing to convert): building a million Row objects
-    # would cost as much as the read itself, and numpy reads tuples far faster than Rows.
-    try:
-        rows = result.cursor.fetchall()
-    finally:
-        result.close()
-    table = np.array(rows, dtype=np.float64).reshape(-1, 3)
-    table = table[np.isfinite(table[:, 1]) & np.isfinite(table[:, 2])]
-    if not len(table):
-        return {}, {}
-    wanted = set(ids)
-    trial_ids = table[:, 0].astype(np.int64)
-    starts = np.flatnonzero(np.diff(trial_ids, prepend=-1))
-    ends = np.append(starts[1:], len(trial_ids))
+    """Each trial's (x, y) points in report order, and how many there were."""
+    stored = metric_points.read(conn, [t.id for t in trial_rows], query.group, metric)
     origin = {t.id: _epoch(t.start_time) for t in trial_rows} if query.x == "time" else {}
     series: dict[int, tuple[Array, Array]] = {}
     counts: dict[int, int] = {}
-    for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True):
-        trial_id = int(trial_ids[lo])
-        if trial_id not in wanted:
-            continue
-        xs, ys = table[lo:hi, 1], table[lo:hi, 2]
+    for trial_id, points in stored.items():
+        if query.x == "epochs":
+            points = points[np.isfinite(points[:, metric_points.EPOCHS])]
+            if not len(points):
+                continue
+        ys = points[:, metric_points.VALUE]
         if query.x == "time":
             # Seconds since the trial started (its first report when the start is unknown).
+            xs = points[:, metric_points.TIME]
             start = origin.get(trial_id)
-            xs = xs - (xs[0] if start is None else min(start, xs[0]))
+            # To the millisecond, as a chart needs: shorter numbers encode and parse faster.
+            xs = np.round(xs - (xs[0] if start is None else min(start, xs[0])), 3)
+        elif query.x == "epochs":
+            xs = points[:, metric_points.EPOCHS]
         else:
-            xs = xs.astype(np.int64)
+            xs = points[:, metric_points.STEPS].astype(np.int64)
         series[trial_id] = (xs, ys)
-        counts[trial_id] = hi - lo
+        counts[trial_id] = len(points)
     return series, counts
 
 

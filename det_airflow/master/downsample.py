@@ -51,48 +51,51 @@ def _lttb_group(series: Sequence[tuple[Array, Array]], points: int, width: int) 
     """Indices kept, one row per series (all of them longer than ``points``)."""
     t = len(series)
     n = np.array([len(x) for x, _ in series], dtype=np.int64)
-    longest = int(n.max())
-    xs = np.zeros((t, longest))
-    ys = np.zeros((t, longest))
+    # All series end to end, each followed by at least one unused slot, so that a flat index
+    # addresses any point and no bucket of one series reaches into the next.
+    stride = int(n.max()) + 1
+    xs = np.zeros(t * stride)
+    ys = np.zeros(t * stride)
+    base = np.arange(t, dtype=np.int64) * stride
     for row, (x, y) in enumerate(series):
-        xs[row, : len(x)] = x
-        ys[row, : len(y)] = y
+        xs[base[row] : base[row] + len(x)] = x
+        ys[base[row] : base[row] + len(y)] = y
     every = (n - 2) / (points - 2)  # per series
-    buckets = np.arange(points - 2)
     # Bucket b of series s covers [start[s, b], start[s, b + 1]); the last one ends before the last point.
     start = np.floor(np.outer(every, np.arange(points - 1))).astype(np.int64) + 1
     start[:, -1] = n - 1
-    rows = np.arange(t)[:, None]
 
-    # The average of each bucket's successor (the last bucket's successor is the last point).
-    cx = np.concatenate([np.zeros((t, 1)), np.cumsum(xs, axis=1)], axis=1)
-    cy = np.concatenate([np.zeros((t, 1)), np.cumsum(ys, axis=1)], axis=1)
-    nxt_lo = start[:, 1:]
-    nxt_hi = np.concatenate([start[:, 2:], n[:, None]], axis=1)
-    count = (nxt_hi - nxt_lo).astype(np.float64)
-    avg_x = (cx[rows, nxt_hi] - cx[rows, nxt_lo]) / count
-    avg_y = (cy[rows, nxt_hi] - cy[rows, nxt_lo]) / count
+    # The average of each bucket's successor (the last bucket's successor is the last point): the
+    # successors end to end are the segments between these bounds; the one from a series' end to
+    # the next series' start is dropped.
+    bounds = np.concatenate([start[:, 1:], n[:, None]], axis=1) + base[:, None]
+    count = np.diff(bounds, axis=1).astype(np.float64)
+    avg_x = np.add.reduceat(xs, bounds.ravel()).reshape(t, points - 1)[:, :-1] / count
+    avg_y = np.add.reduceat(ys, bounds.ravel()).reshape(t, points - 1)[:, :-1] / count
+    avg_x, avg_y = np.ascontiguousarray(avg_x.T), np.ascontiguousarray(avg_y.T)
 
-    # Candidates of every bucket: t × buckets × width, the slots past a bucket's end masked out.
-    cand = start[:, :-1, None] + np.arange(width)[None, None, :]
-    valid = cand < start[:, 1:, None]
-    cand = np.minimum(cand, (n - 1)[:, None, None])
-    cand_x = xs[rows[:, :, None], cand]
-    cand_y = ys[rows[:, :, None], cand]
+    # Each bucket's candidates as flat indices; the slots past a bucket's end repeat its last point,
+    # which argmax (the first of equal areas) never prefers over the point itself.
+    first = np.ascontiguousarray((start[:, :-1] + base[:, None]).T)
+    last = np.ascontiguousarray((start[:, 1:] - 1 + base[:, None]).T)
+    slots = np.arange(width)
+    picked = np.arange(t) * width  # flat index of each series' first slot in a t × width block
 
-    keep = np.empty((t, points), dtype=np.intp)
-    keep[:, 0] = 0
-    keep[:, -1] = n - 1
-    ax, ay = xs[:, 0], ys[:, 0]
-    flat = np.arange(t)
-    for b in buckets:
-        bx, by = cand_x[:, b, :], cand_y[:, b, :]
-        area = np.abs(
-            (ax - avg_x[:, b])[:, None] * (by - ay[:, None])
-            - (ax[:, None] - bx) * (avg_y[:, b] - ay)[:, None]
-        )
-        area = np.where(valid[:, b, :], area, -1.0)
-        best = np.argmax(area, axis=1)
-        keep[:, b + 1] = cand[flat, b, best]
-        ax, ay = bx[flat, best], by[flat, best]
-    return keep
+    keep = np.empty((points, t), dtype=np.int64)
+    keep[0] = base
+    keep[-1] = base + n - 1
+    ax, ay = xs[base], ys[base]
+    for b in range(points - 2):
+        cand = np.minimum(first[b][:, None] + slots, last[b][:, None])
+        bx, by = xs[cand], ys[cand]
+        # The triangle's doubled area, in the textbook's order of operations (same rounding).
+        area = by - ay[:, None]
+        area *= (ax - avg_x[b])[:, None]
+        other = ax[:, None] - bx
+        other *= (avg_y[b] - ay)[:, None]
+        area -= other
+        np.abs(area, out=area)
+        best = cand.ravel()[picked + np.argmax(area, axis=1)]
+        keep[b + 1] = best
+        ax, ay = xs[best], ys[best]
+    return (keep - base).T.astype(np.intp)

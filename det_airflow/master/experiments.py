@@ -32,6 +32,7 @@ from det_airflow.dagfactory import (
 from det_airflow.errors import ConfigError, ContextError, DetError
 from det_airflow.master import airflow_bridge, schema
 from det_airflow.master.limits import base64_length
+from det_airflow.searcher import concurrent_slot_count
 from det_airflow.states import ExperimentState, TrialState
 
 if TYPE_CHECKING:
@@ -250,8 +251,22 @@ def create_experiment(
             .values(dag_id=experiment_dag_id(experiment_id))
         )
         # Written inside the transaction: if the file cannot be written, nothing is stored.
-        write_experiment_file(experiment_id, config_to_dict(cfg), submission=(owner, now()))
+        write_experiment_file(experiment_id, config_to_dict(cfg), submission=(owner, now(), trial_slots(cfg)))
+        if not paused:
+            _start_search(conn, experiment_id)  # its trials are ready when its trial slots first ask
     return experiment_id
+
+
+def _start_search(conn: Connection, experiment_id: int) -> None:
+    from det_airflow.master import search  # the search reads experiments: imported at use
+
+    search.start(conn, get_experiment(conn, experiment_id))
+
+
+def trial_slots(cfg: ExperimentConfig) -> int:
+    """The trial slots the experiment's DAG maps: as many trials as its pool holds at once (the pool
+    as it is now; a larger pool later does not add slots to a submitted experiment)."""
+    return concurrent_slot_count(cfg, airflow_bridge.pool_slots(trial_pool(cfg)))
 
 
 def write_experiment_file(
@@ -259,11 +274,12 @@ def write_experiment_file(
     config: dict[str, Any],
     path: Path | None = None,
     *,
-    submission: tuple[str, datetime] | None = None,
+    submission: tuple[str, datetime, int | None] | None = None,
 ) -> None:
     """The file the DAG factory compiles (or ``path``, e.g. its retired copy). Secrets are masked: the
     DAGs folder is readable by every Airflow component and often by people, and trials get the full
-    config from the master. `submission` (owner, time) becomes the DAG's owner and run date."""
+    config from the master. `submission` (owner, time, trial slots) becomes the DAG's owner, run date
+    and number of trial slots."""
     from det_airflow.master.serialize import masked_config
 
     path = path or experiment_file(airflow_bridge.dags_folder(), experiment_id)
@@ -349,6 +365,8 @@ def change_state(conn: Connection, experiment_id: int, action: str) -> None:
     if state not in allowed:
         raise StateError(f"experiment {experiment_id} is {state}; cannot {action} it")
     conn.execute(table.update().where(table.c.id == experiment_id).values(state=target))
+    if target == ExperimentState.ACTIVE and row.searcher_state is None and not is_unmanaged(row):
+        _start_search(conn, experiment_id)  # created paused: its search starts now
     if target in (ExperimentState.STOPPING_CANCELED, ExperimentState.STOPPING_KILLED):
         # Trials that never started will not start now.
         conn.execute(

@@ -19,7 +19,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Connection, Engine, create_engine, event, inspect, select
 
 from det_airflow.errors import DetError
-from det_airflow.master import schema
+from det_airflow.master import metric_points, schema
 
 VERSION_KEY = "schema_version"
 
@@ -96,6 +96,54 @@ def _v3_job_queue(op: Operations) -> None:
         batch.add_column(sa.Column("admitted_at", sa.DateTime(timezone=True)))
 
 
+def _v4_preemption(op: Operations) -> None:
+    with op.batch_alter_table("det_trials") as batch:
+        batch.add_column(sa.Column("preempt_requested_at", sa.DateTime(timezone=True)))
+
+
+def _v5_metric_chunks(op: Operations) -> None:
+    chunks = op.create_table(
+        "det_metric_chunks",
+        sa.Column(
+            "id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True
+        ),
+        sa.Column("trial_id", sa.Integer, sa.ForeignKey("det_trials.id", ondelete="CASCADE"), nullable=False),
+        sa.Column("group", sa.String(64), nullable=False),
+        sa.Column("name", sa.String(256), nullable=False),
+        sa.Column("points", sa.LargeBinary, nullable=False),
+    )
+    op.create_index("det_metric_chunks_series", "det_metric_chunks", ["trial_id", "group", "name", "id"])
+    backfill_metric_chunks(op.get_bind(), chunks)
+
+
+def backfill_metric_chunks(conn: Connection, chunks: sa.Table = schema.metric_chunks) -> int:
+    """Rebuild the charts' numbers from every stored metric row; returns the trials that had some."""
+    metrics = sa.table(
+        "det_metrics",
+        sa.column("id", sa.BigInteger),
+        sa.column("trial_id", sa.Integer),
+        sa.column("group", sa.String),
+        sa.column("steps_completed", sa.BigInteger),
+        sa.column("metrics", sa.JSON),
+        sa.column("report_time", sa.DateTime(timezone=True)),
+    )
+    conn.execute(chunks.delete())
+    charted = metrics.c.group.in_(metric_points.GROUPS)
+    trial_ids = conn.execute(
+        select(metrics.c.trial_id).where(charted).distinct().order_by(metrics.c.trial_id)
+    ).scalars()
+    count = 0
+    for trial_id in list(trial_ids):
+        rows = conn.execute(
+            select(metrics.c.group, metrics.c.steps_completed, metrics.c.metrics, metrics.c.report_time)
+            .where(metrics.c.trial_id == trial_id, charted)
+            .order_by(metrics.c.id)
+        ).mappings()
+        metric_points.store(conn, trial_id, rows, table=chunks)
+        count += 1
+    return count
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         2,
@@ -106,6 +154,12 @@ MIGRATIONS: tuple[Migration, ...] = (
         3,
         "job queue: experiment priority, weight, max_slots, queue_position; trial admission",
         _v3_job_queue,
+    ),
+    Migration(4, "preemption: det_trials.preempt_requested_at", _v4_preemption),
+    Migration(
+        5,
+        "learning curves: det_metric_chunks, the numbers of every metric row, backfilled",
+        _v5_metric_chunks,
     ),
 )
 

@@ -58,6 +58,7 @@ class Job:
     held: int = 0  # slots its admitted trials hold
     waiting: int = 0  # trials waiting for admission
     max_slots: int | None = None
+    weight: float = 1.0  # fair share: slots are divided in proportion to it
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ def plan(capacity: int, jobs: Iterable[Job]) -> Plan:
     blocked = False
     for job in order:
         need = job.slots_per_trial
-        if (capacity >= 0 and need > capacity) or (job.max_slots is not None and need > job.max_slots):
+        if not _fits(job, capacity):
             unfit.add(job.id)
             continue
         if blocked or job.waiting == 0:
@@ -108,6 +109,203 @@ def plan(capacity: int, jobs: Iterable[Job]) -> Plan:
         # its own max_slots does not stop the others.
         blocked = count < job.waiting and not capped
     return Plan(order=order, admitted=admitted, unfit=frozenset(unfit))
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A trial that holds slots of a pool (running, or admitted and about to start)."""
+
+    trial_id: int
+    job_id: int
+    priority: int
+    slots: int
+    since: float  # when its run was admitted: the newest runs are preempted first
+    releasing: bool = False  # already on its way out (preempted, paused, stopping): its slots free soon
+
+
+def _victim_order(holder: Holder) -> tuple[int, float, int]:
+    return (-holder.priority, -holder.since, -holder.trial_id)
+
+
+def choose_preemptions(capacity: int, jobs: Iterable[Job], holders: Iterable[Holder]) -> dict[int, int]:
+    """The trials to preempt so that waiting jobs fit: trial id -> the job it makes room for.
+
+    Waiting trials are served in scheduling order, as :func:`plan` admits them, counting the slots
+    of trials already on their way out as free. A trial that does not fit takes slots from trials of
+    strictly lower priority (numerically greater): priority 99 first, then the newest, no more than
+    it needs. When even all of those would not make room, nothing more is chosen: that job keeps
+    its place and every job behind it waits too, as without preemption.
+    """
+    if capacity < 0:
+        return {}
+    order = sorted(jobs, key=order_key)
+    everyone = list(holders)
+    free = capacity - sum(job.held for job in order) + sum(h.slots for h in everyone if h.releasing)
+    candidates = sorted((h for h in everyone if not h.releasing), key=_victim_order)
+    chosen: dict[int, int] = {}
+    for job in order:
+        need = job.slots_per_trial
+        if not _fits(job, capacity) or job.waiting == 0:
+            continue
+        count = job.waiting
+        if job.max_slots is not None:
+            count = min(count, max(0, (job.max_slots - job.held) // need))
+        for _ in range(count):
+            if free < need:
+                lower = [h for h in candidates if h.priority > job.priority]
+                picks = _fewest(lower, need - free)
+                if picks is None:
+                    return chosen
+                chosen.update((h.trial_id, job.id) for h in picks)
+                candidates = [h for h in candidates if h not in picks]
+                free += sum(h.slots for h in picks)
+            free -= need
+    return chosen
+
+
+def _fewest(candidates: list[Holder], short: int) -> list[Holder] | None:
+    """Candidates in victim order until ``short`` slots are found, then without any pick the rest
+    do not need (a big trial taken last can make smaller ones taken before it unnecessary)."""
+    picks: list[Holder] = []
+    gained = 0
+    for holder in candidates:
+        if gained >= short:
+            break
+        picks.append(holder)
+        gained += holder.slots
+    if gained < short:
+        return None
+    for holder in reversed(picks[:-1]):
+        if gained - holder.slots >= short:
+            picks.remove(holder)
+            gained -= holder.slots
+    return picks
+
+
+# --- fair share ([det] scheduler = fair_share) -------------------------------------------------
+
+
+def _fits(job: Job, capacity: int) -> bool:
+    need = job.slots_per_trial
+    return not ((capacity >= 0 and need > capacity) or (job.max_slots is not None and need > job.max_slots))
+
+
+def _has_room(job: Job, held: int) -> bool:
+    return job.max_slots is None or held + job.slots_per_trial <= job.max_slots
+
+
+def fair_shares(capacity: int, jobs: Iterable[Job]) -> dict[int, float]:
+    """Each job's share of the pool: its slots divided in proportion to ``weight`` among the jobs
+    that want some, none given more than it wants (its held and waiting slots, up to max_slots);
+    what one cannot use goes to the others."""
+    demand: dict[int, float] = {}
+    weight: dict[int, float] = {}
+    for job in jobs:
+        wanted = job.held + job.waiting * job.slots_per_trial if _fits(job, capacity) else job.held
+        demand[job.id] = float(min(wanted, job.max_slots) if job.max_slots is not None else wanted)
+        weight[job.id] = job.weight
+    if capacity < 0:
+        return demand
+    shares = dict.fromkeys(demand, 0.0)
+    active = {job_id for job_id, wanted in demand.items() if wanted > 0}
+    remaining = float(capacity)
+    while active and remaining > 1e-9:
+        unit = remaining / sum(weight[job_id] for job_id in active)
+        full = {job_id for job_id in active if demand[job_id] - shares[job_id] <= unit * weight[job_id]}
+        if not full:
+            for job_id in active:
+                shares[job_id] += unit * weight[job_id]
+            break
+        for job_id in full:
+            remaining -= demand[job_id] - shares[job_id]
+            shares[job_id] = demand[job_id]
+        active -= full
+    return shares
+
+
+def _next_fair(
+    fitting: list[Job],
+    shares: dict[int, float],
+    held: dict[int, int],
+    left: dict[int, int],
+    *,
+    below_share_only: bool = False,
+) -> Job | None:
+    """The job whose trial goes next: one below its share first, then (so no slot idles, unless
+    ``below_share_only``) any; the one holding the fewest slots for its weight."""
+    eligible = [job for job in fitting if left[job.id] > 0 and _has_room(job, held[job.id])]
+    below = [job for job in eligible if held[job.id] + job.slots_per_trial <= shares[job.id] + 1e-9]
+    candidates = below if below_share_only else below or eligible
+    if not candidates:
+        return None
+    return min(candidates, key=lambda job: (held[job.id] / job.weight, order_key(job)))
+
+
+def plan_fair_share(capacity: int, jobs: Iterable[Job]) -> Plan:
+    """Admit waiting trials by fair share, whole gangs only: the job furthest below its share goes
+    first, and a job that waits for slots keeps its turn (nothing is admitted past it)."""
+    order = sorted(jobs, key=order_key)
+    if capacity < 0:
+        return plan(capacity, order)
+    unfit = frozenset(job.id for job in order if not _fits(job, capacity))
+    fitting = [job for job in order if job.id not in unfit]
+    shares = fair_shares(capacity, fitting)
+    held = {job.id: job.held for job in order}
+    left = {job.id: job.waiting for job in order}
+    free = capacity - sum(held.values())
+    admitted: dict[int, int] = {}
+    while (job := _next_fair(fitting, shares, held, left)) is not None and job.slots_per_trial <= free:
+        held[job.id] += job.slots_per_trial
+        free -= job.slots_per_trial
+        left[job.id] -= 1
+        admitted[job.id] = admitted.get(job.id, 0) + 1
+    return Plan(order=order, admitted=admitted, unfit=unfit)
+
+
+def choose_fair_share_preemptions(
+    capacity: int, jobs: Iterable[Job], holders: Iterable[Holder]
+) -> dict[int, int]:
+    """Under fair share, the trials to preempt: trial id -> the job it makes room for.
+
+    A job below its share whose next trial does not fit takes slots from jobs above their share,
+    newest trials first and no more than it needs; a job is never taken below its share, so two
+    jobs never take slots back and forth.
+    """
+    if capacity < 0:
+        return {}
+    order = sorted(jobs, key=order_key)
+    fitting = [job for job in order if _fits(job, capacity)]
+    shares = fair_shares(capacity, fitting)
+    everyone = list(holders)
+    held = {job.id: job.held for job in order}
+    for leaving in (h for h in everyone if h.releasing):
+        held[leaving.job_id] -= leaving.slots
+    free = capacity - sum(held.values())
+    left = {job.id: job.waiting for job in order}
+    candidates = sorted((h for h in everyone if not h.releasing), key=lambda h: (-h.since, -h.trial_id))
+    chosen: dict[int, int] = {}
+    while (job := _next_fair(fitting, shares, held, left, below_share_only=True)) is not None:
+        need = job.slots_per_trial
+        picks: list[Holder] = []
+        after = dict(held)
+        for victim in candidates:
+            if free + sum(h.slots for h in picks) >= need:
+                break
+            if victim.job_id != job.id and after[victim.job_id] - victim.slots >= shares.get(
+                victim.job_id, 0.0
+            ):
+                picks.append(victim)
+                after[victim.job_id] -= victim.slots
+        if free + sum(h.slots for h in picks) < need:
+            return chosen
+        for victim in picks:
+            chosen[victim.trial_id] = job.id
+            candidates.remove(victim)
+        held = after
+        free += sum(h.slots for h in picks) - need
+        held[job.id] += need
+        left[job.id] -= 1
+    return chosen
 
 
 # --- the det tables ----------------------------------------------------------------------------
@@ -147,12 +345,13 @@ def _counts(
 class PoolSnapshot:
     pool: str
     capacity: int
+    fair_share: bool  # [det] scheduler = fair_share
     rows: dict[int, Row]  # experiment id -> experiment row
     jobs: list[Job]
     trials_held: dict[int, int]  # experiment id -> trials holding slots
 
     def plan(self) -> Plan:
-        return plan(self.capacity, self.jobs)
+        return (plan_fair_share if self.fair_share else plan)(self.capacity, self.jobs)
 
 
 def pool_capacity(pool: str) -> int:
@@ -232,15 +431,26 @@ def snapshot(conn: Connection, pool: str, capacity: int | None = None) -> PoolSn
                 held=held * settings["slots_per_trial"],
                 waiting=wait,
                 max_slots=settings["max_slots"],
+                weight=settings["weight"],
             )
         )
     return PoolSnapshot(
         pool=pool,
         capacity=pool_capacity(pool) if capacity is None else capacity,
+        fair_share=scheduler(pool) == FAIR_SHARE,
         rows=rows,
         jobs=jobs,
         trials_held={exp_id: held for exp_id, (held, _) in counts.items()},
     )
+
+
+def _lock_pool(conn: Connection, pool: str) -> None:
+    """Take the pool's decisions one at a time, so two trials never both get the last slots.
+
+    On SQLite the master already serializes its writing transactions (db.Database.begin).
+    """
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": zlib.crc32(pool.encode())})
 
 
 def is_admitted(trial: Row) -> bool:
@@ -252,12 +462,7 @@ def admit(conn: Connection, exp: Row, trial: Row) -> bool:
     """Ask the gate for the trial's next run; an admission is recorded and holds its slots."""
     if is_admitted(trial) or trial.state in RUNNING_STATES:
         return True  # a run that is starting again (a retried task) keeps the slots it holds
-    if conn.dialect.name == "postgresql":
-        # Decisions in one pool are taken one at a time, so two trials never both get the last slots.
-        # On SQLite the master already serializes its writing transactions (db.Database.begin).
-        conn.execute(
-            text("SELECT pg_advisory_xact_lock(:key)"), {"key": zlib.crc32(exp.resource_pool.encode())}
-        )
+    _lock_pool(conn, exp.resource_pool)
     if not snapshot(conn, exp.resource_pool).plan().admits(exp.id):
         return False
     conn.execute(
@@ -268,6 +473,131 @@ def admit(conn: Connection, exp: Row, trial: Row) -> bool:
     return True
 
 
+# --- preemption ----------------------------------------------------------------------------------
+
+PREEMPTION_KEY = "preemption"  # [det] preemption = true: every pool
+PREEMPTION_POOLS_KEY = "preemption_pools"  # [det] preemption_pools = a,b: these pools as well
+SCHEDULER_KEY = "scheduler"  # [det] scheduler = priority (the default) | fair_share
+FAIR_SHARE_POOLS_KEY = "fair_share_pools"  # [det] fair_share_pools = a,b: these pools by fair share
+PRIORITY, FAIR_SHARE = "priority", "fair_share"
+_TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0", "")
+
+
+class QueueConfigError(DetError):
+    """The `[det]` job queue settings of airflow.cfg cannot be read."""
+
+
+def scheduler(pool: str) -> str:
+    """How the pool's slots are shared (airflow.cfg ``[det] scheduler``, ``fair_share_pools``)."""
+    value = (airflow_bridge.conf_get("det", SCHEDULER_KEY, fallback="") or PRIORITY).strip().lower()
+    if value not in (PRIORITY, FAIR_SHARE):
+        raise QueueConfigError(
+            f"airflow.cfg [det] {SCHEDULER_KEY}: expected {PRIORITY} or {FAIR_SHARE}, got {value!r}"
+        )
+    return FAIR_SHARE if pool in _pool_list(FAIR_SHARE_POOLS_KEY) else value
+
+
+def _pool_list(key: str) -> set[str]:
+    names = (airflow_bridge.conf_get("det", key, fallback="") or "").split(",")
+    return {name.strip() for name in names if name.strip()}
+
+
+def _preempt_everywhere() -> bool:
+    value = (airflow_bridge.conf_get("det", PREEMPTION_KEY, fallback="") or "").strip().lower()
+    if value not in _TRUE + _FALSE:
+        raise QueueConfigError(f"airflow.cfg [det] {PREEMPTION_KEY}: expected true or false, got {value!r}")
+    return value in _TRUE
+
+
+def preemption_enabled(pool: str) -> bool:
+    """Whether waiting jobs of ``pool`` may preempt lower-priority trials (airflow.cfg ``[det]``)."""
+    return _preempt_everywhere() or pool in _pool_list(PREEMPTION_POOLS_KEY)
+
+
+def preemption_anywhere() -> bool:
+    """Whether any pool preempts: a settings read, no query."""
+    return _preempt_everywhere() or bool(_pool_list(PREEMPTION_POOLS_KEY))
+
+
+_ON_ITS_WAY_OUT = tuple(s for s in RUNNING_STATES if s not in (TrialState.STARTING, TrialState.RUNNING))
+
+
+def holders(conn: Connection, snap: PoolSnapshot) -> list[Holder]:
+    """The trials holding slots of the snapshot's pool, as :func:`choose_preemptions` sees them."""
+    if not snap.rows:
+        return []
+    trials = schema.trials
+    rows = conn.execute(
+        select(
+            trials.c.id,
+            trials.c.experiment_id,
+            trials.c.state,
+            trials.c.run_id,
+            trials.c.admitted_run,
+            trials.c.admitted_at,
+            trials.c.pause_requested,
+            trials.c.stop_requested,
+            trials.c.preempt_requested_at,
+        ).where(
+            trials.c.experiment_id.in_(list(snap.rows)),
+            trials.c.state.in_([s.value for s in (*RUNNING_STATES, *BETWEEN_RUNS)]),
+        )
+    ).all()
+    jobs = {job.id: job for job in snap.jobs}
+    result = []
+    for row in rows:
+        exp_state = snap.rows[row.experiment_id].state
+        holds, _ = _counts(exp_state, row.state, is_admitted(row), row.pause_requested, row.stop_requested)
+        if not holds:
+            continue
+        job = jobs[row.experiment_id]
+        releasing = (
+            row.state in _ON_ITS_WAY_OUT
+            or row.preempt_requested_at is not None
+            or row.stop_requested
+            or row.pause_requested
+            or exp_state != ExperimentState.ACTIVE
+        )
+        result.append(
+            Holder(
+                trial_id=row.id,
+                job_id=job.id,
+                priority=job.priority,
+                slots=job.slots_per_trial,
+                since=row.admitted_at.timestamp() if row.admitted_at else 0.0,
+                releasing=releasing,
+            )
+        )
+    return result
+
+
+def preempt_for_waiting(conn: Connection, pool: str) -> dict[int, int]:
+    """Mark the lower-priority trials that must make room for the pool's waiting jobs, when the
+    pool preempts; returns trial id -> the job it makes room for. A running trial is asked to
+    checkpoint and exit (``should_preempt()``); one admitted but not started loses its admission."""
+    if not preemption_enabled(pool):
+        return {}
+    _lock_pool(conn, pool)
+    snap = snapshot(conn, pool)
+    choose = choose_fair_share_preemptions if snap.fair_share else choose_preemptions
+    chosen = choose(snap.capacity, snap.jobs, holders(conn, snap))
+    if not chosen:
+        return {}
+    trials = schema.trials
+    victims = list(chosen)
+    conn.execute(
+        trials.update()
+        .where(trials.c.id.in_(victims), trials.c.state.in_([TrialState.STARTING, TrialState.RUNNING]))
+        .values(preempt_requested_at=now())
+    )
+    conn.execute(
+        trials.update()
+        .where(trials.c.id.in_(victims), trials.c.state.in_([s.value for s in BETWEEN_RUNS]))
+        .values(admitted_run=trials.c.run_id, admitted_at=None)
+    )
+    return chosen
+
+
 # --- what `det job list` shows ----------------------------------------------------------------
 
 
@@ -275,6 +605,7 @@ def job_rows(conn: Connection, pool: str, capacity: int | None = None) -> list[d
     """The jobs of a pool in scheduling order, as `det job list` shows them."""
     snap = snapshot(conn, pool, capacity)
     result = plan(snap.capacity, snap.jobs)
+    preempting = _preempting(conn, list(snap.rows))
     rows = []
     for ahead, job in enumerate(result.order):
         row = snap.rows[job.id]
@@ -295,6 +626,7 @@ def job_rows(conn: Connection, pool: str, capacity: int | None = None) -> list[d
                 "needed_slots": needed,
                 "slots_per_trial": job.slots_per_trial,
                 "state": STATE_SCHEDULED if job.held > 0 else STATE_QUEUED,
+                "preempting_trials": preempting.get(job.id, 0),
                 "fits_pool": job.id not in result.unfit,
                 "user": row.owner,
                 "resource_pool": pool,
@@ -302,6 +634,23 @@ def job_rows(conn: Connection, pool: str, capacity: int | None = None) -> list[d
             }
         )
     return rows
+
+
+def _preempting(conn: Connection, experiment_ids: list[int]) -> dict[int, int]:
+    """Experiment id -> its running trials asked to make room and not yet gone."""
+    if not experiment_ids:
+        return {}
+    trials = schema.trials
+    query = (
+        select(trials.c.experiment_id, func.count())
+        .where(
+            trials.c.experiment_id.in_(experiment_ids),
+            trials.c.preempt_requested_at.is_not(None),
+            trials.c.state.in_([s.value for s in RUNNING_STATES]),
+        )
+        .group_by(trials.c.experiment_id)
+    )
+    return {exp_id: int(count) for exp_id, count in conn.execute(query)}
 
 
 def pools_in_use(conn: Connection) -> list[str]:

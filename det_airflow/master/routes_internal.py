@@ -9,7 +9,6 @@ from det_airflow.master.auth import ServiceAuth
 from det_airflow.master.bodies import LogBatch, RegisterRun, TaskRef, TrialExit
 from det_airflow.master.db import get_database
 from det_airflow.master.routes_people import decode_context
-from det_airflow.searcher import trial_slot_count
 from det_airflow.states import ExperimentState
 
 router = APIRouter(prefix="/internal", dependencies=[ServiceAuth])
@@ -40,7 +39,7 @@ def searcher_status(experiment_id: int) -> dict:
             search.start(conn, row)
             row = experiments.get_experiment(conn, experiment_id)
         ready = ExperimentState(row.state) != ExperimentState.PAUSED
-        return {"ready": ready, "state": row.state, "slots": trial_slot_count(cfg)}
+        return {"ready": ready, "state": row.state, "slots": experiments.trial_slots(cfg)}
 
 
 @router.post("/experiments/{experiment_id}/slots/{slot}/acquire")
@@ -61,6 +60,7 @@ def trial_exit(trial_id: int, body: TrialExit) -> dict:
 
 @router.get("/trials/{trial_id}")
 def trial_status(trial_id: int) -> dict:
+    trials.make_room_if_due(get_database(), trial_id)  # every running trial's task polls here
     with get_database().read() as conn:
         trial = trials.get_trial(conn, trial_id)
         exp = experiments.get_experiment(conn, trial.experiment_id)

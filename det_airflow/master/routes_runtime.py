@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Response
 
-from det_airflow.master import serialize, trials
+from det_airflow.master import routes_people, serialize, trials
 from det_airflow.master.auth import AnyTrialAuth, TrialAuth
 from det_airflow.master.bodies import CheckpointIn, EarlyExit, MetricBatch, Progress, SearcherCompleted
 from det_airflow.master.db import get_database
@@ -21,6 +21,7 @@ def report_metrics(trial_id: TrialAuth, body: MetricBatch) -> dict:
 
 @router.get("/trials/{trial_id}/preemption")
 def preemption(trial_id: TrialAuth) -> dict:
+    trials.make_room_if_due(get_database(), trial_id)
     with get_database().read() as conn:
         return {"preempt": trials.should_preempt(conn, trial_id)}
 
@@ -76,3 +77,11 @@ def searcher_completed(trial_id: TrialAuth, body: SearcherCompleted) -> dict:
     with get_database().begin() as conn:
         trials.searcher_completed(conn, trial_id)
     return {}
+
+
+@router.get("/trials/{trial_id}/context")
+def trial_context(trial_id: TrialAuth) -> Response:
+    """The experiment's context tar.gz, for a trial that unpacks it itself (a Kubernetes pod)."""
+    with get_database().read() as conn:
+        experiment_id = trials.get_trial(conn, trial_id).experiment_id
+    return routes_people.experiment_context(experiment_id)

@@ -21,7 +21,7 @@ from sqlalchemy import (
 )
 
 # Bump when a table changes; `det admin migrate` brings a database up to this version.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 5
 
 metadata = MetaData()
 
@@ -99,6 +99,8 @@ trials = Table(
     # The run the admission gate last admitted (run_id + 1 until that run starts) and when.
     Column("admitted_run", Integer, nullable=False, default=0),
     Column("admitted_at", DateTime(timezone=True)),
+    # When the queue asked the running trial to make room for a higher-priority job (None: not asked).
+    Column("preempt_requested_at", DateTime(timezone=True)),
     UniqueConstraint("experiment_id", "request_id", name="det_trials_request_uq"),
     sqlite_autoincrement=True,
 )
@@ -114,6 +116,19 @@ metrics = Table(
     Column("report_time", DateTime(timezone=True), nullable=False),
     Column("trial_run_id", Integer, nullable=False),
     Index("det_metrics_trial_group", "trial_id", "group", "steps_completed"),
+)
+
+# The numbers of det_metrics again, for charts: each trial's series of one metric in chunks of
+# packed float64 records (det_airflow.master.metric_points), written with the report.
+metric_chunks = Table(
+    "det_metric_chunks",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("trial_id", Integer, ForeignKey("det_trials.id", ondelete="CASCADE"), nullable=False),
+    Column("group", String(64), nullable=False),
+    Column("name", String(256), nullable=False),
+    Column("points", LargeBinary, nullable=False),
+    Index("det_metric_chunks_series", "trial_id", "group", "name", "id"),
 )
 
 checkpoints = Table(

@@ -68,6 +68,9 @@ def trial(row: Row) -> dict[str, Any]:
         "summary_metrics": row.summary or {},
         "early_exit": row.early_exit,
         "stop_requested": row.stop_requested,
+        "preempt_requested_at": iso(row.preempt_requested_at),
+        # The Airflow task instance (and its try) that ran the trial last: a slot runs many trials.
+        "airflow_task": _airflow_task(row.task),
     }
 
 
@@ -165,3 +168,9 @@ def _mask_keys(section: dict[str, Any]) -> None:
     for key, value in section.items():
         if key.lower() in _SECRET_KEYS and value is not None:
             section[key] = MASK
+
+
+def _airflow_task(task: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not task:
+        return None
+    return {key: task.get(key) for key in ("dag_id", "run_id", "task_id", "map_index", "try_number")}

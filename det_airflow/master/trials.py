@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import os
+import time
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, Row, select
 
-from det_airflow.master import experiments, queue, schema, search
+from det_airflow.master import experiments, metric_points, queue, schema, search
 from det_airflow.master.auth import hash_token, new_token
 from det_airflow.master.bodies import MAX_STEPS
+from det_airflow.master.db import Database
 from det_airflow.master.experiments import NotFound, now
 from det_airflow.searcher import ExitedReason, SearchMethod
 from det_airflow.states import ExperimentState, TrialState
@@ -45,8 +48,25 @@ def _update(conn: Connection, trial_id: int, **values: Any) -> None:
 
 
 def acquire(conn: Connection, experiment_id: int, slot: int, task: dict[str, Any], *, dry_run: bool) -> dict:
-    """Give a trial slot its trial: the one it holds, else the oldest one nobody holds."""
+    """Give a trial slot its trial: the one it holds, else the oldest one nobody holds.
+
+    The first slot of a `det experiment create` run to ask links the run to its experiment (the
+    master started its search at submission: no task runs before the trial slots).
+    """
     exp = experiments.get_experiment(conn, experiment_id, lock=not dry_run)
+    if task.get("run_id") and exp.dag_run_id != task["run_id"]:
+        if exp.dag_run_id is not None:
+            return {
+                "status": "refused",
+                "message": f"experiment {experiment_id} already runs as DAG run '{exp.dag_run_id}'; "
+                "create a new experiment with `det experiment create` instead of re-triggering its DAG",
+            }
+        if not dry_run:
+            conn.execute(
+                schema.experiments.update()
+                .where(schema.experiments.c.id == experiment_id)
+                .values(dag_run_id=task["run_id"])
+            )
     state = ExperimentState(exp.state)
     if state.is_terminal or state in _STOPPING:
         return {"status": "done"}
@@ -76,9 +96,8 @@ def acquire(conn: Connection, experiment_id: int, slot: int, task: dict[str, Any
         if not exp.search_done:
             reclaim_lost_runs(conn, exp.resource_pool)  # the search may be waiting on a lost run
         return {"status": "done" if exp.search_done else "wait"}
-    if not queue.admit(conn, exp, trial):
-        if not reclaim_lost_runs(conn, exp.resource_pool) or not queue.admit(conn, exp, trial):
-            return {"status": "wait"}  # the job queue has not admitted it: it defers, holding no pool slot
+    if not _admitted(conn, exp, trial):
+        return {"status": "wait"}  # the job queue has not admitted it: it defers, holding no pool slot
     if dry_run:
         return {"status": "run"}
     token = new_token()
@@ -94,6 +113,69 @@ def acquire(conn: Connection, experiment_id: int, slot: int, task: dict[str, Any
     )
     trial = get_trial(conn, trial.id)
     return {"status": "run", "trial": trial, "token": token, "spec": trial_spec(conn, exp, trial)}
+
+
+def _admitted(conn: Connection, exp: Row, trial: Row) -> bool:
+    """Ask the queue; when it says no, free the slots of lost runs or preempt lower-priority trials
+    and ask again (a preempted trial that had not started frees its slots at once)."""
+    if queue.admit(conn, exp, trial):
+        return True
+    if reclaim_lost_runs(conn, exp.resource_pool) and queue.admit(conn, exp, trial):
+        return True
+    return bool(_preempt_for_waiting(conn, exp.resource_pool)) and queue.admit(conn, exp, trial)
+
+
+def _preempt_for_waiting(conn: Connection, pool: str) -> dict[int, int]:
+    """Make room for waiting higher-priority jobs, telling each preempted trial why in its logs."""
+    chosen = queue.preempt_for_waiting(conn, pool)
+    for trial_id, job_id in chosen.items():
+        append_logs(
+            conn,
+            trial_id,
+            [
+                {
+                    "level": "WARNING",
+                    "message": f"preempted: experiment {job_id} of higher priority needs the slots of "
+                    f"pool '{pool}'; this trial waits in the queue (a running one checkpoints and "
+                    "exits first) and resumes from its latest checkpoint",
+                }
+            ],
+        )
+    return chosen
+
+
+# A running trial's poll looks for preemptions in its pool at most this often (per API server process).
+_PREEMPT_EVERY_SECONDS = 2.0
+_last_preempt: dict[str, float] = {}
+
+
+def make_room_if_due(db: Database, trial_id: int) -> None:
+    """Preempt for the waiting jobs of the trial's pool, if that pool preempts and it is time.
+
+    The polls of running trials drive this, not only the waiting trial: a waiting job's task may
+    not even start while the trials it should preempt fill its Airflow pool.
+    """
+    try:
+        if not queue.preemption_anywhere():
+            return  # the default: a running trial's poll costs no query for it
+    except queue.QueueConfigError as exc:
+        # A running trial's poll must not fail for it: the waiting trials' tasks report it.
+        logging.getLogger(__name__).error("%s", exc)
+        return
+    with db.read() as conn:
+        pool = conn.execute(
+            select(schema.experiments.c.resource_pool)
+            .join(schema.trials, schema.trials.c.experiment_id == schema.experiments.c.id)
+            .where(schema.trials.c.id == trial_id)
+        ).scalar()
+    now_s = time.monotonic()
+    if pool is None or now_s - _last_preempt.get(pool, -math.inf) < _PREEMPT_EVERY_SECONDS:
+        return
+    _last_preempt[pool] = now_s
+    if not queue.preemption_enabled(pool):
+        return
+    with db.begin() as conn:
+        _preempt_for_waiting(conn, pool)
 
 
 # Task instance states in which the task no longer runs the trial it last acquired.
@@ -141,8 +223,8 @@ def reclaim_lost_runs(conn: Connection, pool: str) -> list[int]:
         state, try_number = states.get(key, (None, 0))
         if state not in _TASK_ENDED or try_number != acquired_by:
             continue  # still running, gone, or a newer try will take the trial back in its slot
-        trial, retry = exit_run(conn, trial_id, _LOST_EXIT_CODE)
-        if retry:
+        trial, _ = exit_run(conn, trial_id, _LOST_EXIT_CODE)
+        if trial.state == TrialState.QUEUED:
             _update(conn, trial_id, slot=None)  # no try of that task will come for it: any free slot
         append_logs(
             conn,
@@ -213,16 +295,33 @@ def exit_run(conn: Connection, trial_id: int, exit_code: int) -> tuple[Row, bool
     cfg = experiments.experiment_config(exp)
     exp_state = ExperimentState(exp.state)
     event = None
+    preempted = trial.preempt_requested_at is not None
+    if preempted:
+        _update(conn, trial_id, preempt_requested_at=None)
     if trial.state == TrialState.STOPPING_KILLED:  # `det trial kill`: whatever the exit, no retry
         state, event = TrialState.CANCELED, ExitedReason.USER_CANCELED
     elif trial.early_exit == "INVALID_HP":
         state, event = TrialState.COMPLETED, ExitedReason.INVALID_HP
+    elif (
+        preempted
+        and exp_state == ExperimentState.ACTIVE
+        and not (trial.stop_requested or trial.pause_requested)
+    ):
+        # Preempted by the queue: back to waiting, resumed from its checkpoint once admitted again.
+        # Whatever the exit (one that ignored the signal was killed), it counts no restart.
+        _update(conn, trial_id, state=TrialState.QUEUED, token_hash=None)
+        return get_trial(conn, trial_id), False
+    elif not trial.stop_requested and (
+        exp_state == ExperimentState.PAUSED or (exit_code == 0 and trial.pause_requested)
+    ):
+        # Preempted by a pause. The experiment's: whatever the exit (a trial that ignored the pause
+        # past preemption_timeout was killed) it counts no restart, keeps its slot and resumes from
+        # its latest checkpoint once the experiment is active. The search's, at a rung: its slot goes
+        # on to other trials, and whichever slot is free resumes it once the search promotes it.
+        slot = None if exp_state == ExperimentState.ACTIVE else trial.slot
+        _update(conn, trial_id, state=TrialState.PAUSED, token_hash=None, slot=slot)
+        return get_trial(conn, trial_id), False
     elif exit_code == 0:
-        if not trial.stop_requested and (exp_state == ExperimentState.PAUSED or trial.pause_requested):
-            # Preempted by a pause (of the experiment, or at a rung by the search): it keeps its slot
-            # and resumes from its checkpoint once the experiment is active or the search promotes it.
-            _update(conn, trial_id, state=TrialState.PAUSED, token_hash=None)
-            return get_trial(conn, trial_id), False
         if exp_state in (ExperimentState.STOPPING_CANCELED, ExperimentState.STOPPING_KILLED):
             state, event = TrialState.CANCELED, ExitedReason.USER_CANCELED
         elif trial.early_exit == "USER_REQUESTED_STOP":
@@ -277,6 +376,7 @@ def should_preempt(conn: Connection, trial_id: int) -> bool:
     ).scalar_one()
     return (
         bool(trial.stop_requested or trial.pause_requested)
+        or trial.preempt_requested_at is not None
         or ExperimentState(state) != ExperimentState.ACTIVE
     )
 
@@ -332,6 +432,7 @@ def report_metrics(conn: Connection, trial_id: int, reports: list[dict[str, Any]
                 best, best_steps = float(value), steps
     if rows:
         conn.execute(schema.metrics.insert(), rows)
+        metric_points.store(conn, trial_id, rows)
     _update(
         conn,
         trial_id,

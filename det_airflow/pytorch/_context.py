@@ -31,7 +31,15 @@ class PyTorchTrialContext:
         exp_conf: Mapping[str, Any],
         trial_seed: int,
         device: torch.device,
+        aggregation_frequency: int = 1,
+        average_aggregated_gradients: bool = True,
     ) -> None:
+        if isinstance(aggregation_frequency, bool) or not isinstance(aggregation_frequency, int):
+            raise DetError(f"aggregation_frequency: expected an integer >= 1, got {aggregation_frequency!r}")
+        if aggregation_frequency < 1:
+            raise DetError(f"aggregation_frequency: expected an integer >= 1, got {aggregation_frequency}")
+        self._aggregation_frequency = aggregation_frequency
+        self._average_aggregated_gradients = bool(average_aggregated_gradients)
         self._core = core_context
         self.distributed: DistributedContext = core_context.distributed
         self.device = device
@@ -93,7 +101,8 @@ class PyTorchTrialContext:
         return lr_scheduler
 
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
-        """``loss.backward(**kwargs)`` (gradients are averaged across workers by DDP)."""
+        """``loss.backward(**kwargs)``: gradients add up in ``.grad`` until the optimizer steps
+        (every ``aggregation_frequency`` batches) and are averaged across workers by DDP."""
         loss.backward(**kwargs)
 
     def step_optimizer(
@@ -102,9 +111,22 @@ class PyTorchTrialContext:
         clip_grads: Callable[[Iterable[torch.Tensor]], None] | None = None,
         auto_zero_grads: bool = True,
     ) -> None:
-        """Step ``optimizer`` (after ``clip_grads(params)`` if given), then zero its gradients."""
+        """Step ``optimizer`` (after ``clip_grads(params)`` if given), then zero its gradients.
+
+        With ``aggregation_frequency`` N > 1 only every N-th batch steps: the other calls do nothing,
+        so the gradients of N batches add up, and are divided by N first unless
+        ``optimizations.average_aggregated_gradients`` is false.
+        """
+        if not self._should_communicate_and_update():
+            return
+        parameters = [p for group in optimizer.param_groups for p in group["params"]]
+        if self._aggregation_frequency > 1 and self._average_aggregated_gradients:
+            with torch.no_grad():
+                for param in parameters:
+                    if param.grad is not None:
+                        param.grad.div_(self._aggregation_frequency)
         if clip_grads is not None:
-            clip_grads([p for group in optimizer.param_groups for p in group["params"]])
+            clip_grads(parameters)
         optimizer.step()
         if auto_zero_grads:
             optimizer.zero_grad()
@@ -114,6 +136,16 @@ class PyTorchTrialContext:
                 and getattr(scheduler.scheduler, "optimizer", None) is optimizer
             ):
                 scheduler._auto_step()
+
+    def _should_communicate_and_update(self) -> bool:
+        """Whether the batch being trained ends an aggregation window (always, outside training)."""
+        if self._aggregation_frequency == 1 or self._current_batch_idx is None:
+            return True
+        return (self._current_batch_idx + 1) % self._aggregation_frequency == 0
+
+    def get_aggregation_frequency(self) -> int:
+        """Batches whose gradients add up before each optimizer step (``optimizations.aggregation_frequency``)."""
+        return self._aggregation_frequency
 
     def to_device(self, data: Any) -> Any:
         """``data`` (tensors, possibly in dicts, lists and tuples) moved to ``device``."""

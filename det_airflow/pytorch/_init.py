@@ -14,6 +14,7 @@ import torch
 from det_airflow import core
 from det_airflow.cluster_info import ClusterInfo, get_cluster_info
 from det_airflow.core import DistributedContext
+from det_airflow.errors import DetError
 from det_airflow.launchers.torch_distributed import USE_TORCH_DISTRIBUTED
 from det_airflow.pytorch._context import PyTorchTrialContext
 
@@ -26,7 +27,7 @@ def init(
     hparams: Mapping[str, Any] | None = None,
     exp_conf: Mapping[str, Any] | None = None,
     distributed: DistributedContext | None = None,
-    aggregation_frequency: int = 1,
+    aggregation_frequency: int | None = None,
     enable_tensorboard_logging: bool = True,
 ) -> Iterator[PyTorchTrialContext]:
     """Start training: ``with det.pytorch.init() as context: Trainer(MyTrial(context), context).fit()``.
@@ -39,15 +40,11 @@ def init(
     workers join one process group (NCCL on GPUs, gloo on CPUs) unless ``distributed`` is given.
     Python's, NumPy's and torch's random generators are seeded before the block runs.
 
-    ``aggregation_frequency`` (gradient aggregation over several batches) and
-    ``enable_tensorboard_logging`` are accepted for Determined code; only their defaults (1, and no
-    TensorBoard files, which det-airflow does not write) take effect.
+    ``aggregation_frequency`` N: the optimizer steps every N batches, on the gradients of those N
+    batches (averaged unless ``optimizations.average_aggregated_gradients`` is false); default
+    the config's ``optimizations.aggregation_frequency``, else 1. ``enable_tensorboard_logging`` is
+    accepted for Determined code; det-airflow writes no TensorBoard files.
     """
-    if aggregation_frequency != 1:
-        logger.warning(
-            "det.pytorch.init(aggregation_frequency=%s): not supported; gradients are applied every batch",
-            aggregation_frequency,
-        )
     info = get_cluster_info()
     # A CPU trial (no slots) trains on the CPU even where a GPU is visible.
     use_cuda = torch.cuda.is_available() and (info is None or bool(info.slot_ids))
@@ -61,8 +58,28 @@ def init(
             trial_hparams, seed = _hparams_and_seed(info, hparams, config)
             device = _device(core_context.distributed) if use_cuda else torch.device("cpu")
             _seed_everything(seed)
+            optimizations = config.get("optimizations")
+            if not isinstance(optimizations, Mapping):
+                optimizations = {}
+            if aggregation_frequency is None:
+                aggregation_frequency = optimizations.get("aggregation_frequency", 1)
+                if (
+                    isinstance(aggregation_frequency, bool)
+                    or not isinstance(aggregation_frequency, int)
+                    or aggregation_frequency < 1
+                ):
+                    raise DetError(
+                        "optimizations.aggregation_frequency: expected an integer >= 1, "
+                        f"got {aggregation_frequency!r}"
+                    )
             yield PyTorchTrialContext(
-                core_context, hparams=trial_hparams, exp_conf=config, trial_seed=seed, device=device
+                core_context,
+                hparams=trial_hparams,
+                exp_conf=config,
+                trial_seed=seed,
+                device=device,
+                aggregation_frequency=aggregation_frequency,
+                average_aggregated_gradients=optimizations.get("average_aggregated_gradients", True),
             )
     finally:
         if own_group and torch.distributed.is_initialized():
@@ -77,8 +94,6 @@ def _launched_distributed() -> bool:
 def _init_nccl() -> bool:
     """NCCL for GPU workers (the Core API sets up gloo itself otherwise); True if this call made it."""
     if torch.distributed.is_initialized():
-        return False
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return False
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     torch.distributed.init_process_group("nccl")

@@ -3,6 +3,7 @@ and resume, with the experiment config's settings as defaults."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import itertools
 import logging
@@ -336,7 +337,9 @@ class Trainer:
                 if move:
                     batch = context.to_device(batch)
                 context._current_batch_idx = batches
-                metrics.add(trial.train_batch(batch, batches // epoch_len, batches), where="train_batch()")
+                with self._gradient_sync():
+                    batch_metrics = trial.train_batch(batch, batches // epoch_len, batches)
+                metrics.add(batch_metrics, where="train_batch()")
                 batches += 1
                 self._batches = batches
                 for scheduler in batch_schedulers:
@@ -348,6 +351,17 @@ class Trainer:
             if not self._at_boundary(batches, target):
                 return False
         return True
+
+    def _gradient_sync(self) -> contextlib.AbstractContextManager[Any]:
+        """Inside an aggregation window DDP keeps gradients local (``no_sync``, forward included):
+        workers exchange them once, for the batch whose optimizer step applies them."""
+        if self._dist.size == 1 or self._context._should_communicate_and_update():
+            return contextlib.nullcontext()
+        stack = contextlib.ExitStack()
+        for model in self._context.models:
+            if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+                stack.enter_context(model.no_sync())
+        return stack
 
     def _next_boundary(self, batches: int, target: int) -> int:
         boundary = target

@@ -34,7 +34,12 @@ from det_airflow.searcher._brackets import (
     single_bracket,
 )
 from det_airflow.searcher._errors import SearcherError
-from det_airflow.searcher._factory import load_search_method, make_search_method, trial_slot_count
+from det_airflow.searcher._factory import (
+    concurrent_slot_count,
+    load_search_method,
+    make_search_method,
+    trial_slot_count,
+)
 from det_airflow.searcher._grid import GridSearch
 from det_airflow.searcher._hparams import grid_points, sample_hparams
 from det_airflow.searcher._random import RandomSearch
@@ -66,6 +71,7 @@ __all__ = [
     "Stop",
     "bracket_concurrency",
     "bracket_trials",
+    "concurrent_slot_count",
     "cumulative_rung_units",
     "grid_points",
     "load_search_method",

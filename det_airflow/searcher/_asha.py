@@ -33,11 +33,8 @@ class ASHASearch(SearchMethod):
     def __init__(self, config: ExperimentConfig, **sampler_options: Any) -> None:
         super().__init__(config, **sampler_options)
         searcher = config.searcher
-        if searcher.max_time is not None:
-            length = searcher.max_time
-        elif searcher.max_length is not None:
-            length = searcher.max_length.value
-        else:
+        length = self._length(config)
+        if length is None:
             raise SearcherError(
                 f"the {searcher.name} searcher needs a length: 'max_length' (e.g. {{batches: 937}}) "
                 "or 'time_metric' with 'max_time'"
@@ -55,6 +52,23 @@ class ASHASearch(SearchMethod):
     @abc.abstractmethod
     def plan(cls, config: ExperimentConfig, length: int) -> list[Bracket]:
         """The brackets to run, in order."""
+
+    @staticmethod
+    def _length(config: ExperimentConfig) -> int | None:
+        """What the rungs divide: ``max_time`` of ``time_metric``, else ``max_length``'s value."""
+        searcher = config.searcher
+        if searcher.max_time is not None:
+            return searcher.max_time
+        return searcher.max_length.value if searcher.max_length is not None else None
+
+    @classmethod
+    def concurrent_trials(cls, config: ExperimentConfig) -> int:
+        """Each bracket's own concurrency, summed (with ``max_concurrent_trials`` 0 too)."""
+        length = cls._length(config)
+        if length is None or length < 1:
+            return super().concurrent_trials(config)  # the search itself refuses the config
+        brackets = cls.plan(config, length)
+        return min(cls.trial_slots(config), sum(min(b.max_trials, b.max_concurrent_trials) for b in brackets))
 
     @classmethod
     def trial_slots(cls, config: ExperimentConfig) -> int:

@@ -64,7 +64,13 @@ class SearchMethod(abc.ABC):
     @classmethod
     @abc.abstractmethod
     def trial_slots(cls, config: ExperimentConfig) -> int:
-        """The most trials this search runs: the number of trial slots the DAG maps."""
+        """The most trials this search runs."""
+
+    @classmethod
+    def concurrent_trials(cls, config: ExperimentConfig) -> int:
+        """The most trials this search runs at once (``max_concurrent_trials``, 0 = no limit)."""
+        trials, limit = cls.trial_slots(config), config.searcher.max_concurrent_trials
+        return min(trials, limit) if limit > 0 else trials
 
     @property
     def sampler(self) -> HParamSampler:

@@ -70,3 +70,16 @@ def trial_slot_count(config: ExperimentConfig) -> int:
     grid: the number of grid points; random and the ASHA searchers: ``max_trials``; single: 1.
     """
     return _METHODS[config.searcher.name].trial_slots(config)
+
+
+def concurrent_slot_count(config: ExperimentConfig, pool_capacity: int | None = None) -> int:
+    """The trial slots an experiment's DAG maps when each slot runs trial after trial: as many as can
+    run at once.
+
+    At most the trials the search runs at once (``max_concurrent_trials``; ASHA: its brackets'), and
+    the trials that ``pool_capacity`` Airflow pool slots hold at once (None, 0 or -1: no bound).
+    """
+    count = _METHODS[config.searcher.name].concurrent_trials(config)
+    if pool_capacity is not None and pool_capacity > 0:
+        count = min(count, max(1, pool_capacity // max(1, config.resources.slots_per_trial)))
+    return count

@@ -32,6 +32,12 @@ class DigitsTrial(PyTorchTrial):
                 f"n_filters1 and n_filters2 must be >= 1, got {hparams['n_filters1']}, {hparams['n_filters2']}"
             )
         torch.set_num_threads(1)  # a tiny model: more threads cost more than they give
+        distributed = context.distributed
+        print(
+            f"worker {distributed.rank} of {distributed.size}: "
+            f"{context.get_per_slot_batch_size()} images a batch",
+            flush=True,
+        )
         self.model = context.wrap_model(build_model(hparams))
         self.optimizer = context.wrap_optimizer(
             torch.optim.Adadelta(self.model.parameters(), lr=float(hparams["learning_rate"]))

@@ -1,8 +1,9 @@
 """Where a trial runs: ``airflow.trial_runner`` (``[det] trial_runner``) picks a runner.
 
 ``local`` (the default) runs the trial as a process on the Airflow worker (the trial operator's own
-body); ``docker`` runs it in a container (:class:`DockerRunner`); ``kubernetes`` builds its pods
-(:mod:`det_airflow.operators.runners.kubernetes`).
+body); ``docker`` runs it in a container (``_docker.DockerRunner``); ``kubernetes`` in a pod, or an
+indexed Job for a gang (``_kubernetes.KubernetesRunner``, objects from
+:mod:`det_airflow.operators.runners.kubernetes`).
 """
 
 from det_airflow.operators.runners._base import (

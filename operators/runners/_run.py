@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from det_airflow.errors import DetError
 from det_airflow.operators._logs import LogShipper
 from det_airflow.operators.runners._base import DEVICES, ContainerTrial, TrialRunner, container_environment
+from det_airflow.slots import SlotLease, lease
 
 if TYPE_CHECKING:
     from det_airflow.api.internal import InternalClient
@@ -45,7 +46,33 @@ def build_runner(
         )
         hook = DockerHook(docker_conn_id=section.get("docker_conn_id") or None, base_url=base_url)
         return DockerRunner(hook.api_client, log=log, on_container=on_container)
+    if name == "kubernetes":
+        from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+
+        from det_airflow.operators.runners._kubernetes import KubernetesCluster, KubernetesRunner
+
+        hook = KubernetesHook(conn_id=section.get("kubernetes_conn_id") or None)
+        return KubernetesRunner(
+            KubernetesCluster(hook),
+            namespace=section.get("namespace") or "default",
+            slots_per_node=_slots_per_node(conf.get("det", "slots_per_node", fallback="")),
+            delete_pods=conf.getboolean("det", "kubernetes_delete_pods", fallback=True),
+            startup_timeout=conf.getfloat("det", "kubernetes_startup_timeout", fallback=600.0),
+            log=log,
+        )
     raise DetError(f"airflow.trial_runner: {name!r} cannot run trials on this worker yet")
+
+
+def _slots_per_node(value: str | None) -> int:
+    """``[det] slots_per_node`` for Kubernetes trials: left empty, a node of 8."""
+    from det_airflow.operators.runners._kubernetes import DEFAULT_SLOTS_PER_NODE
+
+    text = (value or "").strip()
+    if not text:
+        return DEFAULT_SLOTS_PER_NODE
+    if not text.isdigit() or int(text) < 1:
+        raise DetError(f"airflow.cfg [det] slots_per_node: expected an integer >= 1, got {text!r}")
+    return int(text)
 
 
 def slot_device() -> str:
@@ -67,15 +94,25 @@ def held_slots(spec_dict: Mapping[str, Any]) -> tuple[int, ...]:
     return tuple(range(int(resources.get("slots_per_trial") or 0)))
 
 
-def run_with(
+def lease_slots(spec_dict: Mapping[str, Any]) -> SlotLease:
+    """The devices behind the trial's slots, leased on this host until the run ends: GPU slots get
+    free device indices of the worker's host; CPU slots stay ``0..n-1``."""
+    device = slot_device()
+    if spec_dict.get("slot_ids") is not None or device == "cpu":
+        return SlotLease(device, held_slots(spec_dict))
+    return lease(device, len(held_slots(spec_dict)))
+
+
+def container_trial(
     where: str,
     operator: TrialOperator,
     client: InternalClient,
     spec_dict: dict[str, Any],
     token: str,
-) -> int:
-    """Runs one trial through the runner called ``where``, its output going to the task log and
-    ``det trial logs``."""
+    on_output: Callable[[str, str], None],
+) -> tuple[ContainerTrial, SlotLease] | None:
+    """The trial of ``spec_dict`` ready for the runner called ``where``: its work folder prepared and
+    its slots held; None (the reason passed to ``on_output``) when its slots cannot be held."""
     from det_airflow.operators.trial import default_work_dir
     from det_airflow.trial_process import (
         TrialSpec,
@@ -91,9 +128,19 @@ def run_with(
         Path(operator.work_dir or default_work_dir()) / f"exp_{spec.experiment_id}" / f"trial_{spec.trial_id}"
     )
     shutil.rmtree(workdir, ignore_errors=True)
-    prepare_workdir(client.context(spec.experiment_id), workdir)
+    prepare_workdir(operator.trial_context(client, spec.experiment_id), workdir)
     write_trial_files(spec, workdir)
-    slots, device = held_slots(spec_dict), slot_device()
+    try:
+        # A pod's devices are its node's, given by Kubernetes: nothing of this worker's to lease.
+        held = (
+            SlotLease(slot_device(), held_slots(spec_dict))
+            if where == "kubernetes"
+            else lease_slots(spec_dict)
+        )
+    except DetError as exc:
+        on_output(f"ERROR: {exc}", "stderr")
+        return None
+    slots, device = held.slot_ids, held.device
     env = trial_environment(
         spec, master_url=master, token=token, slot_ids=slots, base_env={}, workdir=workdir
     )
@@ -116,15 +163,38 @@ def run_with(
         list(slots),
         " ".join(trial.command()),
     )
-    shipper = LogShipper(operator._client(), spec.trial_id, log=operator.log)
-    operator._stop.clear()
-    watcher = threading.Thread(target=operator._watch, args=(spec.trial_id,), daemon=True)
-    watcher.start()
+    return trial, held
+
+
+def run_with(
+    where: str,
+    operator: TrialOperator,
+    client: InternalClient,
+    spec_dict: dict[str, Any],
+    token: str,
+) -> int:
+    """Runs one trial through the runner called ``where``, its output going to the task log and
+    ``det trial logs``."""
+    shipper = LogShipper(operator._client(), int(spec_dict["trial_id"]), log=operator.log)
 
     def on_output(line: str, stream: str) -> None:
         operator.log.info("%s", line)
         shipper.add(line, stream)
 
+    prepared = None
+    try:
+        prepared = container_trial(where, operator, client, spec_dict, token, on_output)
+    finally:
+        if prepared is None:  # refused, or the preparation raised
+            shipper.close()
+            shipper.client.close()
+    if prepared is None:
+        return CONTAINER_FAILED
+    trial, held = prepared
+    spec, workdir = trial.spec, trial.workdir
+    operator._stop.clear()
+    watcher = threading.Thread(target=operator._watch, args=(spec.trial_id,), daemon=True)
+    watcher.start()
     try:
         # `det trial logs` names the container each line came from, as Determined's does.
         runner = build_runner(
@@ -139,6 +209,7 @@ def run_with(
         on_output(f"ERROR: {exc}", "stderr")
         code = CONTAINER_FAILED
     finally:
+        held.release()
         operator._stop.set()
         shipper.close()
         shipper.client.close()

@@ -6,6 +6,9 @@ their container of that name (or their first container) are kept unless the tria
 containers and pod-level fields (node selectors, tolerations, service account, volumes) are kept;
 ``/dev/shm`` is a memory ``emptyDir`` of ``resources.shm_size``; GPUs are ``nvidia.com/gpu`` limits
 of the slots per pod; the priority class is named after the job's priority.
+
+A pod shares no folder with the worker: its init container fetches the experiment's context from
+the master with the trial's own token and writes the trial's config, in the pod's work folder.
 """
 
 from __future__ import annotations
@@ -18,9 +21,36 @@ from typing import Any
 from airflow.providers.cncf.kubernetes.pod_generator import PodGenerator
 from kubernetes.client import models as k8s
 
+from det_airflow.api._http import API_PREFIX
 from det_airflow.operators.runners._base import ContainerTrial
 
 TRIAL_CONTAINER = "determined-container"
+CONTEXT_CONTAINER = "det-fetch-context"
+# The config as the init container writes it to DET_EXPERIMENT_CONFIG_FILE.
+CONFIG_VARIABLE = "DET_AIRFLOW_TRIAL_CONFIG"
+# Standard library only: any image with Python 3.11 runs it. tarfile's "data" filter refuses
+# absolute paths, "..", links that leave the folder and device files.
+# Run as ``python3 -c FETCH_CONTEXT WORKDIR CONTEXT_PATH CONFIG_VARIABLE``.
+FETCH_CONTEXT = """\
+import io, os, sys, tarfile, urllib.request
+work, path, config_variable = sys.argv[1:4]
+env = os.environ
+request = urllib.request.Request(
+    env["DET_MASTER"].rstrip("/") + path, headers={"Authorization": "Bearer " + env["DET_SESSION_TOKEN"]}
+)
+try:
+    with urllib.request.urlopen(request, timeout=120) as answer:
+        data = answer.read()
+except OSError as exc:
+    sys.exit(f"cannot fetch the experiment's context from the master at {env['DET_MASTER']}: {exc}")
+if data:
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as archive:
+        archive.extractall(work, filter="data")
+for folder in (env["HOME"], env["TMPDIR"]):
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+with open(env["DET_EXPERIMENT_CONFIG_FILE"], "w") as config:
+    config.write(env[config_variable])
+"""
 GPU_RESOURCE = {"cuda": "nvidia.com/gpu", "rocm": "amd.com/gpu"}
 PRIORITY_CLASS_PREFIX = "det-priority-"
 
@@ -56,13 +86,24 @@ def trial_pod(trial: ContainerTrial, *, namespace: str) -> k8s.V1Pod:
             add=list(environment.get("add_capabilities") or []) or None,
             drop=list(environment.get("drop_capabilities") or []) or None,
         )
+    context_path = f"{API_PREFIX}/runtime/trials/{trial.spec.trial_id}/context"
+    pull_policy = "Always" if environment.get("force_pull_image") else "IfNotPresent"
+    env = [k8s.V1EnvVar(name=k, value=v) for k, v in sorted(trial.env.items())]
+    fetch = k8s.V1Container(
+        name=CONTEXT_CONTAINER,
+        image=trial.image(),
+        image_pull_policy=pull_policy,
+        command=["python3", "-c", FETCH_CONTEXT, str(trial.workdir), context_path, CONFIG_VARIABLE],
+        env=[*env, k8s.V1EnvVar(name=CONFIG_VARIABLE, value=json.dumps(dict(config)))],
+        volume_mounts=mounts[:1],
+    )
     container = k8s.V1Container(
         name=TRIAL_CONTAINER,
         image=trial.image(),
-        image_pull_policy="Always" if environment.get("force_pull_image") else "IfNotPresent",
+        image_pull_policy=pull_policy,
         command=trial.command(),
         working_dir=str(trial.workdir),
-        env=[k8s.V1EnvVar(name=k, value=v) for k, v in sorted(trial.env.items())],
+        env=env,
         volume_mounts=mounts,
         resources=k8s.V1ResourceRequirements(limits=limits or None, requests=dict(limits) or None),
         security_context=k8s.V1SecurityContext(capabilities=capabilities) if capabilities else None,
@@ -72,6 +113,7 @@ def trial_pod(trial: ContainerTrial, *, namespace: str) -> k8s.V1Pod:
         kind="Pod",
         metadata=k8s.V1ObjectMeta(name=trial.name, namespace=namespace, labels=dict(trial.labels)),
         spec=k8s.V1PodSpec(
+            init_containers=[fetch],
             containers=[container],
             volumes=volumes,
             restart_policy="Never",

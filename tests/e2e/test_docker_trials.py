@@ -141,3 +141,25 @@ def test_a_container_that_fails_once_resumes_from_its_checkpoint(det: DetEnv, tm
     steps = [m["steps_completed"] for m in training]
     assert steps == sorted(set(steps)), steps  # a restart from batch 0 would report a step twice
     assert trial_containers(experiment_id) == []
+
+
+def test_the_distributed_example_trains_with_ddp_in_a_container(det: DetEnv, tmp_path: Path) -> None:
+    config = yaml.safe_load((EXAMPLE / "distributed.yaml").read_text())
+    config["searcher"]["max_length"] = {"batches": 100}
+    config["min_validation_period"] = {"batches": 50}
+    config["airflow"] = {"trial_runner": "docker"}
+    path = tmp_path / "distributed.yaml"
+    path.write_text(yaml.safe_dump(config))
+    experiment_id = det.create(path)
+
+    answer = wait_completed(det, experiment_id)
+
+    (trial,) = answer["trials"]
+    # The chief alone reports: one validation per period, although two ranks trained.
+    validation = det.get(f"/trials/{trial['id']}/metrics?group=validation")["metrics"]
+    assert [m["steps_completed"] for m in validation] == [50, 100]
+    assert validation[-1]["metrics"]["accuracy"] > 0.5
+    for rank in (0, 1):
+        logs = det.det("trial", "logs", str(trial["id"]), "--rank-id", str(rank)).stdout
+        assert f"worker {rank} of 2: 16 images a batch" in logs, logs[-2000:]
+    assert trial_containers(experiment_id) == []

@@ -15,7 +15,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -154,6 +154,13 @@ class _PgCluster:
     def url(self) -> str:
         return f"postgresql://postgres:{self.password}@127.0.0.1:{self.port}/airflow"
 
+    def restart(self) -> None:
+        """Stop the server at once (every connection dropped) and start it again, same options."""
+        self.run(
+            str(self.bindir / "pg_ctl"), "-D", str(self.base / "data"), "-l", str(self.base / "postgres.log"),
+            "-w", "-t", "60", "-m", "fast", "restart",
+        )  # fmt: skip
+
     def stop(self) -> None:
         pg_ctl = [str(self.bindir / "pg_ctl"), "-D", str(self.base / "data"), "-w", "-t", "30"]
         try:
@@ -173,10 +180,23 @@ def postgres_url() -> Iterator[str]:
     t0 = time.monotonic()
     cluster = _PgCluster.start()
     _timings.append(f"postgres: initdb + start + createdb {time.monotonic() - t0:.1f} s")
+    _clusters.append(cluster)
     try:
         yield cluster.url
     finally:
+        _clusters.remove(cluster)
         cluster.stop()
+
+
+_clusters: list[_PgCluster] = []
+
+
+@pytest.fixture
+def restart_postgres(postgres_url: str) -> Callable[[], None]:
+    """Restarts the tests' own PostgreSQL server (the one behind ``postgres_url``)."""
+    if not _clusters:
+        pytest.skip("needs a PostgreSQL server started by the tests, not DET_TEST_PG_URL's")
+    return _clusters[0].restart
 
 
 # -- Airflow ---------------------------------------------------------------------------------------
@@ -220,7 +240,12 @@ TEST_USERS = {"admin": "admin", "viewer": "viewer", "alice": "user", "bob": "use
 def airflow_config_extra() -> dict[str, dict[str, str]]:
     """Sections added to the test Airflows' ``airflow.cfg`` (e.g. ``[det]``); override to change."""
     users = ",".join(f"{name}:{role}" for name, role in TEST_USERS.items())
-    return {"core": {"simple_auth_manager_users": users}}
+    # Only the pools of test_preemption.py preempt or share fairly; every other test keeps the defaults.
+    det = {
+        "preemption_pools": "det_preemption_gang,det_preemption_ignored,det_fair_share",
+        "fair_share_pools": "det_fair_share",
+    }
+    return {"core": {"simple_auth_manager_users": users}, "det": det}
 
 
 def _postgres_driver(url: str) -> str:
@@ -341,3 +366,12 @@ def airflow_sqlite_api(airflow_sqlite: LocalAirflow) -> Iterator[AirflowAPI]:
     api = AirflowAPI(airflow_sqlite)
     yield api
     api.close()
+
+
+@pytest.fixture
+def release_dir() -> Iterator[Path]:
+    """A folder where a test drops files that its held trials wait for."""
+    # Trials may run as another user: the folder they poll must be readable by everyone.
+    with tempfile.TemporaryDirectory(prefix="det-release-") as folder:
+        os.chmod(folder, 0o755)
+        yield Path(folder)

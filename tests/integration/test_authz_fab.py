@@ -64,7 +64,8 @@ def fab_airflow() -> Iterator[tuple[LocalAirflow, dict[str, str]]]:
         for name, role in {af.admin_user: "Admin", **ROLES}.items():
             _airflow_ok(
                 af,
-                *("users", "create", "--username", name, "--password", passwords[name], "--role", role),
+                # ``--password=`` keeps a random password that starts with "-" from reading as an option
+                *("users", "create", "--username", name, f"--password={passwords[name]}", "--role", role),
                 *("--firstname", name, "--lastname", role, "--email", f"{name}@example.com"),
             )
         af.start()

@@ -174,7 +174,8 @@ BAD_CONFIGS = {
         "resources.slots_per_trial",
     ),
     "too many trial slots": (
-        "searcher: {name: random, metric: loss, max_trials: 5000}\nentrypoint: x\n",
+        # Every trial at once (max_concurrent_trials 0): one trial slot each, past max_map_length.
+        "searcher: {name: random, metric: loss, max_trials: 5000, max_concurrent_trials: 0}\nentrypoint: x\n",
         "max_map_length",
     ),
 }
@@ -276,21 +277,21 @@ def test_routes_refuse_wrong_or_missing_credentials_and_change_nothing(det: DetE
 
 def test_paused_experiment_waits_until_activated(det: DetEnv, tmp_path: Path) -> None:
     experiment_id = det.create(small_config(tmp_path, name="starts paused"), EXAMPLE, "--paused")
-    # Wait for the condition that would let a trial start: the DAG run's searcher task has run and
+    # Wait for the condition that would let a trial start: the DAG run's trial slot has started and
     # is waiting (deferred) for the activation. Only then does "no trial yet" mean anything.
     experiment = det.get(f"/experiments/{experiment_id}")["experiment"]
     dag_id = experiment["dag_id"]
 
-    def searcher_deferred() -> bool:
+    def slot_deferred() -> bool:
         with det.api() as client:
             runs = client.get(f"/api/v2/dags/{dag_id}/dagRuns").json().get("dag_runs", [])
             if not runs:
                 return False
             run_id = runs[0]["dag_run_id"]
-            ti = client.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/searcher")
+            ti = client.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/trial/0")
             return ti.status_code == 200 and ti.json()["state"] == "deferred"
 
-    wait_until(searcher_deferred, "the paused experiment's searcher task deferring", timeout=120)
+    wait_until(slot_deferred, "the paused experiment's trial slot deferring", timeout=120)
     answer = det.get(f"/experiments/{experiment_id}")
     assert answer["experiment"]["state"] == "PAUSED"
     assert answer["trials"] == []

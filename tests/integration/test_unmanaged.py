@@ -90,3 +90,47 @@ def test_an_unmanaged_run_that_raises_ends_in_error(det: DetEnv, tmp_path: Path)
     assert (experiment["state"], experiment["error"]) == ("ERROR", "ValueError: loss became NaN")
     described = det.det("experiment", "describe", str(experiment["id"])).stdout
     assert "ERROR" in described
+
+
+def test_a_distributed_unmanaged_run_is_one_experiment_with_every_rank_in_its_logs(
+    det: DetEnv, tmp_path: Path
+) -> None:
+    (tmp_path / "ddp.py").write_text(
+        "import determined as det\n"
+        "from determined.experimental import core_v2\n"
+        "distributed = det.core.DistributedContext.from_torch_distributed()\n"
+        "core_v2.init(defaults=core_v2.DefaultConfig(name='unmanaged-ddp'), distributed=distributed)\n"
+        "rank = core_v2.distributed.rank\n"
+        "print(f'rank {rank} starts')\n"
+        "for step in (1, 2, 3):\n"
+        "    core_v2.train.report_training_metrics(steps_completed=step, metrics={'loss': rank + 1 / step})\n"
+        "core_v2.close()\n"
+    )
+    env = {
+        **det.env(),
+        "PYTHONPATH": os.pathsep.join([str(compat.determined_root()), str(REPO)]),
+        "OMP_NUM_THREADS": "1",
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "ddp.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+    experiment = _experiment_named(det, "unmanaged-ddp")
+    assert experiment["state"] == "COMPLETED"
+    [trial] = det.get(f"/experiments/{experiment['id']}/trials")["trials"]
+    training = det.get(f"/trials/{trial['id']}/metrics?group=training")["metrics"]
+    assert [(m["steps_completed"], m["metrics"]["loss"]) for m in training] == [
+        (1, 1.0),
+        (2, 0.5),
+        (3, 1 / 3),
+    ]
+    logs = det.det("trial", "logs", str(trial["id"])).stdout
+    assert "[rank=0] || INFO: rank 0 starts" in logs and "[rank=1] || INFO: rank 1 starts" in logs, logs
+    only_rank_1 = det.det("trial", "logs", "--rank-id", "1", str(trial["id"])).stdout
+    assert "rank 1 starts" in only_rank_1 and "rank 0 starts" not in only_rank_1, only_rank_1

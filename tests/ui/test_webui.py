@@ -1,7 +1,8 @@
 """The det web UI in a real browser (Debian's chromium through Playwright) against a real Airflow
 and PostgreSQL: signed in on Airflow's login page as the admin, a person finds the pages in
 Airflow's navigation, reads the experiments list, counts the learning curves of an experiment,
-filters a trial's logs by rank, pauses and activates an experiment, and reorders the job queue.
+filters a trial's logs by rank, level and text and follows a running trial's, continues a trial
+as a new experiment, pauses and activates an experiment, and reorders the job queue.
 Screenshots of every page go to test-results/ui/."""
 
 from __future__ import annotations
@@ -64,10 +65,12 @@ import det_airflow as det
 
 release = os.environ["RELEASE_FILE"]
 with det.core.init() as core_context:
+    print("holding until released", flush=True)
     while not os.path.exists(release):
         if core_context.preempt.should_preempt():
             raise SystemExit(0)
         time.sleep(0.5)
+    print("released", flush=True)
 """
 
 
@@ -128,6 +131,11 @@ class HeldJobs:
     def trial_state(self, experiment_id: int) -> str | None:
         trials = self.det.get(f"/experiments/{experiment_id}/trials")["trials"]
         return str(trials[0]["state"]) if trials else None
+
+    def release(self, label: str) -> None:
+        path = self.release_dir / label
+        path.write_text("go")
+        path.chmod(0o644)
 
     def release_all(self) -> None:
         for path in (self.release_dir / config.stem for config in self.context.glob("*.yaml")):
@@ -331,6 +339,68 @@ def test_trial_logs_filter_by_rank(page: Page, airflow: LocalAirflow, curves: di
     expect(lines.filter(has_text="chief finished training")).to_have_count(1)
 
 
+def test_trial_logs_filter_by_level_and_text(
+    page: Page, airflow: LocalAirflow, curves: dict[str, Any]
+) -> None:
+    trial_id = curves["trials"][0]["id"]
+    page.goto(ui(airflow, f"trials/{trial_id}"))
+    logs = page.get_by_test_id("logs")
+    lines = logs.get_by_test_id("log-line")
+    expect(lines.filter(has_text="worker 1 ready")).to_have_count(1)
+
+    # WARNING or higher: the chief's INFO lines go, rank 1's warning stays.
+    page.get_by_test_id("log-level").select_option("WARNING")
+    expect(lines.filter(has_text="worker 1 has nothing to train")).to_have_count(1)
+    expect(lines.filter(has_text="worker 1 ready")).to_have_count(0)
+    expect(lines.filter(has_text="chief finished training")).to_have_count(0)
+    screenshot(page, f"trial-{trial_id}-warnings")
+
+    page.get_by_test_id("log-level").select_option("")
+    page.get_by_test_id("log-search").fill("FINISHED TRAINING")  # any case
+    expect(lines).to_have_count(1)
+    expect(lines.first).to_contain_text("chief finished training")
+
+
+def test_trial_logs_follow_a_running_trial(page: Page, airflow: LocalAirflow, held: HeldJobs) -> None:
+    experiment_id = held.create("followed")
+    wait_until(lambda: held.trial_state(experiment_id) == "RUNNING", f"experiment {experiment_id} running")
+    trial_id = held.det.get(f"/experiments/{experiment_id}/trials")["trials"][0]["id"]
+    page.goto(ui(airflow, f"trials/{trial_id}"))
+    lines = page.get_by_test_id("logs").get_by_test_id("log-line")
+    expect(lines.filter(has_text="holding until released")).to_have_count(1)
+    expect(lines.filter(has_text="released")).to_have_count(1)  # only the line above, so far
+
+    held.release("followed")
+
+    # The page follows the trial: the last line arrives without a reload.
+    expect(lines.filter(has_text="released")).to_have_count(2, timeout=60_000)
+    expect(lines.last).to_contain_text("released")
+
+
+def test_continue_trial_creates_a_single_trial_experiment_from_it(
+    page: Page, airflow: LocalAirflow, det: DetEnv, curves: dict[str, Any]
+) -> None:
+    trial = curves["trials"][1]
+    page.goto(ui(airflow, f"trials/{trial['id']}"))
+    page.get_by_test_id("continue-trial").click()
+    page.get_by_test_id("confirm-ok").click()
+
+    expect(page).to_have_url(re.compile(r"#/experiments/\d+$"))
+    created = int(page.url.rsplit("/", 1)[1])
+    assert created != curves["experiment"]["id"]
+    expect(page.get_by_test_id("experiment-name")).to_contain_text(f"trial {trial['id']} continued")
+    experiment = det.get(f"/experiments/{created}")["experiment"]
+    assert experiment["parent_id"] == curves["experiment"]["id"]
+    config = det.get(f"/experiments/{created}/config")["config"]
+    assert config["searcher"]["name"] == "single"
+    assert config["searcher"]["source_trial_id"] == trial["id"]
+    assert config["hyperparameters"]["lr"] == {"type": "const", "val": trial["hparams"]["lr"]}
+    answer = det.wait_experiment(created, timeout=600)
+    assert answer["experiment"]["state"] == "COMPLETED", answer
+    (continued,) = answer["trials"]
+    assert continued["hparams"] == trial["hparams"]
+
+
 def test_pause_and_activate_from_the_experiment_page(
     page: Page, airflow: LocalAirflow, det: DetEnv, held: HeldJobs
 ) -> None:
@@ -379,3 +449,28 @@ def test_changing_a_jobs_priority_reorders_the_queue(
     listed = {job["id"]: job for job in det.get(f"/jobs?resource_pool={QUEUE_POOL}")["jobs"]}
     assert listed[second]["priority"] == 10 and listed[second]["jobs_ahead"] == 0
     screenshot(page, "queue-reordered")
+
+
+def test_move_to_top_puts_a_job_first_in_its_pool(
+    page: Page, airflow: LocalAirflow, det: DetEnv, held: HeldJobs
+) -> None:
+    pool = "det_ui_top"
+    airflow.airflow("pools", "set", pool, "1", "browser test move to top")
+    running = held.create("top-running", pool)
+    wait_until(lambda: held.trial_state(running) == "RUNNING", f"experiment {running} running")
+    first, last = held.create("top-first", pool), held.create("top-last", pool)
+
+    page.goto(ui(airflow, "queue"))
+    table = page.locator(f"[data-testid=queue-table][data-pool='{pool}']")
+    rows = table.get_by_test_id("job-row")
+    for position, job in enumerate((running, first, last)):
+        expect(rows.nth(position)).to_have_attribute("data-id", str(job))
+
+    table.locator(f"[data-testid=job-row][data-id='{last}']").get_by_test_id("manage-job").click()
+    page.get_by_test_id("job-top").click()
+
+    for position, job in enumerate((last, running, first)):
+        expect(rows.nth(position)).to_have_attribute("data-id", str(job))
+    listed = {job["id"]: job for job in det.get(f"/jobs?resource_pool={pool}")["jobs"]}
+    assert listed[last]["jobs_ahead"] == 0 and listed[first]["jobs_ahead"] == 2
+    screenshot(page, "queue-moved-to-top")

@@ -56,13 +56,40 @@ def test_trial_task_carries_the_experiments_pool_slots_priority_and_restarts(tmp
     assert kwargs["retries"] == 3
 
 
-def test_master_written_config_runs_once_for_its_experiment(tmp_path: Path) -> None:
+RANDOM_12 = """
+name: sweep
+entrypoint: python3 train.py
+hyperparameters: {lr: {type: double, minval: 0.001, maxval: 0.1}}
+searcher: {name: random, metric: loss, max_length: 10, max_trials: 12, max_concurrent_trials: 5}
+"""
+
+
+def test_master_written_config_runs_once_and_starts_with_its_trial_slots(tmp_path: Path) -> None:
     write(tmp_path / "experiments" / "exp_12.yaml", CONST)
 
     dag = build_dags(tmp_path)["det_exp_12"]
 
-    assert dag.task_dict["register"].experiment_id == 12
+    # The master stored the experiment at submission: nothing runs before the trial slots.
+    assert set(dag.task_dict) == {"trial", "finalize"}
+    assert dag.task_dict["trial"].upstream_task_ids == set()
+    assert dag.task_dict["trial"].partial_kwargs["experiment_id"] == 12
+    assert dag.task_dict["trial"].expand_input.value == {"slot": [0]}
+    assert dag.task_dict["finalize"].experiment_id == 12
+    assert dag.task_dict["finalize"].upstream_task_ids == {"trial"}
     assert "Once" in type(dag.timetable).__name__
+
+
+def test_a_master_written_dag_maps_the_trial_slots_the_master_counted(tmp_path: Path) -> None:
+    header = dagfactory.submission_header("alice", datetime(2026, 11, 20, tzinfo=UTC), trial_slots=3)
+    write(tmp_path / "experiments" / "exp_12.yaml", header + RANDOM_12)
+    write(tmp_path / "experiments" / "exp_13.yaml", RANDOM_12)  # an older file: no count in it
+
+    dags = build_dags(tmp_path)
+
+    # Each slot runs trial after trial: 3 slots (the pool's size when submitted) run all 12 trials.
+    assert dags["det_exp_12"].task_dict["trial"].expand_input.value == {"slot": [0, 1, 2]}
+    # Without the master's count: as many as max_concurrent_trials lets run at once.
+    assert dags["det_exp_13"].task_dict["trial"].expand_input.value == {"slot": [0, 1, 2, 3, 4]}
 
 
 def test_a_master_written_experiment_dag_shows_its_name_id_owner_submission_time_and_page(

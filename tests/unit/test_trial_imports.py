@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from det_airflow.api._http import API_PREFIX, TrialSession
+from det_airflow.api._http import API_PREFIX, Session, TrialSession
 from det_airflow.api.runtime import RuntimeClient
 from det_airflow.errors import APIError
 from det_airflow.trial_process import TrialSpec, trial_environment, write_trial_files
@@ -70,6 +70,7 @@ class TinyMaster:
     seen: list[Seen] = field(default_factory=list)
     close_after_answer: bool = False
     hang_up_on: set[tuple[str, str]] = field(default_factory=set)
+    unavailable: dict[tuple[str, str], int] = field(default_factory=dict)  # this many 503s first
     closed: threading.Event = field(default_factory=threading.Event)
 
 
@@ -91,6 +92,9 @@ def tiny_master() -> Iterator[TinyMaster]:
                 self.close_connection = True
                 return
             status, body = master.answers.get((self.command, path), (200, {}))
+            if master.unavailable.get((self.command, path), 0) > 0:
+                master.unavailable[(self.command, path)] -= 1
+                status, body = 503, {"detail": "the master's database is unavailable, try again"}
             data = json.dumps(body).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
@@ -243,3 +247,34 @@ def test_a_master_that_hangs_up_is_tried_again_then_named(tiny_master: TinyMaste
     routes = {(s.method, s.path) for s in tiny_master.seen}
     assert routes == {("POST", "/runtime/trials/7/metrics")}
     assert len(tiny_master.seen) >= 2, "the dropped request was not tried again"
+
+
+@pytest.mark.parametrize("kind", ["trial", "service"])
+def test_a_master_whose_database_is_away_is_asked_again(tiny_master: TinyMaster, kind: str) -> None:
+    route = ("POST", "/runtime/trials/7/metrics")
+    tiny_master.unavailable[route] = 3
+    tiny_master.answers[route] = (200, {"stored": 1})
+    session = (
+        TrialSession(tiny_master.url, TOKEN, retry_seconds=30)
+        if kind == "trial"
+        else Session(tiny_master.url, TOKEN, retry_seconds=30)
+    )
+
+    assert session.post("/runtime/trials/7/metrics", {"reports": []}) == {"stored": 1}
+    assert [(s.method, s.path) for s in tiny_master.seen] == [route] * 4
+
+
+@pytest.mark.parametrize("kind", ["trial", "service"])
+def test_a_database_away_for_too_long_is_named(tiny_master: TinyMaster, kind: str) -> None:
+    route = ("GET", "/runtime/trials/7/preemption")
+    tiny_master.unavailable[route] = 1000
+    session = (
+        TrialSession(tiny_master.url, TOKEN, retry_seconds=0.5)
+        if kind == "trial"
+        else Session(tiny_master.url, TOKEN, retry_seconds=0.5)
+    )
+
+    with pytest.raises(APIError, match="database is unavailable") as info:
+        session.get("/runtime/trials/7/preemption")
+    assert info.value.status_code == 503
+    assert len(tiny_master.seen) >= 2

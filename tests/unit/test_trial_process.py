@@ -530,3 +530,42 @@ def test_checkpoint_storage_is_made_writable_for_the_trial_user_only_where_safe(
     assert existing.stat().st_uid == 0  # a folder det does not own is never taken over
     ensure_writable_dir(existing, user, adopt=True)
     assert existing.stat().st_uid == user.uid
+
+
+def test_a_killed_worker_takes_its_trial_process_along(tmp_path: Path) -> None:
+    """The worker (here a Python process running the trial) dies by SIGKILL: no orphan trains on."""
+    import subprocess
+
+    pid_file = tmp_path / "trial.pid"
+    (tmp_path / "trial.py").write_text(
+        f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\ntime.sleep(600)\n"
+    )
+    (tmp_path / "worker.py").write_text(
+        "import sys\n"
+        "from det_airflow.trial_process import run_trial_process\n"
+        f"run_trial_process({str(tmp_path)!r}, [sys.executable, 'trial.py'], {{}}, on_output=print)\n"
+    )
+    worker = subprocess.Popen([sys.executable, str(tmp_path / "worker.py")])
+    try:
+        deadline = time.monotonic() + 60
+        while not (pid_file.exists() and pid_file.read_text()):
+            assert time.monotonic() < deadline, "the trial process never started"
+            time.sleep(0.1)
+        trial_pid = int(pid_file.read_text())
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while _alive(trial_pid):
+            assert time.monotonic() < deadline, f"trial process {trial_pid} outlived its killed worker"
+            time.sleep(0.1)
+    finally:
+        worker.kill()
+        worker.wait(timeout=30)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat_file:
+            return stat_file.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

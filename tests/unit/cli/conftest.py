@@ -15,18 +15,19 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import httpx
 import pytest
 import uvicorn
 import yaml
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, Response
 
 from det_airflow.cli import experiment as experiment_cli
 from det_airflow.cli import logs as logs_cli
 from det_airflow.cli.main import main
+from det_airflow.states import LOG_LEVELS
 
 TOKEN = "good-token"
 # A second, non-admin user, and a token signed with a JWT secret the master no longer has.
@@ -412,12 +413,25 @@ def build_app(master: FakeMaster) -> FastAPI:
 
     @app.get(f"{api}/trials/{{trial_id}}/logs", dependencies=auth)
     def get_logs(
-        trial_id: int, after: int | None = None, limit: int | None = None, tail: int | None = None
+        trial_id: int,
+        after: int | None = None,
+        limit: int | None = None,
+        tail: int | None = None,
+        rank: Annotated[list[int] | None, Query()] = None,
+        level: str | None = None,
     ) -> Any:
         if trial_id not in master.trials:
             raise HTTPException(404, f"trial {trial_id} not found")
         master.advance(master.trials[trial_id]["experiment_id"])
-        lines = [line for line in master.logs.get(trial_id, []) if after is None or line["id"] > after]
+        # The filters of the master's route: these ranks, this level or higher.
+        wanted = None if level is None else LOG_LEVELS[LOG_LEVELS.index(level) :]
+        lines = [
+            line
+            for line in master.logs.get(trial_id, [])
+            if (after is None or line["id"] > after)
+            and (not rank or line["rank"] in rank)
+            and (wanted is None or str(line["level"]).removeprefix("LOG_LEVEL_") in wanted)
+        ]
         if tail is not None:
             lines = lines[-tail:] if tail else []
         if limit is not None:

@@ -144,9 +144,7 @@ def test_a_026_config_with_the_older_gpu_image_name_validates() -> None:
     assert cfg.checkpoint_storage is None  # no `type`: it refines the cluster's default storage
     assert cfg.min_validation_period.to_dict() == {"epochs": 1}
     assert cfg.resources.slots_per_trial == 8
-    assert cfg.warnings == (
-        "accepted but not acted on by det-airflow: environment.pod_spec, optimizations, profiling",
-    )
+    assert cfg.warnings == ("accepted but not acted on by det-airflow: environment.pod_spec, profiling",)
 
 
 def test_a_038_adaptive_config_validates_and_names_its_unused_fields() -> None:

@@ -144,3 +144,45 @@ def test_the_configs_are_valid(name: str) -> None:
 
 def test_the_context_leaves_out_the_local_store() -> None:
     assert ".det_local/" in (EXAMPLE / ".detignore").read_text().splitlines()
+
+
+def test_the_distributed_example_trains_on_two_gloo_ranks_and_reports_once(tmp_path: Path) -> None:
+    from det_airflow.config import load_config
+
+    assert load_config(EXAMPLE / "distributed.yaml").resources.slots_per_trial == 2
+    config = _config("distributed.yaml")
+    config["searcher"]["max_length"] = {"batches": 40}
+    config["min_validation_period"] = {"batches": 20}
+    config["scheduling_unit"] = 20
+    spec = TrialSpec(
+        trial_id=1,
+        experiment_id=1,
+        request_id="r1",
+        trial_seed=5,
+        hparams=config["hyperparameters"],
+        config=config,
+    )
+    workdir = tmp_path / "work"
+    shutil.copytree(EXAMPLE, workdir, ignore=shutil.ignore_patterns(".det_local", "__pycache__"))
+    write_trial_files(spec, workdir)
+    env = trial_environment(spec, local_store=tmp_path / "store", workdir=workdir)
+    lines: list[str] = []
+    code = run_trial_process(
+        workdir, entrypoint_argv(config["entrypoint"]), env, on_output=lambda line, _: lines.append(line)
+    )
+    output = "\n".join(lines)
+    assert code == 0, output
+
+    # One report per step, from the chief alone, although both ranks trained.
+    metrics = list(read_jsonl(tmp_path / "store" / "metrics.jsonl"))
+    assert [(m["group"], m["steps_completed"]) for m in metrics] == [
+        ("training", 20),
+        ("validation", 20),
+        ("training", 40),
+        ("validation", 40),
+    ]
+    assert [c["steps_completed"] for c in read_jsonl(tmp_path / "store" / "checkpoints.jsonl")] == [20, 40]
+    assert "[rank=0] INFO: det_airflow.pytorch: validation at batch 40" in output
+    # Both ranks trained, each on half of every global batch of 32.
+    assert "[rank=0] worker 0 of 2: 16 images a batch" in output, output[-2000:]
+    assert "[rank=1] worker 1 of 2: 16 images a batch" in output, output[-2000:]

@@ -1,103 +1,25 @@
-"""``core_v2.init(unmanaged=True)`` with ``DET_MASTER`` set: the run becomes an unmanaged experiment.
-
-The master's app is served over a real loopback socket, with Airflow's simple auth manager deciding;
-only Airflow's login is replaced: the bearer token names the user.
-"""
+"""``core_v2.init(unmanaged=True)`` with ``DET_MASTER`` set: the run becomes an unmanaged experiment
+(the ``master`` fixture: see conftest.py)."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import textwrap
-import threading
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import uvicorn
-from airflow.api_fastapi.app import create_auth_manager, purge_cached_app
-from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
-from airflow.api_fastapi.core_api.security import get_user
-from fastapi import FastAPI, HTTPException, Request
 from sqlalchemy import select
 
-from det_airflow import trial_env
-from det_airflow.api.user import CONFIG_DIR_ENV, store_login
+from det_airflow.api.user import store_login
 from det_airflow.errors import APIError, DetError
 from det_airflow.experimental import core_v2
 from det_airflow.master import schema
-from det_airflow.master.app import create_app
-from det_airflow.master.db import Database, get_database
+from det_airflow.master.db import Database
 
-ROLES = {"alice": "user", "viewer": "viewer"}
-
-
-async def _user_from_token(request: Request) -> SimpleAuthManagerUser:
-    name = request.headers.get("authorization", "").removeprefix("Bearer ").removesuffix("-token")
-    if name not in ROLES:
-        raise HTTPException(401, "Not authenticated")
-    return SimpleAuthManagerUser(username=name, role=ROLES[name])
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@pytest.fixture
-def master(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, Database]]:
-    monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", f"sqlite:///{tmp_path / 'airflow.db'}")
-    monkeypatch.setenv("AIRFLOW__CORE__DAGS_FOLDER", str(tmp_path / "dags"))
-    monkeypatch.setenv(
-        "AIRFLOW__CORE__AUTH_MANAGER",
-        "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
-    )
-    monkeypatch.setenv("AIRFLOW__DET__CHECKPOINT_STORAGE_PATH", str(tmp_path / "checkpoints"))
-    monkeypatch.setenv(CONFIG_DIR_ENV, str(tmp_path / "det-config"))
-    monkeypatch.delenv(trial_env.TRIAL_ID, raising=False)
-    get_database.cache_clear()
-    db = get_database()
-    db.migrate()
-    create_auth_manager()
-    app = create_app()
-    app.dependency_overrides[get_user] = _user_from_token
-    root = FastAPI()
-    root.mount("/det", app)
-    port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(root, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "the master's test server did not start within 30 s"
-        time.sleep(0.05)
-    url = f"http://127.0.0.1:{port}"
-    monkeypatch.setenv(trial_env.MASTER, url)
-    try:
-        yield url, db
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-        db.engine.dispose()
-        get_database.cache_clear()
-        purge_cached_app()
-
-
-def _experiments(db: Database) -> list[tuple[str, str, str | None, str | None]]:
-    table = schema.experiments
-    with db.read() as conn:
-        rows = conn.execute(select(table).order_by(table.c.id)).all()
-    return [(r.owner, r.state, r.dag_id, r.error) for r in rows]
-
-
-def _trials(db: Database) -> list[tuple[str, dict, int, str | None]]:
-    table = schema.trials
-    with db.read() as conn:
-        rows = conn.execute(select(table).order_by(table.c.id)).all()
-    return [(r.state, r.hparams, r.total_batches, r.latest_checkpoint) for r in rows]
+from ._stored import experiments as _experiments
+from ._stored import logs as _logs
+from ._stored import trials as _trials
 
 
 def test_a_run_with_a_login_reports_to_the_master_and_completes(master: tuple[str, Database]) -> None:
@@ -152,12 +74,6 @@ def test_a_program_that_raises_ends_its_experiment_in_error(
     assert ("stdout", "step 1: loss 3.0") in logs
     assert ("stderr", "ValueError: loss became NaN") in logs
     assert ("stderr", "Traceback (most recent call last):") in logs
-
-
-def _logs(db: Database) -> list[tuple[str, str]]:
-    table = schema.trial_logs
-    with db.read() as conn:
-        return [(r.stdtype, r.message) for r in conn.execute(select(table).order_by(table.c.id))]
 
 
 def test_what_a_run_prints_goes_to_its_trial_logs_and_the_streams_come_back(

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from det_airflow.master import curves, schema
+from det_airflow.master import curves, metric_points, schema
 from tests.unit.master.people_app import NOW, People
 
 
@@ -18,17 +18,17 @@ def report(
     """Store a report the way the master does: the metric row and the trial's latest summary together."""
     trial = people.trial(trial_id)
     summary = {**(trial.summary or {}), group: {"steps_completed": steps, **values}}
+    row = {
+        "trial_id": trial_id,
+        "group": group,
+        "steps_completed": steps,
+        "metrics": values,
+        "report_time": NOW + timedelta(seconds=steps),
+        "trial_run_id": 1,
+    }
     with people.db.begin() as conn:
-        conn.execute(
-            schema.metrics.insert().values(
-                trial_id=trial_id,
-                group=group,
-                steps_completed=steps,
-                metrics=values,
-                report_time=NOW + timedelta(seconds=steps),
-                trial_run_id=1,
-            )
-        )
+        conn.execute(schema.metrics.insert(), [row])
+        metric_points.store(conn, trial_id, [row])
         best = values.get("loss") if group == "validation" else None
         changes: dict[str, Any] = {"summary": summary}
         if isinstance(best, float) and (trial.best_validation is None or best < trial.best_validation):
@@ -194,7 +194,7 @@ def test_a_new_report_shows_up_in_the_next_answer(people: People) -> None:
     [
         ("?metric=acc", 404, "experiment 1 has no validation metric 'acc' (reported: loss)"),
         ("?group=test", 422, "Input should be 'training' or 'validation'"),
-        ("?x=epochs", 422, "Input should be 'batches' or 'time'"),
+        ("?x=steps", 422, "Input should be 'batches', 'time' or 'epochs'"),
         ("?points=9", 422, "Input should be greater than or equal to 10"),
         ("?points=5001", 422, "Input should be less than or equal to 5000"),
     ],

@@ -6,7 +6,11 @@ import { mutedColor, strongColor } from "../../colors";
 import { useData } from "../../useData";
 
 const REFRESH_MS = 5000;
-const X_AXES = { batches: "Batches", time: "Seconds since the trial's first report" } as const;
+const X_AXES = {
+  batches: "Batches",
+  epochs: "Epochs",
+  time: "Seconds since the trial's first report",
+} as const;
 type XAxis = keyof typeof X_AXES;
 
 /** Learning curves of every trial, one series each; the best trials are drawn on top, in strong colours. */
@@ -77,6 +81,7 @@ export function CurvesTab({ experimentId, live }: { experimentId: number; live: 
           X axis{" "}
           <select value={x} onChange={(e) => setX(e.target.value as XAxis)} data-testid="x-select">
             <option value="batches">Batches</option>
+            <option value="epochs">Epochs</option>
             <option value="time">Time</option>
           </select>
         </label>

@@ -179,28 +179,8 @@ function Scatter({ xAxis, yAxis, points }: { xAxis: Axis; yAxis: Axis; points: (
       >
         <line x1={px(0)} x2={px(1)} y1={py(0)} y2={py(0)} stroke="#999" />
         <line x1={px(0)} x2={px(0)} y1={py(0)} y2={py(1)} stroke="#999" />
-        {xAxis.ticks.map((tick) => (
-          <text
-            key={`x${tick.label}@${tick.at}`}
-            x={px(tick.at)}
-            y={height - 20}
-            textAnchor="middle"
-            className="tick"
-          >
-            {tick.label}
-          </text>
-        ))}
-        {yAxis.ticks.map((tick) => (
-          <text
-            key={`y${tick.label}@${tick.at}`}
-            x={left - 4}
-            y={py(tick.at) + 4}
-            textAnchor="end"
-            className="tick"
-          >
-            {tick.label}
-          </text>
-        ))}
+        <AxisTicks axis={xAxis} along="x" at={px} offset={height - 20} />
+        <AxisTicks axis={yAxis} along="y" at={(t) => py(t) + 4} offset={left - 4} />
         {points.map((p) => {
           const ax = xAxis.position(p.x);
           const ay = yAxis.position(p.metric);
@@ -273,32 +253,44 @@ function Heatmap({ xAxis, yAxis, cells, color }: HeatmapProps) {
           );
         })}
         <rect x={left} y={4} width={size} height={size} fill="none" stroke="#999" />
-        {xAxis.ticks.map((tick) => (
-          <text
-            key={`x${tick.label}@${tick.at}`}
-            x={left + middle(xAxis, tick.at) * size}
-            y={size + 18}
-            textAnchor="middle"
-            className="tick"
-          >
-            {tick.label}
-          </text>
-        ))}
-        {yAxis.ticks.map((tick) => (
-          <text
-            key={`y${tick.label}@${tick.at}`}
-            x={left - 4}
-            y={size - middle(yAxis, tick.at) * size + 8}
-            textAnchor="end"
-            className="tick"
-          >
-            {tick.label}
-          </text>
-        ))}
+        <AxisTicks axis={xAxis} along="x" at={(t) => left + middle(xAxis, t) * size} offset={size + 18} />
+        <AxisTicks axis={yAxis} along="y" at={(t) => size - middle(yAxis, t) * size + 8} offset={left - 4} />
       </svg>
       <figcaption>
         {xAxis.name} × {yAxis.name}
       </figcaption>
     </figure>
+  );
+}
+
+/**
+ * An axis's tick labels: along x they sit centred at `offset` below the plot, along y right-aligned
+ * at `offset` left of it; `at` places a tick's position (0..1 of the axis) on the chart.
+ */
+function AxisTicks({
+  axis,
+  along,
+  at,
+  offset,
+}: {
+  axis: Axis;
+  along: "x" | "y";
+  at: (position: number) => number;
+  offset: number;
+}) {
+  return (
+    <>
+      {axis.ticks.map((tick) => (
+        <text
+          key={`${along}${tick.label}@${tick.at}`}
+          x={along === "x" ? at(tick.at) : offset}
+          y={along === "x" ? offset : at(tick.at)}
+          textAnchor={along === "x" ? "middle" : "end"}
+          className="tick"
+        >
+          {tick.label}
+        </text>
+      ))}
+    </>
   );
 }

@@ -1,0 +1,218 @@
+"""Experiments survive faults mid-run, on a real Airflow and PostgreSQL. A trial process or the
+Airflow task process running it killed with SIGKILL: the trial resumes from its latest checkpoint,
+each training step is shown once, and no orphan trains beside the new run. The scheduler killed with
+SIGKILL and restarted, the API server (and the master in it) away for a minute, or PostgreSQL
+restarted: the trial rides it out, with no restart and every metric stored once."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.integration.det_env import DetEnv, wait_until
+
+pytestmark = pytest.mark.integration
+
+STEPS = 60
+
+# Reports every step, checkpoints every 10; resumes from the latest checkpoint it is given.
+TRAIN = """\
+import json
+import os
+import sys
+import time
+
+import det_airflow as det
+
+with det.core.init() as core_context:
+    start = 0
+    latest = det.get_cluster_info().latest_checkpoint
+    if latest:
+        with core_context.checkpoint.restore_path(latest) as path:
+            start = json.loads((path / "state.json").read_text())["step"]
+        print(f"resumed at step {start}", flush=True)
+    for op in core_context.searcher.operations():
+        for step in range(start + 1, op.length + 1):
+            time.sleep(0.25)
+            core_context.train.report_training_metrics(step, {"loss": 1.0 / step})
+            if step % 10 == 0:
+                with core_context.checkpoint.store_path({"steps_completed": step}) as (path, _):
+                    (path / "state.json").write_text(json.dumps({"step": step}))
+                op.report_progress(step)
+        op.report_completed(1.0 / op.length)
+"""
+
+
+@pytest.fixture(scope="module")
+def det(airflow, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DetEnv]:
+    yield DetEnv.install(airflow, tmp_path_factory.mktemp("det-config"))
+
+
+def create(det: DetEnv, tmp_path: Path, label: str, steps: int = STEPS) -> int:
+    context = tmp_path / "context"
+    context.mkdir()
+    (context / "fault_train.py").write_text(TRAIN)
+    config = {
+        "name": f"fault-{label}",
+        # The label names this test's trial process among every process of the machine.
+        "entrypoint": f"python3 fault_train.py {label}",
+        "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": steps}},
+        "max_restarts": 2,
+    }
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return det.create(path, context)
+
+
+def trial_processes(label: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"fault_train.py" in argv and label.encode() in argv:
+            found.append(int(entry.name))
+    return found
+
+
+def parent_of(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+def wait_for_checkpoint_then_some(det: DetEnv, experiment_id: int) -> dict[str, Any]:
+    def trial() -> dict[str, Any] | None:
+        trials = det.get(f"/experiments/{experiment_id}/trials")["trials"]
+        return (
+            trials[0]
+            if trials and trials[0]["latest_checkpoint"] and trials[0]["total_batches"] >= 13
+            else None
+        )
+
+    return wait_until(trial, f"experiment {experiment_id}'s trial past its first checkpoint", timeout=300)
+
+
+def assert_completed_once(
+    det: DetEnv, experiment_id: int, restarts: int = 1, steps: int = STEPS
+) -> dict[str, Any]:
+    answer = det.wait_experiment(experiment_id, timeout=600)
+    assert answer["experiment"]["state"] == "COMPLETED", answer
+    (trial,) = answer["trials"]
+    assert trial["restarts"] == restarts, trial
+    assert trial["total_batches"] == steps
+    training = det.get(f"/trials/{trial['id']}/metrics?group=training")["metrics"]
+    # Steps after a restored checkpoint were trained twice; each is shown once.
+    assert [m["steps_completed"] for m in training] == list(range(1, steps + 1))
+    logs = det.det("trial", "logs", str(trial["id"])).stdout
+    assert ("resumed at step " in logs) == (restarts > 0), logs[-2000:]
+    return trial
+
+
+def test_a_killed_trial_process_resumes_from_its_latest_checkpoint(det: DetEnv, tmp_path: Path) -> None:
+    experiment_id = create(det, tmp_path, "kill-trial")
+    wait_for_checkpoint_then_some(det, experiment_id)
+    (pid,) = wait_until(lambda: trial_processes("kill-trial"), "the trial process")
+
+    os.kill(pid, signal.SIGKILL)
+
+    assert_completed_once(det, experiment_id)
+
+
+def test_a_killed_task_process_takes_its_trial_along_and_the_trial_resumes(
+    det: DetEnv, tmp_path: Path
+) -> None:
+    experiment_id = create(det, tmp_path, "kill-worker")
+    wait_for_checkpoint_then_some(det, experiment_id)
+    (pid,) = wait_until(lambda: trial_processes("kill-worker"), "the trial process")
+    task_process = parent_of(pid)
+
+    os.kill(task_process, signal.SIGKILL)
+
+    # No orphan trains on beside the run that replaces it.
+    wait_until(lambda: pid not in trial_processes("kill-worker"), f"trial process {pid} ending with its task")
+    assert_completed_once(det, experiment_id)
+
+
+def stop_component(det: DetEnv, component: str) -> None:
+    pid = det.af.status()[component]
+    assert pid, f"the {component} is not running"
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: det.af.status()[component] is None, f"the {component} gone", timeout=60)
+
+
+def restart(det: DetEnv) -> None:
+    det.af.start()  # starts what is not running
+    det.af.wait_ready(timeout=300)
+
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if parent_of(int(entry.name)) == pid:
+                    found.append(int(entry.name))
+            except (OSError, IndexError, ValueError):
+                continue
+    return found
+
+
+def test_a_killed_scheduler_restarted_costs_the_trial_nothing(det: DetEnv, tmp_path: Path) -> None:
+    experiment_id = create(det, tmp_path, "kill-scheduler")
+    wait_for_checkpoint_then_some(det, experiment_id)
+    (pid,) = wait_until(lambda: trial_processes("kill-scheduler"), "the trial process")
+    scheduler = det.af.status()["scheduler"]
+    assert scheduler
+    # Its LocalExecutor workers: the one running the trial's task goes on without it.
+    workers = children_of(scheduler)
+
+    stop_component(det, "scheduler")
+    restart(det)
+
+    trial = assert_completed_once(det, experiment_id, restarts=0)
+    assert pid not in trial_processes("kill-scheduler")
+    assert trial["state"] == "COMPLETED"
+    # The dead scheduler's idle workers wait for work that never comes; they are Airflow's to reap,
+    # not this test's to leave behind.
+    for worker in workers:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker, signal.SIGKILL)
+
+
+def test_the_api_server_away_for_a_minute_costs_the_trial_nothing(det: DetEnv, tmp_path: Path) -> None:
+    # 100 s of training: it goes on through the whole minute.
+    experiment_id = create(det, tmp_path, "api-away", steps=400)
+    trial = wait_for_checkpoint_then_some(det, experiment_id)
+
+    stop_component(det, "api-server")
+    time.sleep(60)  # the outage itself: the trial keeps training and retries its reports
+    restart(det)
+
+    assert det.get(f"/trials/{trial['id']}")["trial"]["state"] == "RUNNING", (
+        "the trial ended during the outage"
+    )
+    # Reports sent while the master was away arrive once each (checked here), and no restart.
+    assert_completed_once(det, experiment_id, restarts=0, steps=400)
+
+
+def test_a_postgresql_restart_costs_the_trial_nothing(
+    det: DetEnv, tmp_path: Path, restart_postgres: Callable[[], None]
+) -> None:
+    experiment_id = create(det, tmp_path, "pg-restart", steps=240)
+    trial = wait_for_checkpoint_then_some(det, experiment_id)
+
+    restart_postgres()  # every connection of Airflow and the master dropped at once
+
+    assert det.get(f"/trials/{trial['id']}")["trial"]["state"] == "RUNNING"
+    assert_completed_once(det, experiment_id, restarts=0, steps=240)
