@@ -361,6 +361,10 @@ def build_dags(dags_folder: Path, *, only_dag_id: str | None = None) -> dict[str
             continue
         seen[file.dag_id] = path
         dags[file.dag_id] = dag
+    # A file removed while this parse ran (`det e delete`, a user's `rm`) must not have its DAG
+    # registered again by the parse's result: Airflow drops a reparse asked for meanwhile, so the
+    # DAG would stay listed until the file's next parse.
+    dags = {dag_id: dag for dag_id, dag in dags.items() if seen[dag_id].exists()}
     if problems and only_dag_id is None:
         dags[INVALID_DAG_ID] = _invalid_dag(
             INVALID_DAG_ID, "invalid experiment YAML:\n" + "\n".join(problems)

@@ -9,7 +9,7 @@ import os
 import shutil
 import time
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +30,8 @@ from det_airflow.dagfactory import (
     trial_slots_problem,
 )
 from det_airflow.errors import ConfigError, ContextError, DetError
-from det_airflow.master import airflow_bridge, schema
+from det_airflow.master import airflow_bridge, lifecycle, schema
+from det_airflow.master.lifecycle import NotFound, StateError, now
 from det_airflow.master.limits import base64_length
 from det_airflow.searcher import concurrent_slot_count
 from det_airflow.states import ExperimentState, TrialState
@@ -41,18 +42,6 @@ if TYPE_CHECKING:
 
 class SubmissionError(DetError):
     """An experiment cannot be accepted (HTTP 400); nothing is stored."""
-
-
-class StateError(DetError):
-    """The experiment is not in a state that allows the request (HTTP 409)."""
-
-
-class NotFound(DetError):
-    """No such object (HTTP 404)."""
-
-
-def now() -> datetime:
-    return datetime.now(UTC)
 
 
 def trial_pool(cfg: ExperimentConfig) -> str:
@@ -244,6 +233,12 @@ def create_experiment(
         )
     )
     experiment_id = int(result.inserted_primary_key[0])  # type: ignore[index]
+    lifecycle.experiment_created(
+        conn,
+        experiment_id,
+        ExperimentState.PAUSED if paused else ExperimentState.ACTIVE,
+        f"created by {owner}" + (", paused" if paused else ""),
+    )
     if dag_id is None:
         conn.execute(
             schema.experiments.update()
@@ -364,18 +359,19 @@ def change_state(conn: Connection, experiment_id: int, action: str) -> None:
         return
     if state not in allowed:
         raise StateError(f"experiment {experiment_id} is {state}; cannot {action} it")
-    conn.execute(table.update().where(table.c.id == experiment_id).values(state=target))
+    lifecycle.move_experiment(conn, row, target, f"det experiment {action}")
     if target == ExperimentState.ACTIVE and row.searcher_state is None and not is_unmanaged(row):
         _start_search(conn, experiment_id)  # created paused: its search starts now
     if target in (ExperimentState.STOPPING_CANCELED, ExperimentState.STOPPING_KILLED):
         # Trials that never started will not start now.
-        conn.execute(
-            schema.trials.update()
-            .where(
-                schema.trials.c.experiment_id == experiment_id,
-                schema.trials.c.state.in_([TrialState.QUEUED, TrialState.PAUSED]),
-            )
-            .values(state=TrialState.CANCELED, end_time=now(), token_hash=None)
+        lifecycle.move_trials(
+            conn,
+            (schema.trials.c.experiment_id == experiment_id)
+            & schema.trials.c.state.in_([TrialState.QUEUED, TrialState.PAUSED]),
+            TrialState.CANCELED,
+            f"its experiment was {'canceled' if action == 'cancel' else 'killed'} before it ran",
+            end_time=now(),
+            token_hash=None,
         )
         conn.execute(table.update().where(table.c.id == experiment_id).values(search_done=True))
         if is_unmanaged(row):
@@ -419,6 +415,9 @@ def delete_experiment(db: Database, experiment_id: int) -> list[str]:
     with db.begin() as conn:
         get_experiment(conn, experiment_id, lock=True)
         trial_ids = select(schema.trials.c.id).where(schema.trials.c.experiment_id == experiment_id)
+        lifecycle.forget(conn, "experiment", [experiment_id])
+        lifecycle.forget(conn, "trial", conn.execute(trial_ids).scalars().all())
+        lifecycle.forget(conn, "checkpoint", [uuid for uuid, _ in checkpoints])
         for table in (schema.trial_logs, schema.metrics, schema.checkpoints):
             conn.execute(table.delete().where(table.c.trial_id.in_(trial_ids)))
         conn.execute(schema.trials.delete().where(schema.trials.c.experiment_id == experiment_id))
@@ -445,10 +444,11 @@ def maybe_finish(conn: Connection, experiment_id: int) -> None:
         final = ExperimentState.ERROR
     else:
         final = ExperimentState.COMPLETED
-    values: dict[str, Any] = {"state": final, "end_time": now()}
+    values: dict[str, Any] = {"end_time": now()}
     if final == ExperimentState.COMPLETED:
         values["progress"] = 1.0
-    conn.execute(schema.experiments.update().where(schema.experiments.c.id == experiment_id).values(**values))
+    reason = row.error if final == ExperimentState.ERROR and row.error else "its search and every trial ended"
+    lifecycle.move_experiment(conn, row, final, reason, **values)
 
 
 def finalize(conn: Connection, experiment_id: int) -> tuple[Row, str | None]:
@@ -467,10 +467,13 @@ def finalize(conn: Connection, experiment_id: int) -> tuple[Row, str | None]:
         )
         if open_trials or not row.search_done:
             # Their tasks ended without reporting (killed, or failed before the trial started).
-            conn.execute(
-                schema.trials.update()
-                .where(schema.trials.c.id.in_(open_trials))
-                .values(state=TrialState.ERROR, end_time=now(), token_hash=None)
+            lifecycle.move_trials(
+                conn,
+                schema.trials.c.id.in_(open_trials),
+                TrialState.ERROR,
+                "its Airflow task ended without reporting the trial's exit",
+                end_time=now(),
+                token_hash=None,
             )
             values: dict[str, Any] = {"search_done": True}
             if not row.search_done and row.state in (ExperimentState.ACTIVE, ExperimentState.PAUSED):
@@ -667,6 +670,7 @@ def create_unmanaged(
         )
     )
     experiment_id = int(result.inserted_primary_key[0])  # type: ignore[index]
+    lifecycle.experiment_created(conn, experiment_id, ExperimentState.ACTIVE, f"unmanaged run of {owner}")
     trial = conn.execute(
         schema.trials.insert().values(
             experiment_id=experiment_id,
@@ -682,7 +686,9 @@ def create_unmanaged(
             token_hash=token_hash,
         )
     )
-    return experiment_id, int(trial.inserted_primary_key[0])  # type: ignore[index]
+    trial_id = int(trial.inserted_primary_key[0])  # type: ignore[index]
+    lifecycle.trial_created(conn, trial_id, TrialState.RUNNING, "the unmanaged program started")
+    return experiment_id, trial_id
 
 
 def refuse_dag_action(row: Row, action: str) -> None:
@@ -700,13 +706,13 @@ def end_unmanaged_trials(conn: Connection, experiment_id: int) -> None:
     The trial keeps its token so the program, still running, hears ``should_preempt()`` and can
     report its last metrics before it stops.
     """
-    conn.execute(
-        schema.trials.update()
-        .where(
-            schema.trials.c.experiment_id == experiment_id,
-            schema.trials.c.state.not_in([s.value for s in TrialState if s.is_terminal]),
-        )
-        .values(state=TrialState.CANCELED, end_time=now())
+    lifecycle.move_trials(
+        conn,
+        (schema.trials.c.experiment_id == experiment_id)
+        & schema.trials.c.state.not_in([s.value for s in TrialState if s.is_terminal]),
+        TrialState.CANCELED,
+        "its unmanaged experiment was killed",
+        end_time=now(),
     )
     maybe_finish(conn, experiment_id)
 
@@ -719,16 +725,19 @@ def finish_unmanaged(conn: Connection, trial_id: int, *, error: str | None) -> R
     exp = get_experiment(conn, trial.experiment_id, lock=True)
     if not is_unmanaged(exp):
         raise StateError(f"trial {trial_id} belongs to a managed experiment; its task reports its exit")
-    values: dict[str, Any] = {"token_hash": None}
-    if not TrialState(trial.state).is_terminal:
+    if TrialState(trial.state).is_terminal:
+        conn.execute(schema.trials.update().where(schema.trials.c.id == trial_id).values(token_hash=None))
+    else:
         if error is not None:
             state = TrialState.ERROR
         elif trial.state == TrialState.STOPPING_KILLED:
             state = TrialState.CANCELED
         else:
             state = TrialState.COMPLETED
-        values.update(state=state, end_time=now())
-    conn.execute(schema.trials.update().where(schema.trials.c.id == trial_id).values(**values))
+        reason = (
+            f"the unmanaged program failed: {error}" if error is not None else "the unmanaged program ended"
+        )
+        lifecycle.move_trial(conn, trial, state, reason, end_time=now(), token_hash=None)
     if error is not None and not ExperimentState(exp.state).is_terminal:
         conn.execute(schema.experiments.update().where(schema.experiments.c.id == exp.id).values(error=error))
     maybe_finish(conn, exp.id)

@@ -116,6 +116,22 @@ def _v5_metric_chunks(op: Operations) -> None:
     backfill_metric_chunks(op.get_bind(), chunks)
 
 
+def _v6_state_changes(op: Operations) -> None:
+    op.create_table(
+        "det_state_changes",
+        sa.Column(
+            "id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True
+        ),
+        sa.Column("kind", sa.String(16), nullable=False),
+        sa.Column("object_id", sa.String(64), nullable=False),
+        sa.Column("from_state", sa.String(32)),
+        sa.Column("to_state", sa.String(32), nullable=False),
+        sa.Column("time", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("reason", sa.Text, nullable=False),
+    )
+    op.create_index("det_state_changes_object", "det_state_changes", ["kind", "object_id", "id"])
+
+
 def backfill_metric_chunks(conn: Connection, chunks: sa.Table = schema.metric_chunks) -> int:
     """Rebuild the charts' numbers from every stored metric row; returns the trials that had some."""
     metrics = sa.table(
@@ -160,6 +176,9 @@ MIGRATIONS: tuple[Migration, ...] = (
         5,
         "learning curves: det_metric_chunks, the numbers of every metric row, backfilled",
         _v5_metric_chunks,
+    ),
+    Migration(
+        6, "lifecycle: det_state_changes, each state change with its time and reason", _v6_state_changes
     ),
 )
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from det_airflow.master import experiments, routes_people, search, serialize, trials
+from det_airflow.master import experiments, reports, routes_people, search, serialize, trials
 from det_airflow.master.auth import ServiceAuth
 from det_airflow.master.bodies import LogBatch, RegisterRun, TaskRef, TrialExit
 from det_airflow.master.db import get_database
@@ -71,7 +71,7 @@ def trial_status(trial_id: int) -> dict:
 def trial_logs(trial_id: int, body: LogBatch) -> dict:
     with get_database().begin() as conn:
         trials.get_trial(conn, trial_id)
-        trials.append_logs(conn, trial_id, [line.model_dump() for line in body.logs])
+        reports.append_logs(conn, trial_id, [line.model_dump() for line in body.logs])
     return {}
 
 

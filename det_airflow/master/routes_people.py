@@ -17,7 +17,7 @@ from sqlalchemy import ColumnElement, Connection, Row, func, select
 
 from det_airflow.core._storage import CheckpointStorage
 from det_airflow.errors import ContextError, DetError
-from det_airflow.master import airflow_bridge, experiments, schema, serialize, trials
+from det_airflow.master import airflow_bridge, experiments, lifecycle, reports, schema, serialize, trials
 from det_airflow.master.auth import CrossSiteGuard
 from det_airflow.master.authz import Caller, CallerDep, check_change, check_create, check_read, readable
 from det_airflow.master.bodies import CreateExperiment
@@ -186,6 +186,14 @@ def experiment_checkpoints(experiment_id: int, caller: CallerDep) -> dict:
     return {"checkpoints": [serialize.checkpoint(r) for r in rows]}
 
 
+@router.get("/experiments/{experiment_id}/state-changes")
+def experiment_state_changes(experiment_id: int, caller: CallerDep) -> dict:
+    """Every state the experiment took, oldest first, with its time and reason."""
+    with get_database().read() as conn:
+        check_read(caller, experiments.get_experiment(conn, experiment_id), "read the state changes of")
+        return {"state_changes": lifecycle.history(conn, "experiment", experiment_id)}
+
+
 def experiment_context(experiment_id: int) -> Response:
     """The context tar.gz; det tasks reach it through the internal route with the service token."""
     with get_database().read() as conn:
@@ -269,6 +277,14 @@ def describe_trial(trial_id: int, caller: CallerDep) -> dict:
     return {"trial": serialize.trial(trial)}
 
 
+@router.get("/trials/{trial_id}/state-changes")
+def trial_state_changes(trial_id: int, caller: CallerDep) -> dict:
+    """Every state the trial took (each run it started and why it ended), oldest first."""
+    with get_database().read() as conn:
+        _readable_trial(conn, caller, trial_id, "read the state changes of")
+        return {"state_changes": lifecycle.history(conn, "trial", trial_id)}
+
+
 @router.post("/trials/{trial_id}/kill")
 def kill_trial(trial_id: int, caller: CallerDep) -> dict:
     with get_database().begin() as conn:
@@ -315,14 +331,14 @@ def trial_logs(
         where.append(table.c.message.icontains(search, autoescape=True))
     with get_database().read() as conn:
         trial = _readable_trial(conn, caller, trial_id, "read the logs of")
-        rows = trials.read_logs(conn, trial_id, after=after, limit=limit, tail=tail, where=where)
+        rows = reports.read_logs(conn, trial_id, after=after, limit=limit, tail=tail, where=where)
     return {"logs": [serialize.log_line(r) for r in rows], "trial_state": trial.state}
 
 
 @router.get("/checkpoints/{uuid}")
 def describe_checkpoint(uuid: str, caller: CallerDep) -> dict:
     with get_database().read() as conn:
-        row = trials.get_checkpoint(conn, uuid)
+        row = reports.get_checkpoint(conn, uuid)
         check_read(caller, experiments.get_experiment(conn, row.experiment_id), "read a checkpoint of")
     return {"checkpoint": serialize.checkpoint(row)}
 
@@ -330,7 +346,7 @@ def describe_checkpoint(uuid: str, caller: CallerDep) -> dict:
 @router.delete("/checkpoints/{uuid}")
 def delete_checkpoint(uuid: str, caller: CallerDep) -> dict:
     with get_database().begin() as conn:
-        row = trials.get_checkpoint(conn, uuid)
+        row = reports.get_checkpoint(conn, uuid)
         exp = experiments.get_experiment(conn, row.experiment_id, lock=True)
         check_change(caller, exp, f"delete checkpoint {uuid} of")
         if row.state == "DELETED":
@@ -342,7 +358,7 @@ def delete_checkpoint(uuid: str, caller: CallerDep) -> dict:
                 "and would resume from it; delete it once the trial has ended"
             )
         folder = _checkpoint_folder(exp, row)
-        trials.delete_checkpoint(conn, row.trial_id, uuid)
+        reports.delete_checkpoint(conn, row.trial_id, uuid)
         # Inside the transaction: if the files cannot be removed, the checkpoint stays COMPLETED.
         if folder is not None and folder.exists():
             try:

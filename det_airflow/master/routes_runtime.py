@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
-from det_airflow.master import routes_people, serialize, trials
+from det_airflow.master import reports, routes_people, serialize, trials
 from det_airflow.master.auth import AnyTrialAuth, TrialAuth
 from det_airflow.master.bodies import CheckpointIn, EarlyExit, MetricBatch, Progress, SearcherCompleted
 from det_airflow.master.db import get_database
@@ -15,7 +15,7 @@ router = APIRouter(prefix="/runtime")
 @router.post("/trials/{trial_id}/metrics")
 def report_metrics(trial_id: TrialAuth, body: MetricBatch) -> dict:
     with get_database().begin() as conn:
-        trials.report_metrics(conn, trial_id, [r.model_dump() for r in body.reports])
+        reports.report_metrics(conn, trial_id, [r.model_dump() for r in body.reports])
     return {}
 
 
@@ -29,53 +29,53 @@ def preemption(trial_id: TrialAuth) -> dict:
 @router.post("/trials/{trial_id}/progress")
 def progress(trial_id: TrialAuth, body: Progress) -> dict:
     with get_database().begin() as conn:
-        trials.report_progress(conn, trial_id, body.progress)
+        reports.report_progress(conn, trial_id, body.progress)
     return {}
 
 
 @router.post("/trials/{trial_id}/early_exit")
 def early_exit(trial_id: TrialAuth, body: EarlyExit) -> dict:
     with get_database().begin() as conn:
-        trials.report_early_exit(conn, trial_id, body.reason)
+        reports.report_early_exit(conn, trial_id, body.reason)
     return {}
 
 
 @router.post("/trials/{trial_id}/checkpoints")
 def register_checkpoint(trial_id: TrialAuth, body: CheckpointIn) -> dict:
     with get_database().begin() as conn:
-        row = trials.register_checkpoint(conn, trial_id, body.model_dump())
+        row = reports.register_checkpoint(conn, trial_id, body.model_dump())
     return {"checkpoint": serialize.checkpoint(row)}
 
 
 @router.get("/checkpoints/{uuid}")
 def get_checkpoint(uuid: str, _trial_id: AnyTrialAuth) -> dict:
     with get_database().read() as conn:
-        return {"checkpoint": serialize.checkpoint(trials.get_checkpoint(conn, uuid))}
+        return {"checkpoint": serialize.checkpoint(reports.get_checkpoint(conn, uuid))}
 
 
 @router.delete("/checkpoints/{uuid}")
 def delete_checkpoint(uuid: str, trial_id: AnyTrialAuth) -> dict:
     with get_database().begin() as conn:
-        trials.delete_checkpoint(conn, trial_id, uuid)
+        reports.delete_checkpoint(conn, trial_id, uuid)
     return {}
 
 
 @router.get("/trials/{trial_id}/best_validation")
 def best_validation(trial_id: TrialAuth) -> dict:
     with get_database().read() as conn:
-        return {"metric": trials.experiment_best_validation(conn, trial_id)}
+        return {"metric": reports.experiment_best_validation(conn, trial_id)}
 
 
 @router.get("/trials/{trial_id}/searcher/operation")
 def searcher_operation(trial_id: TrialAuth) -> dict:
     with get_database().read() as conn:
-        return trials.searcher_operation(conn, trial_id)
+        return reports.searcher_operation(conn, trial_id)
 
 
 @router.post("/trials/{trial_id}/searcher/completed")
 def searcher_completed(trial_id: TrialAuth, body: SearcherCompleted) -> dict:
     with get_database().begin() as conn:
-        trials.searcher_completed(conn, trial_id)
+        reports.searcher_completed(conn, trial_id)
     return {}
 
 

@@ -15,7 +15,7 @@ from airflow.api_fastapi.core_api.security import requires_authenticated
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 
-from det_airflow.master import experiments, serialize, trials
+from det_airflow.master import experiments, reports, serialize, trials
 from det_airflow.master.auth import CrossSiteGuard, TrialAuth, hash_token, new_token
 from det_airflow.master.authz import CallerDep, check_create
 from det_airflow.master.bodies import LogBatch
@@ -52,7 +52,7 @@ def create_unmanaged(body: UnmanagedBody, caller: CallerDep) -> dict:
         started = f"unmanaged run started by {caller.name}"
         if body.command:
             started += f": {body.command}"
-        trials.append_logs(conn, trial_id, [{"message": started, "container_id": platform.node()}])
+        reports.append_logs(conn, trial_id, [{"message": started, "container_id": platform.node()}])
         row = experiments.get_experiment(conn, experiment_id)
         trial = trials.get_trial(conn, trial_id)
     return {
@@ -80,5 +80,5 @@ def unmanaged_logs(trial_id: TrialAuth, body: LogBatch) -> dict:
             raise experiments.StateError(
                 f"trial {trial_id} belongs to a managed experiment; its task ships its output"
             )
-        trials.append_logs(conn, trial_id, [line.model_dump() for line in body.logs])
+        reports.append_logs(conn, trial_id, [line.model_dump() for line in body.logs])
     return {}

@@ -21,7 +21,7 @@ from sqlalchemy import (
 )
 
 # Bump when a table changes; `det admin migrate` brings a database up to this version.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 metadata = MetaData()
 
@@ -159,4 +159,18 @@ trial_logs = Table(
     Column("stdtype", String(16)),
     Column("message", Text, nullable=False),
     Index("det_trial_logs_trial", "trial_id", "id"),
+)
+
+# Every state an experiment, trial or checkpoint took, when and why (written by master/lifecycle.py).
+state_changes = Table(
+    "det_state_changes",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("kind", String(16), nullable=False),  # experiment | trial | checkpoint
+    Column("object_id", String(64), nullable=False),  # the experiment or trial id, the checkpoint uuid
+    Column("from_state", String(32)),  # None when the object was created
+    Column("to_state", String(32), nullable=False),
+    Column("time", DateTime(timezone=True), nullable=False),
+    Column("reason", Text, nullable=False),
+    Index("det_state_changes_object", "kind", "object_id", "id"),
 )

@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, select
 
-from det_airflow.master import experiments, schema
+from det_airflow.master import experiments, lifecycle, schema
 from det_airflow.searcher import (
     Create,
     Pause,
@@ -139,17 +139,20 @@ def _run(conn: Connection, row: Row, event: Event, *, fresh: bool) -> None:
         values["progress"] = method.progress()
     except SearcherError as exc:
         # e.g. the searcher metric is missing: the experiment ends with that message.
-        values.update(search_done=True, error=str(exc), state=ExperimentState.STOPPING_ERROR)
+        values.update(search_done=True, error=str(exc))
         if row.searcher_state is None:
             values["searcher_state"] = {}
+        if row.state in (ExperimentState.ACTIVE, ExperimentState.PAUSED):
+            lifecycle.move_experiment(conn, row, ExperimentState.STOPPING_ERROR, f"its search failed: {exc}")
+        lifecycle.move_trials(
+            conn,
+            (schema.trials.c.experiment_id == row.id) & (schema.trials.c.state == TrialState.QUEUED),
+            TrialState.CANCELED,
+            "its experiment's search failed before it ran",
+            end_time=experiments.now(),
+        )
     conn.execute(schema.experiments.update().where(schema.experiments.c.id == row.id).values(**values))
     if values.get("search_done"):
-        if values.get("state") == ExperimentState.STOPPING_ERROR:
-            conn.execute(
-                schema.trials.update()
-                .where(schema.trials.c.experiment_id == row.id, schema.trials.c.state == TrialState.QUEUED)
-                .values(state=TrialState.CANCELED, end_time=experiments.now())
-            )
         experiments.maybe_finish(conn, row.id)
 
 
@@ -171,11 +174,11 @@ def _stop_trial(conn: Connection, experiment_id: int, request_id: int, method: S
     if trial is None or TrialState(trial.state).is_terminal:
         return []
     if trial.state == TrialState.PAUSED or (trial.state == TrialState.QUEUED and trial.slot is None):
-        _trial_where(
+        lifecycle.move_trial(
             conn,
-            experiment_id,
-            request_id,
-            state=TrialState.COMPLETED,
+            trial,
+            TrialState.COMPLETED,
+            "the search stopped it at its rung",
             end_time=experiments.now(),
             token_hash=None,
         )
@@ -195,8 +198,9 @@ def _resume_trial(conn: Connection, experiment_id: int, request_id: int) -> None
         return
     values: dict[str, Any] = {"pause_requested": False, "op_completed": False}
     if trial.state == TrialState.PAUSED:
-        values["state"] = TrialState.QUEUED
-    _trial_where(conn, experiment_id, request_id, **values)
+        lifecycle.move_trial(conn, trial, TrialState.QUEUED, "the search promoted it", **values)
+    else:
+        _trial_where(conn, experiment_id, request_id, **values)
 
 
 def _create_trial(conn: Connection, experiment_id: int, action: Create) -> None:
@@ -207,7 +211,7 @@ def _create_trial(conn: Connection, experiment_id: int, action: Create) -> None:
     ).first()
     if exists:
         return
-    conn.execute(
+    created = conn.execute(
         schema.trials.insert().values(
             experiment_id=experiment_id,
             request_id=action.request_id,
@@ -223,4 +227,8 @@ def _create_trial(conn: Connection, experiment_id: int, action: Create) -> None:
             pause_requested=False,
             op_completed=False,
         )
+    )
+    trial_id = int(created.inserted_primary_key[0])  # type: ignore[index]
+    lifecycle.trial_created(
+        conn, trial_id, TrialState.QUEUED, f"the searcher created it (request {action.request_id})"
     )

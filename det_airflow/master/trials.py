@@ -1,24 +1,20 @@
-"""Trials: the slot protocol, runs and exits, and what training code reports."""
+"""Trials: the slot protocol, each slot's runs of its trials and their exits (what the training code
+reports is in master/reports.py)."""
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
-import os
 import time
-from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Row, select
+from sqlalchemy import Connection, Row, select
 
-from det_airflow.master import experiments, metric_points, queue, schema, search
+from det_airflow.master import experiments, lifecycle, queue, reports, schema, search
 from det_airflow.master.auth import hash_token, new_token
-from det_airflow.master.bodies import MAX_STEPS
 from det_airflow.master.db import Database
 from det_airflow.master.experiments import NotFound, now
-from det_airflow.searcher import ExitedReason, SearchMethod
+from det_airflow.searcher import ExitedReason
 from det_airflow.states import ExperimentState, TrialState
 
 _OPEN = [s.value for s in TrialState if not s.is_terminal]
@@ -40,7 +36,7 @@ def get_trial(conn: Connection, trial_id: int, *, lock: bool = False) -> Row:
     return row
 
 
-def _update(conn: Connection, trial_id: int, **values: Any) -> None:
+def update_trial(conn: Connection, trial_id: int, **values: Any) -> None:
     conn.execute(schema.trials.update().where(schema.trials.c.id == trial_id).values(**values))
 
 
@@ -80,6 +76,11 @@ def acquire(conn: Connection, experiment_id: int, slot: int, task: dict[str, Any
     ).first()
     if trial is not None and trial.state == TrialState.PAUSED and trial.pause_requested:
         return {"status": "wait"}  # waits at its rung until the search promotes or closes it
+    if trial is not None and trial.state == TrialState.STOPPING_KILLED:
+        # Killed while its run was lost (the slot asks again, so that run is over): it ends now.
+        if not dry_run:
+            exit_run(conn, trial.id, _LOST_EXIT_CODE)
+        trial = None
     if trial is None:
         trial = conn.execute(
             select(trials)
@@ -101,11 +102,13 @@ def acquire(conn: Connection, experiment_id: int, slot: int, task: dict[str, Any
     if dry_run:
         return {"status": "run"}
     token = new_token()
-    _update(
+    lifecycle.move_trial(
         conn,
-        trial.id,
+        trial,
+        TrialState.RUNNING,
+        f"trial slot {slot} of {'/'.join(str(task.get(k)) for k in ('dag_id', 'run_id', 'task_id'))} "
+        f"runs it (run {trial.run_id + 1})",
         slot=slot,
-        state=TrialState.RUNNING,
         start_time=trial.start_time or now(),
         token_hash=hash_token(token),
         run_id=trial.run_id + 1,
@@ -129,7 +132,7 @@ def _preempt_for_waiting(conn: Connection, pool: str) -> dict[int, int]:
     """Make room for waiting higher-priority jobs, telling each preempted trial why in its logs."""
     chosen = queue.preempt_for_waiting(conn, pool)
     for trial_id, job_id in chosen.items():
-        append_logs(
+        reports.append_logs(
             conn,
             trial_id,
             [
@@ -225,8 +228,8 @@ def reclaim_lost_runs(conn: Connection, pool: str) -> list[int]:
             continue  # still running, gone, or a newer try will take the trial back in its slot
         trial, _ = exit_run(conn, trial_id, _LOST_EXIT_CODE)
         if trial.state == TrialState.QUEUED:
-            _update(conn, trial_id, slot=None)  # no try of that task will come for it: any free slot
-        append_logs(
+            update_trial(conn, trial_id, slot=None)  # no try of that task will come for it: any free slot
+        reports.append_logs(
             conn,
             trial_id,
             [
@@ -290,18 +293,22 @@ def exit_run(conn: Connection, trial_id: int, exit_code: int) -> tuple[Row, bool
     trial = get_trial(conn, trial_id)
     exp = experiments.get_experiment(conn, trial.experiment_id, lock=True)
     trial = get_trial(conn, trial_id, lock=True)
-    if TrialState(trial.state).is_terminal:
-        return trial, False
+    if TrialState(trial.state).is_terminal or trial.state in (TrialState.QUEUED, TrialState.PAUSED):
+        return trial, False  # its run has been closed already (a lost run reclaimed, a repeated report)
     cfg = experiments.experiment_config(exp)
     exp_state = ExperimentState(exp.state)
     event = None
+    exited = "its run was lost" if exit_code == _LOST_EXIT_CODE else f"its process exited {exit_code}"
+    values: dict[str, Any] = {"token_hash": None}
     preempted = trial.preempt_requested_at is not None
     if preempted:
-        _update(conn, trial_id, preempt_requested_at=None)
+        values["preempt_requested_at"] = None
     if trial.state == TrialState.STOPPING_KILLED:  # `det trial kill`: whatever the exit, no retry
         state, event = TrialState.CANCELED, ExitedReason.USER_CANCELED
+        reason = f"killed; {exited}"
     elif trial.early_exit == "INVALID_HP":
         state, event = TrialState.COMPLETED, ExitedReason.INVALID_HP
+        reason = f"it reported invalid hyperparameters; {exited}"
     elif (
         preempted
         and exp_state == ExperimentState.ACTIVE
@@ -309,7 +316,9 @@ def exit_run(conn: Connection, trial_id: int, exit_code: int) -> tuple[Row, bool
     ):
         # Preempted by the queue: back to waiting, resumed from its checkpoint once admitted again.
         # Whatever the exit (one that ignored the signal was killed), it counts no restart.
-        _update(conn, trial_id, state=TrialState.QUEUED, token_hash=None)
+        lifecycle.move_trial(
+            conn, trial, TrialState.QUEUED, f"preempted by the job queue; {exited}", **values
+        )
         return get_trial(conn, trial_id), False
     elif not trial.stop_requested and (
         exp_state == ExperimentState.PAUSED or (exit_code == 0 and trial.pause_requested)
@@ -318,25 +327,37 @@ def exit_run(conn: Connection, trial_id: int, exit_code: int) -> tuple[Row, bool
         # past preemption_timeout was killed) it counts no restart, keeps its slot and resumes from
         # its latest checkpoint once the experiment is active. The search's, at a rung: its slot goes
         # on to other trials, and whichever slot is free resumes it once the search promotes it.
-        slot = None if exp_state == ExperimentState.ACTIVE else trial.slot
-        _update(conn, trial_id, state=TrialState.PAUSED, token_hash=None, slot=slot)
+        at_rung = exp_state == ExperimentState.ACTIVE
+        lifecycle.move_trial(
+            conn,
+            trial,
+            TrialState.PAUSED,
+            f"{'the search paused it at its rung' if at_rung else 'its experiment was paused'}; {exited}",
+            slot=None if at_rung else trial.slot,
+            **values,
+        )
         return get_trial(conn, trial_id), False
     elif exit_code == 0:
         if exp_state in (ExperimentState.STOPPING_CANCELED, ExperimentState.STOPPING_KILLED):
             state, event = TrialState.CANCELED, ExitedReason.USER_CANCELED
+            reason = f"its experiment was stopped; {exited}"
         elif trial.early_exit == "USER_REQUESTED_STOP":
             state, event = TrialState.COMPLETED, ExitedReason.USER_CANCELED
+            reason = f"it asked to stop; {exited}"
         else:
-            state = TrialState.COMPLETED
+            state, reason = TrialState.COMPLETED, exited
     else:
-        restarts = trial.restarts + 1
-        _update(conn, trial_id, restarts=restarts)
+        restarts = values["restarts"] = trial.restarts + 1
         if restarts > cfg.max_restarts or exp_state.is_terminal or exp_state in _STOPPING:
             state, event = TrialState.ERROR, ExitedReason.ERRORED
+            reason = f"{exited}; restart {restarts} is past max_restarts {cfg.max_restarts}"
+            if exp_state.is_terminal or exp_state in _STOPPING:
+                reason = f"{exited} while its experiment is {exp_state}"
         else:
-            _update(conn, trial_id, state=TrialState.QUEUED, token_hash=None)
+            reason = f"{exited}; restart {restarts} of max_restarts {cfg.max_restarts}"
+            lifecycle.move_trial(conn, trial, TrialState.QUEUED, reason, **values)
             return get_trial(conn, trial_id), True
-    _update(conn, trial_id, state=state, end_time=now(), token_hash=None)
+    lifecycle.move_trial(conn, trial, state, reason, end_time=now(), **values)
     if event is None:
         search.send(conn, exp.id, lambda m: m.trial_exited(trial.request_id))
     else:
@@ -355,8 +376,14 @@ def kill_trial(conn: Connection, trial_id: int) -> Row:
     if state.is_terminal or state == TrialState.STOPPING_KILLED:
         return trial
     if state in (TrialState.QUEUED, TrialState.PAUSED):
-        _update(
-            conn, trial_id, state=TrialState.CANCELED, stop_requested=True, end_time=now(), token_hash=None
+        lifecycle.move_trial(
+            conn,
+            trial,
+            TrialState.CANCELED,
+            "det trial kill",
+            stop_requested=True,
+            end_time=now(),
+            token_hash=None,
         )
         search.send(
             conn,
@@ -365,7 +392,7 @@ def kill_trial(conn: Connection, trial_id: int) -> Row:
         )
         experiments.maybe_finish(conn, trial.experiment_id)
     else:
-        _update(conn, trial_id, state=TrialState.STOPPING_KILLED, stop_requested=True)
+        lifecycle.move_trial(conn, trial, TrialState.STOPPING_KILLED, "det trial kill", stop_requested=True)
     return get_trial(conn, trial_id)
 
 
@@ -379,263 +406,3 @@ def should_preempt(conn: Connection, trial_id: int) -> bool:
         or trial.preempt_requested_at is not None
         or ExperimentState(state) != ExperimentState.ACTIVE
     )
-
-
-# --- reports from training code ----------------------------------------------------------------
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def report_metrics(conn: Connection, trial_id: int, reports: list[dict[str, Any]]) -> None:
-    """Store a batch of metric reports; every validation report reaches the search method.
-
-    A report is known by (trial, run, group, steps_completed), as in Determined: a run reports each
-    group once per step count, so a client retrying a batch whose answer it lost stores nothing twice
-    and the search method sees each validation once. A later run (after a restart) reports afresh.
-    """
-    trial = get_trial(conn, trial_id)
-    # Experiment, then trial, as in exit_run; a retry racing its original waits for it here.
-    exp = experiments.get_experiment(conn, trial.experiment_id, lock=True)
-    trial = get_trial(conn, trial_id, lock=True)
-    cfg = experiments.experiment_config(exp)
-    metric_name, smaller = cfg.searcher.metric, cfg.searcher.smaller_is_better
-    summary = dict(trial.summary or {})
-    total = trial.total_batches
-    best, best_steps = trial.best_validation, trial.best_validation_steps
-    validations = []
-    rows = []
-    seen = _reported(conn, trial_id, trial.run_id, {int(r["steps_completed"]) for r in reports})
-    for report in reports:
-        group, steps, values = report["group"], int(report["steps_completed"]), report["metrics"]
-        if (group, steps) in seen:
-            continue
-        seen.add((group, steps))
-        rows.append(
-            {
-                "trial_id": trial_id,
-                "group": group,
-                "steps_completed": steps,
-                "metrics": values,
-                "report_time": _parse_time(report.get("report_time")),
-                "trial_run_id": trial.run_id,
-            }
-        )
-        summary[group] = {"steps_completed": steps, **values}
-        if group in ("training", "validation"):
-            total = max(total, steps)
-        if group == "validation":
-            validations.append((steps, values))
-            value = values.get(metric_name)
-            if _finite(value) and (best is None or (value < best if smaller else value > best)):
-                best, best_steps = float(value), steps
-    if rows:
-        conn.execute(schema.metrics.insert(), rows)
-        metric_points.store(conn, trial_id, rows)
-    _update(
-        conn,
-        trial_id,
-        summary=summary,
-        total_batches=total,
-        best_validation=best,
-        best_validation_steps=best_steps,
-    )
-    request_id = trial.request_id
-    for steps, values in validations:
-        if _finite(values.get(metric_name)):
-            conn.execute(
-                schema.checkpoints.update()
-                .where(
-                    schema.checkpoints.c.trial_id == trial_id, schema.checkpoints.c.steps_completed == steps
-                )
-                .values(validation_metric=float(values[metric_name]))
-            )
-        search.send(conn, exp.id, functools.partial(_validation_event, request_id, values, steps))
-
-
-def _reported(conn: Connection, trial_id: int, run_id: int, steps: set[int]) -> set[tuple[str, int]]:
-    table = schema.metrics
-    rows = conn.execute(
-        select(table.c.group, table.c.steps_completed).where(
-            table.c.trial_id == trial_id, table.c.trial_run_id == run_id, table.c.steps_completed.in_(steps)
-        )
-    )
-    return {(group, int(steps_completed)) for group, steps_completed in rows}
-
-
-def _validation_event(request_id: int, values: dict[str, Any], steps: int, method: SearchMethod) -> list:
-    return list(method.validation_completed(request_id, values, steps))
-
-
-def _parse_time(value: Any) -> datetime:
-    if isinstance(value, str):
-        try:
-            return datetime.fromisoformat(value)
-        except ValueError:
-            pass
-    return now()
-
-
-def report_progress(conn: Connection, trial_id: int, progress: float) -> None:
-    _update(conn, trial_id, progress=max(0.0, min(1.0, float(progress))))
-
-
-def report_early_exit(conn: Connection, trial_id: int, reason: str) -> None:
-    _update(conn, trial_id, early_exit=reason)
-
-
-class CheckpointConflict(experiments.StateError):
-    """A checkpoint UUID is already registered for other files (HTTP 409)."""
-
-
-def register_checkpoint(conn: Connection, trial_id: int, body: dict[str, Any]) -> Row:
-    """Register a checkpoint; registering the same one again (a retry) answers the stored one."""
-    trial = get_trial(conn, trial_id)
-    exp = experiments.get_experiment(conn, trial.experiment_id)
-    get_trial(conn, trial_id, lock=True)
-    existing = conn.execute(
-        select(schema.checkpoints).where(schema.checkpoints.c.uuid == body["uuid"])
-    ).first()
-    if existing is not None:
-        if existing.trial_id == trial_id and existing.steps_completed == int(body["steps_completed"]):
-            return existing
-        raise CheckpointConflict(
-            f"checkpoint {body['uuid']} is already registered (trial {existing.trial_id}, "
-            f"{existing.steps_completed} steps); a new checkpoint needs a new uuid"
-        )
-    storage = dict(exp.config.get("checkpoint_storage") or {})
-    base = storage.get("host_path") or storage.get("container_path") or ""
-    if storage.get("storage_path"):
-        base = os.path.join(base, storage["storage_path"])
-    resources = {str(k): int(v) for k, v in (body.get("resources") or {}).items()}
-    steps = int(body["steps_completed"])
-    metric = None
-    validation = conn.execute(
-        select(schema.metrics.c.metrics).where(
-            schema.metrics.c.trial_id == trial_id,
-            schema.metrics.c.group == "validation",
-            schema.metrics.c.steps_completed == steps,
-        )
-    ).scalar()
-    if validation and _finite(validation.get(exp.config["searcher"]["metric"])):
-        metric = float(validation[exp.config["searcher"]["metric"]])
-    conn.execute(
-        schema.checkpoints.insert().values(
-            uuid=body["uuid"],
-            trial_id=trial_id,
-            experiment_id=exp.id,
-            steps_completed=steps,
-            state="COMPLETED",
-            metadata=body.get("metadata") or {},
-            resources=resources,
-            size=min(sum(resources.values()), MAX_STEPS),
-            storage={"type": storage.get("type"), "path": os.path.join(base, body["uuid"])},
-            report_time=now(),
-            validation_metric=metric,
-        )
-    )
-    _update(conn, trial_id, latest_checkpoint=body["uuid"])
-    return get_checkpoint(conn, body["uuid"])
-
-
-def get_checkpoint(conn: Connection, uuid: str) -> Row:
-    row = conn.execute(select(schema.checkpoints).where(schema.checkpoints.c.uuid == uuid)).first()
-    if row is None:
-        raise NotFound(f"checkpoint {uuid} not found")
-    return row
-
-
-def delete_checkpoint(conn: Connection, trial_id: int, uuid: str) -> None:
-    row = get_checkpoint(conn, uuid)
-    if row.trial_id != trial_id:
-        raise NotFound(f"checkpoint {uuid} does not belong to trial {trial_id}")
-    conn.execute(schema.checkpoints.update().where(schema.checkpoints.c.uuid == uuid).values(state="DELETED"))
-    trial = get_trial(conn, trial_id)
-    if trial.latest_checkpoint == uuid:
-        previous = conn.execute(
-            select(schema.checkpoints.c.uuid)
-            .where(schema.checkpoints.c.trial_id == trial_id, schema.checkpoints.c.state == "COMPLETED")
-            .order_by(schema.checkpoints.c.steps_completed.desc())
-            .limit(1)
-        ).scalar()
-        _update(conn, trial_id, latest_checkpoint=previous)
-
-
-def experiment_best_validation(conn: Connection, trial_id: int) -> float | None:
-    trial = get_trial(conn, trial_id)
-    exp = experiments.get_experiment(conn, trial.experiment_id)
-    smaller = exp.config["searcher"].get("smaller_is_better", True)
-    values = [
-        v
-        for v in conn.execute(
-            select(schema.trials.c.best_validation).where(schema.trials.c.experiment_id == exp.id)
-        ).scalars()
-        if v is not None
-    ]
-    if not values:
-        return None
-    return min(values) if smaller else max(values)
-
-
-def searcher_operation(conn: Connection, trial_id: int) -> dict[str, Any]:
-    """Seed-era `searcher.operations()`: how far to train now, in the unit of `searcher.max_length`."""
-    trial = get_trial(conn, trial_id)
-    exp = experiments.get_experiment(conn, trial.experiment_id)
-    length = None
-    if exp.searcher_state:
-        length = search.method_for(exp).operation_length(trial.request_id)
-    if length is None:
-        searcher = exp.config["searcher"]
-        max_length = searcher.get("max_length") or {}
-        if max_length:
-            length = next(iter(max_length.values())) if isinstance(max_length, dict) else int(max_length)
-        else:  # 0.38 form: the length is max_time, in units of time_metric
-            length = searcher.get("max_time") or 0
-    return {"length": int(length), "completed": bool(trial.op_completed)}
-
-
-def searcher_completed(conn: Connection, trial_id: int) -> None:
-    _update(conn, trial_id, op_completed=True)
-
-
-def append_logs(conn: Connection, trial_id: int, lines: list[dict[str, Any]]) -> None:
-    if not lines:
-        return
-    conn.execute(
-        schema.trial_logs.insert(),
-        [
-            {
-                "trial_id": trial_id,
-                "timestamp": _parse_time(line.get("timestamp")),
-                "container_id": line.get("container_id"),
-                "rank": line.get("rank"),
-                "level": line.get("level") or "INFO",
-                "stdtype": line.get("stdtype") or "stdout",
-                "message": str(line.get("message", "")),
-            }
-            for line in lines
-        ],
-    )
-
-
-def read_logs(
-    conn: Connection,
-    trial_id: int,
-    *,
-    after: int | None,
-    limit: int | None,
-    tail: int | None,
-    where: Sequence[ColumnElement[bool]] = (),
-) -> list[Row]:
-    table = schema.trial_logs
-    query = select(table).where(table.c.trial_id == trial_id, *where)
-    if after is not None:
-        query = query.where(table.c.id > after)
-    if tail is not None:
-        rows = conn.execute(query.order_by(table.c.id.desc()).limit(tail)).all()
-        return list(reversed(rows))
-    query = query.order_by(table.c.id)
-    if limit is not None:
-        query = query.limit(limit)
-    return list(conn.execute(query).all())

@@ -159,6 +159,25 @@ def test_a_task_process_builds_only_its_own_dag(tmp_path: Path) -> None:
     assert list(build_dags(tmp_path, only_dag_id="det_b")) == ["det_b"]
 
 
+def test_a_file_removed_while_the_parse_runs_gets_no_dag(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `det e delete` removes exp_3.yaml after the parse has read it, while it builds exp_4: the
+    # parse's result must not register det_exp_3 again.
+    deleted = write(dagfactory.experiment_file(tmp_path, 3), CONST)
+    write(dagfactory.experiment_file(tmp_path, 4), CONST)
+    build_dag = dagfactory.build_dag
+
+    def build_then_delete(file: dagfactory.ExperimentFile, *args: object) -> object:
+        if file.experiment_id == 4:
+            deleted.unlink()
+        return build_dag(file, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(dagfactory, "build_dag", build_then_delete)
+
+    assert set(build_dags(tmp_path)) == {"det_exp_4"}
+
+
 def ten_experiments(folder: Path) -> set[str]:
     for i in range(10):
         write(folder / f"exp{i}" / f"good{i}.yaml", CONST)

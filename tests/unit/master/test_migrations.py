@@ -157,6 +157,8 @@ def check_upgraded(db: Database, rows_before: dict[str, int]) -> None:
     assert rows_after.pop("det_settings") >= rows_before["det_settings"]
     # Version 5 keeps the numbers of each metric report for charts: here one series, in one chunk, a trial.
     assert rows_after.pop("det_metric_chunks") == rows_before["det_metrics"]
+    # Version 6 records state changes from the upgrade on: the history starts empty.
+    assert rows_after.pop("det_state_changes") == 0
     assert rows_after == {name: n for name, n in rows_before.items() if name != "det_settings"}
     with db.read() as conn:
         names = conn.execute(select(schema.experiments.c.name).order_by(schema.experiments.c.id)).scalars()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import update
 
-from det_airflow.master import queue, schema, trials
+from det_airflow.master import queue, reports, schema, trials
 from det_airflow.master.queue import (
     Holder,
     Job,
@@ -148,7 +148,7 @@ def exit_run(people: People, trial_id: int, code: int) -> tuple[str, int, bool]:
 
 def checkpoint(people: People, trial_id: int, uuid: str, steps: int) -> None:
     with people.db.begin() as conn:
-        trials.register_checkpoint(conn, trial_id, {"uuid": uuid, "steps_completed": steps, "resources": {}})
+        reports.register_checkpoint(conn, trial_id, {"uuid": uuid, "steps_completed": steps, "resources": {}})
 
 
 def spec(people: People, e: int, slot: int) -> dict:
@@ -186,7 +186,7 @@ def test_preempted_trials_go_back_to_the_queue_without_a_restart_and_resume_from
     (listed_low,) = [j for j in jobs(people) if j["id"] == low]
     assert (listed_low["state"], listed_low["preempting_trials"]) == ("STATE_SCHEDULED", 2)
     with people.db.read() as conn:
-        logs = [r.message for r in trials.read_logs(conn, first, after=None, limit=None, tail=None)]
+        logs = [r.message for r in reports.read_logs(conn, first, after=None, limit=None, tail=None)]
     assert any(f"preempted: experiment {high} of higher priority" in line for line in logs), logs
     assert acquire(people, high, 0, dry_run=True) == "wait", "the preempted trials still hold the pool"
 

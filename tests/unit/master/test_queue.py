@@ -10,7 +10,7 @@ from airflow import settings
 from airflow.models.pool import Pool
 from sqlalchemy import select, update
 
-from det_airflow.master import queue, schema, trials
+from det_airflow.master import queue, reports, schema, trials
 from det_airflow.master.queue import Job, plan
 from tests.unit.master.creating import Creator
 from tests.unit.master.people_app import People
@@ -315,7 +315,7 @@ def test_a_run_whose_task_ended_without_reporting_frees_its_slots_and_restarts_e
     assert acquire(people, lost, 1) == "run"
     assert (people.trial(lost_trial).state, people.trial(lost_trial).slot) == ("RUNNING", 1)
     with people.db.read() as conn:
-        logs = [r.message for r in trials.read_logs(conn, lost_trial, after=None, limit=None, tail=None)]
+        logs = [r.message for r in reports.read_logs(conn, lost_trial, after=None, limit=None, tail=None)]
     assert any("ended failed without reporting the trial's exit" in line for line in logs), logs
 
 

@@ -1,0 +1,278 @@
+"""What training code reports about its trial: metrics, progress, early exits, checkpoints, the
+searcher operation it works on, and its logs."""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import ColumnElement, Connection, Row, select
+
+from det_airflow.master import experiments, lifecycle, metric_points, schema, search, trials
+from det_airflow.master.bodies import MAX_STEPS
+from det_airflow.master.experiments import NotFound, now
+from det_airflow.searcher import SearchMethod
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def report_metrics(conn: Connection, trial_id: int, reports: list[dict[str, Any]]) -> None:
+    """Store a batch of metric reports; every validation report reaches the search method.
+
+    A report is known by (trial, run, group, steps_completed), as in Determined: a run reports each
+    group once per step count, so a client retrying a batch whose answer it lost stores nothing twice
+    and the search method sees each validation once. A later run (after a restart) reports afresh.
+    """
+    trial = trials.get_trial(conn, trial_id)
+    # Experiment, then trial, as in exit_run; a retry racing its original waits for it here.
+    exp = experiments.get_experiment(conn, trial.experiment_id, lock=True)
+    trial = trials.get_trial(conn, trial_id, lock=True)
+    cfg = experiments.experiment_config(exp)
+    metric_name, smaller = cfg.searcher.metric, cfg.searcher.smaller_is_better
+    summary = dict(trial.summary or {})
+    total = trial.total_batches
+    best, best_steps = trial.best_validation, trial.best_validation_steps
+    validations = []
+    rows = []
+    seen = _reported(conn, trial_id, trial.run_id, {int(r["steps_completed"]) for r in reports})
+    for report in reports:
+        group, steps, values = report["group"], int(report["steps_completed"]), report["metrics"]
+        if (group, steps) in seen:
+            continue
+        seen.add((group, steps))
+        rows.append(
+            {
+                "trial_id": trial_id,
+                "group": group,
+                "steps_completed": steps,
+                "metrics": values,
+                "report_time": _parse_time(report.get("report_time")),
+                "trial_run_id": trial.run_id,
+            }
+        )
+        summary[group] = {"steps_completed": steps, **values}
+        if group in ("training", "validation"):
+            total = max(total, steps)
+        if group == "validation":
+            validations.append((steps, values))
+            value = values.get(metric_name)
+            if _finite(value) and (best is None or (value < best if smaller else value > best)):
+                best, best_steps = float(value), steps
+    if rows:
+        conn.execute(schema.metrics.insert(), rows)
+        metric_points.store(conn, trial_id, rows)
+    trials.update_trial(
+        conn,
+        trial_id,
+        summary=summary,
+        total_batches=total,
+        best_validation=best,
+        best_validation_steps=best_steps,
+    )
+    request_id = trial.request_id
+    for steps, values in validations:
+        if _finite(values.get(metric_name)):
+            conn.execute(
+                schema.checkpoints.update()
+                .where(
+                    schema.checkpoints.c.trial_id == trial_id, schema.checkpoints.c.steps_completed == steps
+                )
+                .values(validation_metric=float(values[metric_name]))
+            )
+        search.send(conn, exp.id, functools.partial(_validation_event, request_id, values, steps))
+
+
+def _reported(conn: Connection, trial_id: int, run_id: int, steps: set[int]) -> set[tuple[str, int]]:
+    table = schema.metrics
+    rows = conn.execute(
+        select(table.c.group, table.c.steps_completed).where(
+            table.c.trial_id == trial_id, table.c.trial_run_id == run_id, table.c.steps_completed.in_(steps)
+        )
+    )
+    return {(group, int(steps_completed)) for group, steps_completed in rows}
+
+
+def _validation_event(request_id: int, values: dict[str, Any], steps: int, method: SearchMethod) -> list:
+    return list(method.validation_completed(request_id, values, steps))
+
+
+def _parse_time(value: Any) -> datetime:
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value)
+        except ValueError:
+            pass
+    return now()
+
+
+def report_progress(conn: Connection, trial_id: int, progress: float) -> None:
+    trials.update_trial(conn, trial_id, progress=max(0.0, min(1.0, float(progress))))
+
+
+def report_early_exit(conn: Connection, trial_id: int, reason: str) -> None:
+    trials.update_trial(conn, trial_id, early_exit=reason)
+
+
+class CheckpointConflict(experiments.StateError):
+    """A checkpoint UUID is already registered for other files (HTTP 409)."""
+
+
+def register_checkpoint(conn: Connection, trial_id: int, body: dict[str, Any]) -> Row:
+    """Register a checkpoint; registering the same one again (a retry) answers the stored one."""
+    trial = trials.get_trial(conn, trial_id)
+    exp = experiments.get_experiment(conn, trial.experiment_id)
+    trials.get_trial(conn, trial_id, lock=True)
+    existing = conn.execute(
+        select(schema.checkpoints).where(schema.checkpoints.c.uuid == body["uuid"])
+    ).first()
+    if existing is not None:
+        if existing.trial_id == trial_id and existing.steps_completed == int(body["steps_completed"]):
+            return existing
+        raise CheckpointConflict(
+            f"checkpoint {body['uuid']} is already registered (trial {existing.trial_id}, "
+            f"{existing.steps_completed} steps); a new checkpoint needs a new uuid"
+        )
+    storage = dict(exp.config.get("checkpoint_storage") or {})
+    base = storage.get("host_path") or storage.get("container_path") or ""
+    if storage.get("storage_path"):
+        base = os.path.join(base, storage["storage_path"])
+    resources = {str(k): int(v) for k, v in (body.get("resources") or {}).items()}
+    steps = int(body["steps_completed"])
+    metric = None
+    validation = conn.execute(
+        select(schema.metrics.c.metrics).where(
+            schema.metrics.c.trial_id == trial_id,
+            schema.metrics.c.group == "validation",
+            schema.metrics.c.steps_completed == steps,
+        )
+    ).scalar()
+    if validation and _finite(validation.get(exp.config["searcher"]["metric"])):
+        metric = float(validation[exp.config["searcher"]["metric"]])
+    conn.execute(
+        schema.checkpoints.insert().values(
+            uuid=body["uuid"],
+            trial_id=trial_id,
+            experiment_id=exp.id,
+            steps_completed=steps,
+            state="COMPLETED",
+            metadata=body.get("metadata") or {},
+            resources=resources,
+            size=min(sum(resources.values()), MAX_STEPS),
+            storage={"type": storage.get("type"), "path": os.path.join(base, body["uuid"])},
+            report_time=now(),
+            validation_metric=metric,
+        )
+    )
+    lifecycle.checkpoint_created(conn, body["uuid"], f"trial {trial_id} saved it at {steps} steps")
+    trials.update_trial(conn, trial_id, latest_checkpoint=body["uuid"])
+    return get_checkpoint(conn, body["uuid"])
+
+
+def get_checkpoint(conn: Connection, uuid: str) -> Row:
+    row = conn.execute(select(schema.checkpoints).where(schema.checkpoints.c.uuid == uuid)).first()
+    if row is None:
+        raise NotFound(f"checkpoint {uuid} not found")
+    return row
+
+
+def delete_checkpoint(conn: Connection, trial_id: int, uuid: str) -> None:
+    row = get_checkpoint(conn, uuid)
+    if row.trial_id != trial_id:
+        raise NotFound(f"checkpoint {uuid} does not belong to trial {trial_id}")
+    if row.state == "DELETED":
+        return
+    lifecycle.delete_checkpoint(conn, row, "det checkpoint delete")
+    trial = trials.get_trial(conn, trial_id)
+    if trial.latest_checkpoint == uuid:
+        previous = conn.execute(
+            select(schema.checkpoints.c.uuid)
+            .where(schema.checkpoints.c.trial_id == trial_id, schema.checkpoints.c.state == "COMPLETED")
+            .order_by(schema.checkpoints.c.steps_completed.desc())
+            .limit(1)
+        ).scalar()
+        trials.update_trial(conn, trial_id, latest_checkpoint=previous)
+
+
+def experiment_best_validation(conn: Connection, trial_id: int) -> float | None:
+    trial = trials.get_trial(conn, trial_id)
+    exp = experiments.get_experiment(conn, trial.experiment_id)
+    smaller = exp.config["searcher"].get("smaller_is_better", True)
+    values = [
+        v
+        for v in conn.execute(
+            select(schema.trials.c.best_validation).where(schema.trials.c.experiment_id == exp.id)
+        ).scalars()
+        if v is not None
+    ]
+    if not values:
+        return None
+    return min(values) if smaller else max(values)
+
+
+def searcher_operation(conn: Connection, trial_id: int) -> dict[str, Any]:
+    """Seed-era `searcher.operations()`: how far to train now, in the unit of `searcher.max_length`."""
+    trial = trials.get_trial(conn, trial_id)
+    exp = experiments.get_experiment(conn, trial.experiment_id)
+    length = None
+    if exp.searcher_state:
+        length = search.method_for(exp).operation_length(trial.request_id)
+    if length is None:
+        searcher = exp.config["searcher"]
+        max_length = searcher.get("max_length") or {}
+        if max_length:
+            length = next(iter(max_length.values())) if isinstance(max_length, dict) else int(max_length)
+        else:  # 0.38 form: the length is max_time, in units of time_metric
+            length = searcher.get("max_time") or 0
+    return {"length": int(length), "completed": bool(trial.op_completed)}
+
+
+def searcher_completed(conn: Connection, trial_id: int) -> None:
+    trials.update_trial(conn, trial_id, op_completed=True)
+
+
+def append_logs(conn: Connection, trial_id: int, lines: list[dict[str, Any]]) -> None:
+    if not lines:
+        return
+    conn.execute(
+        schema.trial_logs.insert(),
+        [
+            {
+                "trial_id": trial_id,
+                "timestamp": _parse_time(line.get("timestamp")),
+                "container_id": line.get("container_id"),
+                "rank": line.get("rank"),
+                "level": line.get("level") or "INFO",
+                "stdtype": line.get("stdtype") or "stdout",
+                "message": str(line.get("message", "")),
+            }
+            for line in lines
+        ],
+    )
+
+
+def read_logs(
+    conn: Connection,
+    trial_id: int,
+    *,
+    after: int | None,
+    limit: int | None,
+    tail: int | None,
+    where: Sequence[ColumnElement[bool]] = (),
+) -> list[Row]:
+    table = schema.trial_logs
+    query = select(table).where(table.c.trial_id == trial_id, *where)
+    if after is not None:
+        query = query.where(table.c.id > after)
+    if tail is not None:
+        rows = conn.execute(query.order_by(table.c.id.desc()).limit(tail)).all()
+        return list(reversed(rows))
+    query = query.order_by(table.c.id)
+    if limit is not None:
+        query = query.limit(limit)
+    return list(conn.execute(query).all())
