@@ -518,7 +518,8 @@ def _remove_airflow_records(row: Row) -> list[str]:
     return []
 
 
-def _remove_checkpoint_files(checkpoints: Sequence[Row]) -> list[str]:
+def _remove_checkpoint_files(checkpoints: Sequence[tuple[str, Any]]) -> list[str]:
+    """Remove the folders of (uuid, storage) pairs; what could not be removed, one line each."""
     not_removed: list[str] = []
     for uuid, storage in checkpoints:
         location = (storage or {}).get("path")

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import logging
 
-from det_airflow.master import experiments, reports, routes_people, search, serialize, trials
+from fastapi import APIRouter
+from sqlalchemy.exc import SQLAlchemyError
+
+from det_airflow.errors import DetError
+from det_airflow.master import checkpoint_gc, experiments, reports, routes_people, search, serialize, trials
 from det_airflow.master.auth import ServiceAuth
 from det_airflow.master.bodies import LogBatch, RegisterRun, TaskRef, TrialExit
 from det_airflow.master.db import get_database
 from det_airflow.master.routes_people import decode_context
-from det_airflow.states import ExperimentState
+from det_airflow.states import ExperimentState, TrialState
 
 router = APIRouter(prefix="/internal", dependencies=[ServiceAuth])
 
@@ -55,7 +59,18 @@ def acquire(experiment_id: int, slot: int, body: TaskRef, dry_run: bool = False)
 def trial_exit(trial_id: int, body: TrialExit) -> dict:
     with get_database().begin() as conn:
         trial, retry = trials.exit_run(conn, trial_id, body.exit_code)
+    if TrialState(trial.state).is_terminal:
+        _collect_checkpoints(trial.experiment_id)
     return {"trial": serialize.trial(trial), "retry": retry}
+
+
+def _collect_checkpoints(experiment_id: int) -> None:
+    """Best effort, after the trial's end is committed: a failure is logged, the exit stands."""
+    try:
+        for problem in checkpoint_gc.collect(get_database(), experiment_id):
+            logging.getLogger(__name__).warning("checkpoint garbage collection: %s", problem)
+    except (DetError, SQLAlchemyError):
+        logging.getLogger(__name__).exception("checkpoint garbage collection of experiment %s", experiment_id)
 
 
 @router.get("/trials/{trial_id}")
@@ -80,6 +95,7 @@ def finalize(experiment_id: int) -> dict:
     with get_database().begin() as conn:
         row, best = experiments.finalize(conn, experiment_id)
         count = experiments.count_trials(conn, experiment_id)
+    _collect_checkpoints(experiment_id)  # trials closed without an exit of their own
     return {"experiment": serialize.experiment(row, num_trials=count), "best_checkpoint": best}
 
 

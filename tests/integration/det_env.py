@@ -24,6 +24,21 @@ TERMINAL = {"COMPLETED", "CANCELED", "ERROR"}
 T = TypeVar("T")
 
 
+def kept_checkpoints(checkpoints: list[dict[str, Any]], *, on_host: bool = True) -> list[dict[str, Any]]:
+    """Check the experiment's checkpoints against checkpoint_storage's default policy (each trial
+    keeps its best and its latest; the others are DELETED, with their folders when `on_host`) and
+    return the kept ones, oldest first."""
+    kept = [c for c in checkpoints if c["state"] == "COMPLETED"]
+    assert kept, checkpoints
+    assert {c["state"] for c in checkpoints} <= {"COMPLETED", "DELETED"}, checkpoints
+    for trial_id in {c["trial_id"] for c in checkpoints}:
+        assert 1 <= len([c for c in kept if c["trial_id"] == trial_id]) <= 2, checkpoints
+    if on_host:
+        for c in checkpoints:
+            assert Path(c["storage"]["path"]).is_dir() == (c["state"] == "COMPLETED"), c
+    return kept
+
+
 def wait_until(condition: Callable[[], T], what: str, timeout: float = 120.0, interval: float = 0.5) -> T:
     """Poll ``condition`` until it returns something truthy and return that; fail naming ``what``
     (and the last value seen) when it does not happen within ``timeout`` seconds."""
