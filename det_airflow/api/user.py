@@ -435,6 +435,10 @@ class UserClient:
         behind_of; all are applied together or none."""
         return self._json("POST", "/jobs/update", json={"updates": updates})["jobs"]
 
+    def state_changes(self, kind: str, object_id: int) -> list[dict[str, Any]]:
+        """Every state an experiment or trial (``kind``) took, oldest first: from, to, time, reason."""
+        return self._json("GET", f"/{kind}s/{object_id}/state-changes")["state_changes"]
+
     def trial_metrics(self, trial_id: int, *, group: str | None = None) -> list[Metrics]:
         params = {"group": group} if group else {}
         return self._json("GET", f"/trials/{trial_id}/metrics", params=params)["metrics"]

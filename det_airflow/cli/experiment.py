@@ -109,6 +109,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     describe = verbs.add_parser("describe", help="show an experiment and its trials")
     _add_id(describe)
     describe.add_argument("--metrics", action="store_true", help="add the trials' latest metrics")
+    describe.add_argument(
+        "--states", action="store_true", help="add every state the experiment took, when and why"
+    )
     _add_output_flags(describe)
     describe.set_defaults(func=_describe)
 
@@ -329,9 +332,11 @@ def _list_trials(args: argparse.Namespace) -> None:
 
 
 def _describe(args: argparse.Namespace) -> None:
-    detail = _connect(args).get_experiment(args.experiment_id)
+    client = _connect(args)
+    detail = client.get_experiment(args.experiment_id)
+    changes = client.state_changes("experiment", args.experiment_id) if args.states else None
     if args.json:
-        render.print_json(detail)
+        render.print_json(detail if changes is None else {**detail, "state_changes": changes})
         return
     e = detail["experiment"]
     if not args.csv:
@@ -381,6 +386,8 @@ def _describe(args: argparse.Namespace) -> None:
     if not args.csv:
         print("\nTrials:")
     render.print_table(headers, rows, csv=args.csv)
+    if changes is not None:
+        render.print_state_changes(changes, csv=args.csv)
 
 
 def _metric_names(trials: list[Trial], group: str) -> list[str]:

@@ -63,6 +63,25 @@ def format_state(state: str | None) -> str:
     return (state or "").removeprefix("STATE_")
 
 
+STATE_CHANGE_HEADERS = ("Time", "From", "To", "Reason")
+
+
+def print_state_changes(changes: list[dict[str, Any]], *, csv: bool) -> None:
+    """The `--states` table of `det e describe` and `det t describe`."""
+    if not csv:
+        print("\nState changes:")
+    rows = [
+        [
+            format_time(c.get("time")),
+            format_state(c.get("from")) if c.get("from") else "",
+            format_state(c.get("to")),
+            c.get("reason"),
+        ]
+        for c in changes
+    ]
+    print_table(STATE_CHANGE_HEADERS, rows, csv=csv)
+
+
 def print_table(
     headers: Sequence[str], rows: Iterable[Sequence[Any]], *, csv: bool = False, out: TextIO | None = None
 ) -> None:

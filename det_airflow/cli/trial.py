@@ -37,6 +37,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     describe = verbs.add_parser("describe", help="show a trial")
     _add_id(describe)
     describe.add_argument("--metrics", action="store_true", help="also list every metrics report")
+    describe.add_argument(
+        "--states", action="store_true", help="also list every state the trial took, when and why"
+    )
     out = describe.add_mutually_exclusive_group()
     out.add_argument("--csv", action="store_true", help="print CSV")
     out.add_argument("--json", action="store_true", help="print JSON")
@@ -70,8 +73,14 @@ def _describe(args: argparse.Namespace) -> None:
     client = _connect(args)
     trial = client.get_trial(args.trial_id)
     metrics = client.trial_metrics(args.trial_id) if args.metrics else None
+    changes = client.state_changes("trial", args.trial_id) if args.states else None
     if args.json:
-        render.print_json({"trial": trial, "metrics": metrics} if metrics is not None else {"trial": trial})
+        answer: dict[str, Any] = {"trial": trial}
+        if metrics is not None:
+            answer["metrics"] = metrics
+        if changes is not None:
+            answer["state_changes"] = changes
+        render.print_json(answer)
         return
     row: list[Any] = [
         trial["id"],
@@ -85,6 +94,8 @@ def _describe(args: argparse.Namespace) -> None:
         trial.get("latest_checkpoint"),
     ]
     render.print_table(DESCRIBE_HEADERS, [row], csv=args.csv)
+    if changes is not None:
+        render.print_state_changes(changes, csv=args.csv)
     if metrics is None:
         return
     if not args.csv:

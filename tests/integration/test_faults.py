@@ -7,6 +7,7 @@ restarted: the trial rides it out, with no restart and every metric stored once.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import time
@@ -45,6 +46,10 @@ with det.core.init() as core_context:
             core_context.train.report_training_metrics(step, {"loss": 1.0 / step})
             if step % 10 == 0:
                 with core_context.checkpoint.store_path({"steps_completed": step}) as (path, _):
+                    if step == 20 and start == 0 and "--hang-writing" in sys.argv:
+                        (path / "half.bin").write_bytes(b"x" * 1000)
+                        print("writing the checkpoint of step 20", flush=True)
+                        time.sleep(600)  # killed here, its files half written
                     (path / "state.json").write_text(json.dumps({"step": step}))
                 op.report_progress(step)
         op.report_completed(1.0 / op.length)
@@ -56,14 +61,14 @@ def det(airflow, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DetEnv]:
     yield DetEnv.install(airflow, tmp_path_factory.mktemp("det-config"))
 
 
-def create(det: DetEnv, tmp_path: Path, label: str, steps: int = STEPS) -> int:
+def create(det: DetEnv, tmp_path: Path, label: str, steps: int = STEPS, *args: str) -> int:
     context = tmp_path / "context"
     context.mkdir()
     (context / "fault_train.py").write_text(TRAIN)
     config = {
         "name": f"fault-{label}",
         # The label names this test's trial process among every process of the machine.
-        "entrypoint": f"python3 fault_train.py {label}",
+        "entrypoint": " ".join(["python3 fault_train.py", label, *args]),
         "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": steps}},
         "max_restarts": 2,
     }
@@ -127,6 +132,35 @@ def test_a_killed_trial_process_resumes_from_its_latest_checkpoint(det: DetEnv, 
     os.kill(pid, signal.SIGKILL)
 
     assert_completed_once(det, experiment_id)
+
+
+def test_a_trial_killed_while_writing_a_checkpoint_never_registers_it_partial(
+    det: DetEnv, tmp_path: Path
+) -> None:
+    experiment_id = create(det, tmp_path, "kill-writing", STEPS, "--hang-writing")
+
+    def writing() -> bool:
+        trials = det.get(f"/experiments/{experiment_id}/trials")["trials"]
+        if not trials:
+            return False
+        logs = det.det("trial", "logs", str(trials[0]["id"]), check=False).stdout
+        return "writing the checkpoint of step 20" in logs
+
+    wait_until(writing, "the trial writing its checkpoint of step 20", timeout=300)
+    (pid,) = wait_until(lambda: trial_processes("kill-writing"), "the trial process")
+    os.kill(pid, signal.SIGKILL)
+
+    trial = assert_completed_once(det, experiment_id)
+    checkpoints = det.get(f"/experiments/{experiment_id}/checkpoints")["checkpoints"]
+    # One checkpoint per 10 steps: the one being written when the process died was never registered;
+    # the restarted run, resumed from step 10, wrote step 20's afresh.
+    assert [c["steps_completed"] for c in checkpoints] == [10, 20, 30, 40, 50, 60], checkpoints
+    for c in checkpoints:
+        assert set(c["resources"]) == {"state.json", "metadata.json"}, c
+        if c["state"] == "COMPLETED":
+            folder = Path(c["storage"]["path"])
+            assert json.loads((folder / "state.json").read_text()) == {"step": c["steps_completed"]}
+    assert trial["latest_checkpoint"] == checkpoints[-1]["uuid"]
 
 
 def test_a_killed_task_process_takes_its_trial_along_and_the_trial_resumes(

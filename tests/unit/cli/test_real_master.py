@@ -178,6 +178,20 @@ def test_lifecycle_of_an_experiment(det: Any, real_master: RealMaster, as_user: 
     assert det("e", "unarchive", str(n)).out == f"Unarchived experiment {n}\n"
     assert _state(det, n) == ("CANCELED", "False")
 
+    # Every change of state, with the verb that made it; refused verbs and archiving change none.
+    table = det("e", "describe", str(n), "--states").out.split("\n\nState changes:\n")[1]
+    header, _, *rows = table.splitlines()
+    assert [c.strip() for c in header.split("|")] == ["Time", "From", "To", "Reason"]
+    assert [[c.strip() for c in row.split("|")][1:] for row in rows] == [
+        ["", "ACTIVE", "created by carol"],
+        ["ACTIVE", "PAUSED", "det experiment pause"],
+        ["PAUSED", "ACTIVE", "det experiment activate"],
+        ["ACTIVE", "STOPPING_CANCELED", "det experiment cancel"],
+        ["STOPPING_CANCELED", "CANCELED", "its search and every trial ended"],
+    ]
+    as_json = json.loads(det("e", "describe", str(n), "--states", "--json").out)
+    assert [c["to"] for c in as_json["state_changes"]][-1] == "CANCELED"
+
     assert det("e", "delete", str(n), "--yes").out == f"Deleted experiment {n}\n"
     result = det("e", "describe", str(n))
     assert (result.code, result.err) == (1, f"Error: experiment {n} not found\n")
