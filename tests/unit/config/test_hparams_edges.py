@@ -82,6 +82,7 @@ def test_the_grid_of_an_int_range_counts_its_values_when_count_is_larger() -> No
     grid = {
         "a": {"type": "int", "minval": 1, "maxval": 2, "count": 1000},
         "b": {"type": "double", "minval": 0, "maxval": 1, "count": half},
+        "c": 5,  # a constant is one point of the grid
     }
     config = {
         "entrypoint": "python3 train.py",
