@@ -88,6 +88,18 @@ def test_a_trial_that_errors_counts_as_the_worst_value_at_its_rung(make_config):
     assert _said(method.validation_completed(1, _loss(0.4), 150)) == [("Stop", 1), ("Create", 4)]
 
 
+def test_a_trial_that_ends_on_its_own_before_its_rung_counts_as_the_worst_there(make_config):
+    method = _method(make_config)
+    method.initial_trials()
+    method.validation_completed(1, _loss(0.5), 50)  # paused
+    # Trial 2's process ends (exit 0) at 30 batches, short of rung 50: the rung counts it as its
+    # worst value, as an error would, so trial 1 is promoted into its place.
+    method.validation_completed(2, _loss(0.1), 30)
+    assert _said(method.trial_exited(2)) == [("Resume", 1)]
+    assert method.brackets[0].state(2) == "closed"
+    assert method.trial_exited(2) == []  # a repeated exit changes nothing
+
+
 def test_a_closed_trial_that_gets_promoted_arrives_at_the_next_rung_as_the_worst(make_config):
     method = _method(make_config, num_rungs=3, max_trials=8, max_concurrent_trials=1)
     method.initial_trials()
