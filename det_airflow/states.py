@@ -30,6 +30,7 @@ TERMINAL_EXPERIMENT_STATES = frozenset(
 
 class TrialState(enum.StrEnum):
     QUEUED = "QUEUED"
+    PULLING = "PULLING"
     STARTING = "STARTING"
     RUNNING = "RUNNING"
     PAUSED = "PAUSED"

@@ -356,18 +356,20 @@ class TrialOperator(BaseOperator):
         )
         env.update(slots.visible_devices())  # the trial sees exactly the GPUs it leased
         argv = entrypoint_argv(spec.config["entrypoint"])
+        runs_as = user.name if user is not None else "the worker's user"
         self.log.info(
             "Trial %s (experiment %s, run %s) starting in %s as %s: %s",
             spec.trial_id,
             spec.experiment_id,
             spec.run_id,
             workdir,
-            user.name if user is not None else "the worker's user",
+            runs_as,
             " ".join(argv),
         )
         self._stop.clear()
         watcher = threading.Thread(target=self._watch, args=(spec.trial_id,), daemon=True)
         watcher.start()
+        self.report_phase(client, spec.trial_id, spec.run_id, "RUNNING", f"its process starts as {runs_as}")
         try:
             code = run_trial_process(workdir, argv, env, on_output=on_output, stop=self._stop, user=user)
         finally:
@@ -378,6 +380,14 @@ class TrialOperator(BaseOperator):
         self.log.info("Trial %s exited with code %s", spec.trial_id, code)
         shutil.rmtree(workdir, ignore_errors=True)
         return code
+
+    def report_phase(self, client: InternalClient, trial_id: int, run_id: int, state: str, why: str) -> None:
+        """Tells the master where the run's start is (PULLING, STARTING, RUNNING); the run goes on
+        if the master cannot be told (the trial's own first report marks it RUNNING then)."""
+        try:
+            client.trial_phase(trial_id, run_id, state, why)
+        except APIError as exc:
+            self.log.warning("Could not tell the master trial %s is %s: %s", trial_id, state, exc)
 
     def _trial_user(self, spec: TrialSpec, workdir: Path) -> TrialUser | None:
         """The user the trial runs as (None: the worker's own). When it is another user, make sure

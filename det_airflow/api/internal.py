@@ -57,6 +57,11 @@ class InternalClient:
             {"exit_code": exit_code, "try_number": try_number, "max_tries": max_tries},
         )
 
+    def trial_phase(self, trial_id: int, run_id: int, state: str, reason: str) -> dict[str, Any]:
+        return self.session.post(
+            f"/internal/trials/{trial_id}/phase", {"run_id": run_id, "state": state, "reason": reason}
+        )
+
     def ship_logs(self, trial_id: int, lines: list[dict[str, Any]]) -> None:
         self.session.post(f"/internal/trials/{trial_id}/logs", {"logs": lines})
 

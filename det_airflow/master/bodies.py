@@ -60,6 +60,14 @@ class TrialExit(BaseModel):
     max_tries: int | None = None
 
 
+class TrialPhase(BaseModel):
+    """Where a slot's runner is in starting run ``run_id`` of the trial."""
+
+    run_id: int
+    state: Literal["PULLING", "STARTING", "RUNNING"]
+    reason: str = Field(..., min_length=1, max_length=500)
+
+
 class LogLineIn(BaseModel):
     # Bounds of the det_trial_logs columns, so that a bad line is a 422 rather than a database error.
     timestamp: str | None = Field(None, max_length=64)

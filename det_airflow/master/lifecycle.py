@@ -54,16 +54,32 @@ EXPERIMENT_MOVES: Mapping[ExperimentState, frozenset[ExperimentState]] = {
 
 TRIAL_MOVES: Mapping[TrialState, frozenset[TrialState]] = {
     # Waiting for a slot and the queue's admission; closed by the search, a kill or a lost run.
+    # (An unmanaged trial is created RUNNING: its process started before it was registered.)
     T.QUEUED: frozenset({T.STARTING, T.RUNNING, T.COMPLETED, T.CANCELED, T.ERROR}),
-    T.STARTING: frozenset(
-        {T.RUNNING, T.QUEUED, T.PAUSED, T.STOPPING_KILLED, T.COMPLETED, T.CANCELED, T.ERROR}
+    # A slot runs the trial: STARTING while its runner prepares the run (PULLING while a container
+    # runner pulls the image), RUNNING once its process or container started. A new run (its last
+    # run's task was lost, or a slot's new try) starts over at STARTING.
+    T.PULLING: frozenset(
+        {T.STARTING, T.RUNNING, T.QUEUED, T.PAUSED, T.STOPPING_KILLED, T.COMPLETED, T.CANCELED, T.ERROR}
     ),
-    # RUNNING → RUNNING: a new run of the trial (its last run's task was lost, or a slot's new try).
+    T.STARTING: frozenset(
+        {
+            T.STARTING,
+            T.PULLING,
+            T.RUNNING,
+            T.QUEUED,
+            T.PAUSED,
+            T.STOPPING_KILLED,
+            T.COMPLETED,
+            T.CANCELED,
+            T.ERROR,
+        }
+    ),
     T.RUNNING: frozenset(
-        {T.RUNNING, T.QUEUED, T.PAUSED, T.STOPPING_KILLED, T.COMPLETED, T.CANCELED, T.ERROR}
+        {T.STARTING, T.QUEUED, T.PAUSED, T.STOPPING_KILLED, T.COMPLETED, T.CANCELED, T.ERROR}
     ),
     # Paused by the experiment (keeps its slot) or at an ASHA rung (waits for a promotion).
-    T.PAUSED: frozenset({T.QUEUED, T.RUNNING, T.COMPLETED, T.CANCELED, T.ERROR}),
+    T.PAUSED: frozenset({T.QUEUED, T.STARTING, T.COMPLETED, T.CANCELED, T.ERROR}),
     T.STOPPING_COMPLETED: frozenset({T.STOPPING_KILLED, T.COMPLETED, T.CANCELED, T.ERROR}),
     T.STOPPING_CANCELED: frozenset({T.STOPPING_KILLED, T.CANCELED, T.ERROR}),
     # `det trial kill` of a running trial: whatever its process does next, it ends CANCELED.

@@ -25,6 +25,7 @@ from det_airflow.states import ExperimentState, TrialState
 
 # Trials whose run has started and not yet ended hold their slots.
 RUNNING_STATES = (
+    TrialState.PULLING,
     TrialState.STARTING,
     TrialState.RUNNING,
     TrialState.STOPPING_COMPLETED,
@@ -519,7 +520,8 @@ def preemption_anywhere() -> bool:
     return _preempt_everywhere() or bool(_pool_list(PREEMPTION_POOLS_KEY))
 
 
-_ON_ITS_WAY_OUT = tuple(s for s in RUNNING_STATES if s not in (TrialState.STARTING, TrialState.RUNNING))
+_STARTED = (TrialState.PULLING, TrialState.STARTING, TrialState.RUNNING)
+_ON_ITS_WAY_OUT = tuple(s for s in RUNNING_STATES if s not in _STARTED)
 
 
 def holders(conn: Connection, snap: PoolSnapshot) -> list[Holder]:
@@ -587,7 +589,7 @@ def preempt_for_waiting(conn: Connection, pool: str) -> dict[int, int]:
     victims = list(chosen)
     conn.execute(
         trials.update()
-        .where(trials.c.id.in_(victims), trials.c.state.in_([TrialState.STARTING, TrialState.RUNNING]))
+        .where(trials.c.id.in_(victims), trials.c.state.in_(_STARTED))
         .values(preempt_requested_at=now())
     )
     conn.execute(

@@ -32,7 +32,9 @@ def report_metrics(conn: Connection, trial_id: int, reports: list[dict[str, Any]
     trial = trials.get_trial(conn, trial_id)
     # Experiment, then trial, as in exit_run; a retry racing its original waits for it here.
     exp = experiments.get_experiment(conn, trial.experiment_id, lock=True)
-    trial = trials.get_trial(conn, trial_id, lock=True)
+    trial = trials.mark_running(
+        conn, trials.get_trial(conn, trial_id, lock=True), "its process reported metrics"
+    )
     cfg = experiments.experiment_config(exp)
     metric_name, smaller = cfg.searcher.metric, cfg.searcher.smaller_is_better
     summary = dict(trial.summary or {})
@@ -127,7 +129,7 @@ def register_checkpoint(conn: Connection, trial_id: int, body: dict[str, Any]) -
     """Register a checkpoint; registering the same one again (a retry) answers the stored one."""
     trial = trials.get_trial(conn, trial_id)
     exp = experiments.get_experiment(conn, trial.experiment_id)
-    trials.get_trial(conn, trial_id, lock=True)
+    trials.mark_running(conn, trials.get_trial(conn, trial_id, lock=True), "its process saved a checkpoint")
     existing = conn.execute(
         select(schema.checkpoints).where(schema.checkpoints.c.uuid == body["uuid"])
     ).first()

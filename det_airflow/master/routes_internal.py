@@ -10,7 +10,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from det_airflow.errors import DetError
 from det_airflow.master import checkpoint_gc, experiments, reports, routes_people, search, serialize, trials
 from det_airflow.master.auth import ServiceAuth
-from det_airflow.master.bodies import LogBatch, RegisterRun, TaskRef, TrialExit
+from det_airflow.master.bodies import LogBatch, RegisterRun, TaskRef, TrialExit, TrialPhase
 from det_airflow.master.db import get_database
 from det_airflow.master.routes_people import decode_context
 from det_airflow.states import ExperimentState, TrialState
@@ -62,6 +62,13 @@ def trial_exit(trial_id: int, body: TrialExit) -> dict:
     if TrialState(trial.state).is_terminal:
         _collect_checkpoints(trial.experiment_id)
     return {"trial": serialize.trial(trial), "retry": retry}
+
+
+@router.post("/trials/{trial_id}/phase")
+def trial_phase(trial_id: int, body: TrialPhase) -> dict:
+    with get_database().begin() as conn:
+        trial = trials.report_phase(conn, trial_id, body.run_id, TrialState(body.state), body.reason)
+    return {"trial": serialize.trial(trial)}
 
 
 def _collect_checkpoints(experiment_id: int) -> None:

@@ -105,7 +105,7 @@ def acquire(conn: Connection, experiment_id: int, slot: int, task: dict[str, Any
     lifecycle.move_trial(
         conn,
         trial,
-        TrialState.RUNNING,
+        TrialState.STARTING,
         f"trial slot {slot} of {'/'.join(str(task.get(k)) for k in ('dag_id', 'run_id', 'task_id'))} "
         f"runs it (run {trial.run_id + 1})",
         slot=slot,
@@ -181,6 +181,41 @@ def make_room_if_due(db: Database, trial_id: int) -> None:
         _preempt_for_waiting(conn, pool)
 
 
+# A run's states from its acquisition until it ends or is killed.
+_RUN_STARTED = [TrialState.PULLING, TrialState.STARTING, TrialState.RUNNING, TrialState.STOPPING_KILLED]
+# What a slot's runner reports of the run it started, and what the trial's own reports imply.
+RUN_PHASES = (TrialState.PULLING, TrialState.STARTING, TrialState.RUNNING)
+
+
+def report_phase(conn: Connection, trial_id: int, run_id: int, to: TrialState, reason: str) -> Row:
+    """The runner of run ``run_id`` says where its start is: pulling the image, starting, running.
+
+    Only a run that is still starting moves: a stale report (an earlier run's, or one that arrives
+    after a pause, a kill or the trial's end) changes nothing. Answers the trial as it now is.
+    """
+    if to not in RUN_PHASES:
+        raise ValueError(f"{to} is not a phase of a run's start")
+    trial = get_trial(conn, trial_id, lock=True)
+    if (
+        trial.run_id == run_id
+        and trial.state in (TrialState.PULLING, TrialState.STARTING)
+        and trial.state != to
+    ):
+        lifecycle.move_trial(conn, trial, to, reason)
+        trial = get_trial(conn, trial_id)
+    return trial
+
+
+def mark_running(conn: Connection, trial: Row, why: str) -> Row:
+    """A report from the trial's process proves its run started (a runner that cannot tell, such
+    as pods watched from the triggerer, leaves it STARTING until then). Answers the trial as it
+    now is."""
+    if trial.state not in (TrialState.PULLING, TrialState.STARTING):
+        return trial
+    lifecycle.move_trial(conn, trial, TrialState.RUNNING, why)
+    return get_trial(conn, trial.id)
+
+
 # Task instance states in which the task no longer runs the trial it last acquired.
 _TASK_ENDED = {"success", "failed", "skipped", "upstream_failed", "removed"}
 # A waiting slot looks for lost runs at most this often (per pool, per API server process).
@@ -210,7 +245,7 @@ def reclaim_lost_runs(conn: Connection, pool: str) -> list[int]:
         .join(exps, exps.c.id == trials.c.experiment_id)
         .where(
             exps.c.resource_pool == pool,
-            trials.c.state.in_([TrialState.RUNNING, TrialState.STOPPING_KILLED]),
+            trials.c.state.in_(_RUN_STARTED),
             trials.c.task.is_not(None),
         )
     ).all()

@@ -135,11 +135,14 @@ class DockerRunner(TrialRunner):
         kill_grace: int = 10,
         log: Any = None,
         on_container: Callable[[str], None] | None = None,
+        on_phase: Callable[[str, str], None] | None = None,
     ) -> None:
         self.client = client
         self.kill_grace = kill_grace
         self._log = log
         self._on_container = on_container  # told each container's id once it exists
+        # Told (trial state, why) as the run goes PULLING the image, STARTING, RUNNING.
+        self._on_phase = on_phase or (lambda state, why: None)
 
     def run(self, trial: ContainerTrial, *, on_output: OnOutput, stop: threading.Event) -> int:
         request = container_request(self.client, trial)
@@ -178,6 +181,7 @@ class DockerRunner(TrialRunner):
             self.client.start(container)
         except APIError as exc:
             raise ContainerError(f"cannot start container {container[:12]}: {_reason(exc)}") from exc
+        self._on_phase("RUNNING", f"container {container[:12]} started")
         reader = threading.Thread(target=_drain, args=(output, emit), daemon=True)
         reader.start()
         stopping = False
@@ -221,12 +225,14 @@ class DockerRunner(TrialRunner):
         repository, _, tag = (
             image.rpartition(":") if ":" in image.rsplit("/", 1)[-1] else (image, "", "latest")
         )
+        self._on_phase("PULLING", f"pulling image {image}")
         try:
             for _ in self.client.pull(
                 repository, tag=tag, stream=True, auth_config=environment.get("registry_auth") or None
             ):
                 pass
             self.client.inspect_image(image)
+            self._on_phase("STARTING", f"pulled image {image}")
         except (APIError, ImageNotFound) as exc:
             raise ContainerError(
                 f"environment.image: cannot pull {image!r} ({_reason(exc)}); build it with `make trial-image` "

@@ -28,6 +28,7 @@ def build_runner(
     *,
     log: Any = None,
     on_container: Callable[[str], None] | None = None,
+    on_phase: Callable[[str, str], None] | None = None,
 ) -> TrialRunner:
     """The runner called ``name`` (``airflow.trial_runner``), set up from the experiment's ``airflow``
     section and ``airflow.cfg [det]``."""
@@ -45,7 +46,7 @@ def build_runner(
             or DEFAULT_DOCKER_URL
         )
         hook = DockerHook(docker_conn_id=section.get("docker_conn_id") or None, base_url=base_url)
-        return DockerRunner(hook.api_client, log=log, on_container=on_container)
+        return DockerRunner(hook.api_client, log=log, on_container=on_container, on_phase=on_phase)
     if name == "kubernetes":
         from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 
@@ -202,6 +203,7 @@ def run_with(
             spec.config,
             log=operator.log,
             on_container=lambda cid: setattr(shipper, "container_id", cid[:12]),
+            on_phase=lambda state, why: operator.report_phase(client, spec.trial_id, spec.run_id, state, why),
         )
         code = runner.run(trial, on_output=on_output, stop=operator._stop)
     except DetError as exc:

@@ -58,11 +58,16 @@ def test_output_lines_stream_by_kind_and_the_container_is_removed(
     out = Lines()
 
     started: list[str] = []
-    runner = DockerRunner(docker_client, on_container=started.append)
+    phases: list[tuple[str, str]] = []
+    runner = DockerRunner(
+        docker_client, on_container=started.append, on_phase=lambda *phase: phases.append(phase)
+    )
     code = runner.run(trial, on_output=out, stop=threading.Event())
 
     assert code == 3
     assert len(started) == 1 and len(started[0]) == 64  # the full id of the one container it ran
+    # The image is here: no PULLING, and RUNNING once the container started.
+    assert phases == [("RUNNING", f"container {started[0][:12]} started")]
     assert (f"hello from {trial.workdir}", "stdout") in out.lines
     assert ("oops", "stderr") in out.lines
     assert [line for line, _ in out.lines if "%" in line] == ["10%", "20%"]
@@ -153,6 +158,10 @@ def test_an_image_the_daemon_cannot_get_is_a_clear_error(
     docker_client: docker.APIClient, tmp_path: Path
 ) -> None:
     trial = make_trial(tmp_path, "det-airflow-no-such-image:1", ["true"])
+    phases: list[tuple[str, str]] = []
+    runner = DockerRunner(docker_client, on_phase=lambda *phase: phases.append(phase))
 
     with pytest.raises(ContainerError, match=r"environment.image: cannot pull 'det-airflow-no-such-image:1'"):
-        DockerRunner(docker_client).run(trial, on_output=Lines(), stop=threading.Event())
+        runner.run(trial, on_output=Lines(), stop=threading.Event())
+    # The trial showed PULLING while the daemon tried; it never got further.
+    assert phases == [("PULLING", "pulling image det-airflow-no-such-image:1")]

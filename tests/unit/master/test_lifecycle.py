@@ -201,18 +201,32 @@ def test_a_trials_history_tells_its_runs_and_why_each_ended(people: People, crea
     with people.db.begin() as conn:
         conn.execute(update(schema.experiments).where(schema.experiments.c.id == e).values(search_done=True))
         trials.acquire(conn, e, 0, TASK, dry_run=False)
+    # A container runner pulls the image, then starts the container.
+    for state, why in ((T.PULLING, "pulling image i:1"), (T.STARTING, "pulled image i:1"), (T.RUNNING, "up")):
+        with people.db.begin() as conn:
+            assert trials.report_phase(conn, t, 1, state, why).state == state
     with people.db.begin() as conn:
         trials.exit_run(conn, t, 3)  # max_restarts defaults to 5: it is queued again
     with people.db.begin() as conn:
         trials.acquire(conn, e, 0, TASK, dry_run=False)
+        # The first run's late report changes nothing; the second run's first metrics mark it running.
+        assert trials.report_phase(conn, t, 1, T.RUNNING, "late").state == T.STARTING
+        reports.report_metrics(
+            conn, t, [{"group": "training", "steps_completed": 1, "metrics": {"loss": 1.0}}]
+        )
     with people.db.begin() as conn:
         trials.exit_run(conn, t, 0)
+        assert trials.report_phase(conn, t, 2, T.RUNNING, "late").state == T.COMPLETED
 
     task = f"{TASK['dag_id']}/{TASK['run_id']}/{TASK['task_id']}"
     assert changes(people.db, "trial", t) == [
-        (T.QUEUED, T.RUNNING, f"trial slot 0 of {task} runs it (run 1)"),
+        (T.QUEUED, T.STARTING, f"trial slot 0 of {task} runs it (run 1)"),
+        (T.STARTING, T.PULLING, "pulling image i:1"),
+        (T.PULLING, T.STARTING, "pulled image i:1"),
+        (T.STARTING, T.RUNNING, "up"),
         (T.RUNNING, T.QUEUED, "its process exited 3; restart 1 of max_restarts 5"),
-        (T.QUEUED, T.RUNNING, f"trial slot 0 of {task} runs it (run 2)"),
+        (T.QUEUED, T.STARTING, f"trial slot 0 of {task} runs it (run 2)"),
+        (T.STARTING, T.RUNNING, "its process reported metrics"),
         (T.RUNNING, T.COMPLETED, "its process exited 0"),
     ]
     assert [c[1:] for c in changes(people.db, "experiment", e)][-1] == (
@@ -290,12 +304,19 @@ def test_kill_racing_the_trials_own_exit_ends_it_once(people: People, creator: C
         with people.db.begin() as conn:
             trials.exit_run(conn, t, 0)
 
-    assert race(kill, exit_, kill) == []
+    def started() -> None:  # its runner's word that the process started, racing both
+        with people.db.begin() as conn:
+            trials.report_phase(conn, t, 1, T.RUNNING, "its process starts")
+
+    assert race(kill, exit_, kill, started) == []
     states = assert_one_chain(people.db, "trial", t)
     # Killed first: it ends CANCELED when its exit arrives; exited first: the kill finds it ended.
+    # The runner's report moves it only while it is still starting.
     assert states in (
-        [T.RUNNING, T.STOPPING_KILLED, T.CANCELED],
-        [T.RUNNING, T.COMPLETED],
+        [T.STARTING, T.RUNNING, T.STOPPING_KILLED, T.CANCELED],
+        [T.STARTING, T.STOPPING_KILLED, T.CANCELED],
+        [T.STARTING, T.RUNNING, T.COMPLETED],
+        [T.STARTING, T.COMPLETED],
     ), states
     assert people.experiment(e).state == E.COMPLETED  # its one trial ended, by a kill or not
 

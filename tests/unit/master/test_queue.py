@@ -119,7 +119,7 @@ def end_runs(people: People, e: int) -> None:
     with people.db.begin() as conn:
         conn.execute(
             update(schema.trials)
-            .where(schema.trials.c.experiment_id == e, schema.trials.c.state == "RUNNING")
+            .where(schema.trials.c.experiment_id == e, schema.trials.c.state.in_(["STARTING", "RUNNING"]))
             .values(state="COMPLETED")
         )
 
@@ -313,7 +313,7 @@ def test_a_run_whose_task_ended_without_reporting_frees_its_slots_and_restarts_e
     trial = people.trial(lost_trial)
     assert (trial.state, trial.slot, trial.restarts) == ("QUEUED", None, 1)
     assert acquire(people, lost, 1) == "run"
-    assert (people.trial(lost_trial).state, people.trial(lost_trial).slot) == ("RUNNING", 1)
+    assert (people.trial(lost_trial).state, people.trial(lost_trial).slot) == ("STARTING", 1)
     with people.db.read() as conn:
         logs = [r.message for r in reports.read_logs(conn, lost_trial, after=None, limit=None, tail=None)]
     assert any("ended failed without reporting the trial's exit" in line for line in logs), logs

@@ -489,7 +489,8 @@ def test_a_kubernetes_trial_defers_after_submitting_its_pod_and_reports_its_exit
     (pod,) = [c for c in op.cluster.created if c["kind"] == "Pod"]
     trial_id = waiting.trigger.trial_id
     assert pod["metadata"]["name"] == f"det-trial-{experiment_id}-{trial_id}-1"
-    assert app.trial(trial_id).state == "RUNNING"
+    # Its pods run out of the worker's sight: it is STARTING until its process reports.
+    assert app.trial(trial_id).state == "STARTING"
     assert "token" not in json.dumps(waiting.kwargs), "the trial's token stays out of the deferral"
     classpath, kwargs = waiting.trigger.serialize()
     assert classpath == "det_airflow.operators.triggers.KubernetesTrialTrigger"
@@ -538,7 +539,7 @@ def test_a_slot_with_no_airflow_retry_left_restarts_its_failed_trial_in_the_same
         pod,
         f"det-trial-{experiment_id}-{trial_id}-2",
     ]
-    assert (app.trial(trial_id).state, app.trial(trial_id).restarts) == ("RUNNING", 1)
+    assert (app.trial(trial_id).state, app.trial(trial_id).restarts) == ("STARTING", 1)
 
 
 def test_a_pod_that_cannot_start_is_reported_in_the_trials_logs(

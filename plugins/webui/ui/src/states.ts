@@ -40,7 +40,7 @@ export function canDo(action: ExperimentAction, state: string): boolean {
 }
 
 export function stateClass(state: string): string {
-  if (state === "ACTIVE" || state === "RUNNING" || state === "STARTING") return "state state-active";
+  if (["ACTIVE", "PULLING", "STARTING", "RUNNING"].includes(state)) return "state state-active";
   if (state === "COMPLETED") return "state state-done";
   if (state === "ERROR" || state.endsWith("KILLED")) return "state state-error";
   if (state.startsWith("STOPPING") || state === "PAUSED" || state === "QUEUED") return "state state-waiting";
