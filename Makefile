@@ -78,10 +78,14 @@ test: venv
 # Mutation testing of the pure modules with their unit tests ([tool.mutmut] in pyproject.toml); about
 # 1 h 30 min on 2 cores, so not part of `make test` or CI. Narrow it with a glob of mutant names:
 # make mutation MUTANTS='det_airflow.context_archive* det_airflow.cluster_info*'
+# Then the tests that run torch.distributed workers in child processes, which mutmut cannot
+# attribute, run against the survivors of core/_distributed.py (about 1 h more on 2 cores).
 MUTANTS ?=
 mutation: venv
 	set -f; $(VENV)/bin/mutmut run $(MUTANTS)
 	$(VENV)/bin/mutmut results
+	$(VENV)/bin/python benchmarks/mutation_recheck.py 'det_airflow.core._distributed.*' -- \
+		tests/unit/core/test_distributed.py -k 'two_workers or two_nodes'
 
 lint: venv
 	$(VENV)/bin/ruff check .
