@@ -62,6 +62,10 @@ def test_det_experiment_create_runs_to_completed_with_metrics(det: DetEnv) -> No
 
     lt = det.det("experiment", "list-trials", str(experiment_id)).stdout
     assert "COMPLETED" in lt and "300" in lt
+    # Its one run: admitted and acquired by a slot, its process started, it ended.
+    history = det.get(f"/trials/{trial_id}/state-changes")["state_changes"]
+    assert [c["to"] for c in history] == ["QUEUED", "STARTING", "RUNNING", "COMPLETED"], history
+    assert history[2]["reason"].startswith("its process starts as "), history
     logs = det.det("trial", "logs", str(trial_id)).stdout
     # `[timestamp] [rank=N] || LEVEL: message`, the level taken from the line the trial printed.
     assert re.search(r"^\[\S+\] .*\|\| INFO: batch 50: ", logs, re.MULTILINE), logs[-2000:]
