@@ -119,7 +119,7 @@ class _Expansion:
             children = list(node.value)
         elif isinstance(node, yaml.MappingNode):
             children = [part for pair in node.value for part in pair]
-        values, height = 1, 0
+        values, height = 1, 1  # a list or mapping is a level even when empty, as the parser counts it
         for child in children:
             child_values, child_height = self.measure(child, depth + 1)
             values += child_values
