@@ -6,6 +6,8 @@ The collectives across several processes are checked by the torchrun tests in te
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from det_airflow.core import DistributedContext
@@ -170,3 +172,31 @@ def test_a_process_group_of_another_size_is_refused_naming_both(torchrun_env: py
         assert dist.is_initialized(), "a process group the user initialized is left alone"
     finally:
         dist.destroy_process_group()
+
+
+def test_several_workers_without_torch_are_told_to_install_it(
+    torchrun_env: pytest.MonkeyPatch,
+) -> None:
+    torchrun_env.setitem(sys.modules, "torch.distributed", None)  # as if torch were not installed
+    with pytest.raises(DetError) as refused:
+        DistributedContext(rank=0, size=2)
+    assert str(refused.value) == "distributed training (more than one worker) needs torch installed"
+
+
+@pytest.mark.parametrize("only", ["MASTER_ADDR", "MASTER_PORT"])
+def test_a_rendezvous_needs_both_master_addr_and_master_port(
+    torchrun_env: pytest.MonkeyPatch, only: str
+) -> None:
+    pytest.importorskip("torch")
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        pytest.skip("a process group is already initialized in this process")
+    torchrun_env.setenv(only, "127.0.0.1" if only == "MASTER_ADDR" else "29500")
+    with pytest.raises(DetError) as refused:
+        DistributedContext(rank=0, size=2)
+    assert str(refused.value) == (
+        "torch.distributed is not initialized and MASTER_ADDR/MASTER_PORT are not set; "
+        "run under torchrun or call torch.distributed.init_process_group() first"
+    )
+    assert not dist.is_initialized()
