@@ -35,6 +35,7 @@ def torchrun_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
         ({"rank": 0, "size": 1, "local_rank": 0, "local_size": 0}, "rank 0 of 1, local rank 0 of 0"),
         ({"rank": 0, "size": 1, "local_rank": -1, "local_size": 1}, "rank 0 of 1, local rank -1 of 1"),
         ({"rank": 0, "size": 0}, "rank 0 of 0, local rank 0 of 0"),
+        ({"rank": 2, "size": 2, "local_rank": 0, "local_size": 2}, "rank 2 of 2, local rank 0 of 2"),
     ],
 )
 def test_a_rank_outside_its_size_is_refused_naming_the_layout(layout: dict, message: str) -> None:
@@ -200,3 +201,17 @@ def test_a_rendezvous_needs_both_master_addr_and_master_port(
         "run under torchrun or call torch.distributed.init_process_group() first"
     )
     assert not dist.is_initialized()
+
+
+def test_closing_one_workers_context_leaves_the_users_process_group(torchrun_env: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("torch")
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        pytest.skip("a process group is already initialized in this process")
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        DistributedContext().close()
+        assert dist.is_initialized(), "close() tore down a process group it did not set up"
+    finally:
+        dist.destroy_process_group()
