@@ -76,10 +76,10 @@ test: venv
 	$(VENV)/bin/pytest -q -rs tests
 
 # Mutation testing of the pure modules with their unit tests ([tool.mutmut] in pyproject.toml); about
-# 1 h 30 min on 2 cores, so not part of `make test` or CI. Narrow it with a glob of mutant names:
+# 30 min on 2 cores, so not part of `make test` or CI. Narrow it with a glob of mutant names:
 # make mutation MUTANTS='det_airflow.context_archive* det_airflow.cluster_info*'
 # Then the tests that run torch.distributed workers in child processes, which mutmut cannot
-# attribute, run against the survivors of core/_distributed.py (about 1 h more on 2 cores).
+# attribute, run against the survivors of core/_distributed.py (about 40 min more on 2 cores).
 MUTANTS ?=
 mutation: venv
 	set -f; $(VENV)/bin/mutmut run $(MUTANTS)
