@@ -19,6 +19,7 @@ postgres_url = integration.postgres_url
 airflow_config_extra = integration.airflow_config_extra
 airflow = integration.airflow
 _FAILED = pytest.StashKey[bool]()
+_BROWSER_EVENTS = pytest.StashKey[list[str]]()
 
 #: The system browser: the tests never download one (``playwright install`` is not run).
 CHROMIUM = Path("/usr/bin/chromium")
@@ -33,6 +34,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = yield
     if report.failed:
         item.stash[_FAILED] = True
+        events = item.stash.get(_BROWSER_EVENTS, [])
+        if events:
+            report.sections.append(("what the browser reported", "\n".join(events)))
         af = getattr(item, "funcargs", {}).get("airflow")
         if isinstance(af, LocalAirflow):
             report.sections.append((f"airflow component logs ({af.home / 'logs'})", af.log_tails()))
@@ -80,8 +84,20 @@ def admin_context(browser: Browser, airflow: LocalAirflow) -> Iterator[BrowserCo
 
 @pytest.fixture
 def page(admin_context: BrowserContext, request: pytest.FixtureRequest) -> Iterator[Page]:
-    """A tab of the admin's browser; on a failure, what it showed is saved as FAILED-<test>.png."""
+    """A tab of the admin's browser; on a failure, what it showed is saved as FAILED-<test>.png and
+    what it reported (console errors, uncaught exceptions, failed or refused requests, a crash)
+    goes into the failure's report."""
     page = admin_context.new_page()
+    events: list[str] = []
+    request.node.stash[_BROWSER_EVENTS] = events
+    page.on("console", lambda m: events.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+    page.on("pageerror", lambda e: events.append(f"uncaught: {e}"))
+    page.on("crash", lambda _: events.append("the page crashed"))
+    page.on("requestfailed", lambda r: events.append(f"request failed: {r.method} {r.url} {r.failure}"))
+    page.on(
+        "response",
+        lambda r: events.append(f"HTTP {r.status}: {r.request.method} {r.url}") if r.status >= 400 else None,
+    )
     yield page
     if request.node.stash.get(_FAILED, False):
         screenshot(page, f"FAILED-{request.node.name}")
