@@ -15,11 +15,30 @@ import pytest
 from det_airflow import trial_env
 from det_airflow.api._http import API_PREFIX, Session
 from det_airflow.api.runtime import RuntimeClient
-from det_airflow.core import Context
+from det_airflow.core import Context, DistributedContext
 
 TOKEN = "trial-token"
 MASTER = "http://master.test:8080"
 TRIAL_VARIABLES = [v for k, v in vars(trial_env).items() if k.isupper() and isinstance(v, str)]
+
+
+class Opaque:
+    """A value no report can carry; the refusals name its type ("a Opaque")."""
+
+
+class NonChief(DistributedContext):
+    """Rank 1 of a trial, without a process group: its ``broadcast`` answers what the chief sent."""
+
+    def __init__(self, chief_sends: Any = None) -> None:
+        super().__init__()
+        self.chief_sends = chief_sends
+
+    @property
+    def is_chief(self) -> bool:
+        return False
+
+    def broadcast(self, stuff: Any = None) -> Any:
+        return self.chief_sends
 
 
 @pytest.fixture(autouse=True)

@@ -14,31 +14,18 @@ from det_airflow import core
 from det_airflow.core import (
     CheckpointContext,
     CheckpointStorage,
-    DistributedContext,
     LocalBackend,
     TrainContext,
 )
 from det_airflow.core._local import read_jsonl
 from det_airflow.errors import DetError
 
-from .conftest import FakeRuntime
+from .conftest import FakeRuntime, NonChief, Opaque
 
 STEPS_ADVICE = (
     "checkpoint metadata must include 'steps_completed' (the batches trained so far), "
     "e.g. store_path({'steps_completed': 1000})"
 )
-
-
-class Opaque:
-    pass
-
-
-class Worker(DistributedContext):
-    """A worker other than the chief (no process group needed for what is tested here)."""
-
-    @property
-    def is_chief(self) -> bool:
-        return False
 
 
 def _store(ctx: core.Context, metadata: dict[str, Any]) -> str:
@@ -138,7 +125,7 @@ def test_download_into_an_existing_folder_adds_the_files(tmp_path: Path) -> None
 
 def test_only_the_chief_deletes_checkpoints(tmp_path: Path) -> None:
     backend = LocalBackend(tmp_path)
-    worker = Worker()
+    worker = NonChief()
     checkpoint = CheckpointContext(
         worker, CheckpointStorage(tmp_path), backend, TrainContext(worker, backend)
     )

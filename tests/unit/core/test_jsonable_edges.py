@@ -13,11 +13,9 @@ import pytest
 from det_airflow.core._jsonable import as_float, jsonable, jsonable_metrics
 from det_airflow.errors import DetError
 
+from .conftest import Opaque
+
 ADVICE = "cannot be reported; report numbers, strings or lists"
-
-
-class Opaque:
-    pass
 
 
 def test_an_unreportable_value_is_named_value_by_default() -> None:

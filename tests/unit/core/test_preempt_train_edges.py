@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import types
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -21,7 +20,7 @@ from det_airflow.core import (
 from det_airflow.core._local import read_jsonl
 from det_airflow.core._remote import RemoteBackend
 
-from .conftest import FakeRuntime
+from .conftest import FakeRuntime, NonChief
 
 
 class Clock:
@@ -30,21 +29,6 @@ class Clock:
 
     def monotonic(self) -> float:
         return self.now
-
-
-class Worker(DistributedContext):
-    """Rank 1 of a trial, without a process group: its collectives answer what the chief sent."""
-
-    def __init__(self, chief_sends: Any) -> None:
-        super().__init__()
-        self.chief_sends = chief_sends
-
-    @property
-    def is_chief(self) -> bool:
-        return False
-
-    def broadcast(self, stuff: Any = None) -> Any:
-        return self.chief_sends
 
 
 @pytest.fixture
@@ -72,7 +56,7 @@ def test_the_chief_asks_the_master_again_one_second_later_by_default(
 
 def test_a_worker_takes_the_chiefs_answer_without_asking(fake_runtime: FakeRuntime) -> None:
     fake_runtime.preempt = False
-    preempt = PreemptContext(Worker(True), RemoteBackend(fake_runtime.client()))
+    preempt = PreemptContext(NonChief(True), RemoteBackend(fake_runtime.client()))
     assert preempt.should_preempt() is True
     assert fake_runtime.requests == []
 
@@ -80,7 +64,7 @@ def test_a_worker_takes_the_chiefs_answer_without_asking(fake_runtime: FakeRunti
 def test_a_worker_gets_the_chiefs_operations_without_asking(
     fake_runtime: FakeRuntime, tmp_path: Path
 ) -> None:
-    worker = Worker((300, False))
+    worker = NonChief((300, False))
     backend = RemoteBackend(fake_runtime.client())
     searcher = SearcherContext(worker, backend, TrainContext(worker, backend))
     lengths = []

@@ -44,7 +44,9 @@ def test_a_master_that_repeats_a_completed_length_ends_the_loop(
         for op in ctx.searcher.operations():
             ops.append(op)
             op.report_completed(1.0)
-    assert len(ops) == 1
+            if len(ops) == 3:  # a runaway loop stops here instead of hanging the suite
+                break
+    assert [op.length for op in ops] == [100]
     assert len(fake_runtime.sent("GET", "/searcher/operation")) == 2
 
 

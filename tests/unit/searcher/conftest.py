@@ -98,6 +98,18 @@ class FakeMaster:
                 self._handle(self.method.trial_created(action.request_id))
 
 
+def said(actions: list[Action]) -> list[Any]:
+    """Actions as ``("Stop", 2)`` pairs (``"Shutdown"`` alone): what was decided, for whom."""
+    return [
+        (type(a).__name__, a.request_id) if hasattr(a, "request_id") else type(a).__name__ for a in actions
+    ]
+
+
+def validation_loss(value: float) -> dict[str, float]:
+    """A validation report of ``searcher.metric`` (``validation_loss``) alone."""
+    return {"validation_loss": value}
+
+
 def loss(request_id: int, units: int) -> float:
     """A made-up validation loss: each trial has its own level, and it falls with training."""
     return ((request_id * 7919) % 101) / 101 + 1 / (1 + units)

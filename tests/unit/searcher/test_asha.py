@@ -17,7 +17,7 @@ from det_airflow.searcher import (
     trial_slot_count,
 )
 
-from .conftest import RungMaster
+from .conftest import RungMaster, said, validation_loss
 
 L100 = Length("batches", 100)
 
@@ -37,17 +37,6 @@ def _ids(actions, kind=Create):
     return [a.request_id for a in actions if isinstance(a, kind)]
 
 
-def _loss(value):
-    return {"validation_loss": value}
-
-
-def _said(actions):
-    """Actions as ``("Stop", 2)`` pairs (``"Shutdown"`` alone): what was decided, for whom."""
-    return [
-        (type(a).__name__, a.request_id) if hasattr(a, "request_id") else type(a).__name__ for a in actions
-    ]
-
-
 def test_rungs_are_not_cumulative_and_the_top_rung_is_the_length(make_config):
     method = _method(make_config)
     assert isinstance(method, AsyncHalvingSearch)
@@ -61,21 +50,21 @@ def test_one_bracket_event_by_event(make_config):
     method = _method(make_config)
     assert _ids(method.initial_trials()) == [1, 2]
     # Below the first rung's units nothing is decided.
-    assert method.validation_completed(1, _loss(0.5), 10) == []
+    assert method.validation_completed(1, validation_loss(0.5), 10) == []
     # Rung 25: alone in the rung, trial 1 is the best so far and goes on.
-    assert method.validation_completed(1, _loss(0.5), 25) == []
+    assert method.validation_completed(1, validation_loss(0.5), 25) == []
     # Trial 2 ranks 1 of 2; max(int(2/2), 1) = 1 go on: Stop, and a new trial takes its place.
-    assert _said(method.validation_completed(2, _loss(0.6), 25)) == [("Stop", 2), ("Create", 3)]
+    assert said(method.validation_completed(2, validation_loss(0.6), 25)) == [("Stop", 2), ("Create", 3)]
     # Reports on the way out change nothing; the exit after a Stop creates nothing more.
-    assert method.validation_completed(2, _loss(0.1), 50) == []
+    assert method.validation_completed(2, validation_loss(0.1), 50) == []
     assert method.trial_exited(2) == []
     # One report can pass several rungs: 60 units reach rung 50 (and not 100).
-    assert method.validation_completed(1, _loss(0.4), 60) == []
-    assert method.validation_completed(3, _loss(0.1), 30) == []  # 1st of 3 at rung 25
+    assert method.validation_completed(1, validation_loss(0.4), 60) == []
+    assert method.validation_completed(3, validation_loss(0.1), 30) == []  # 1st of 3 at rung 25
     # The top rung closes the trial; fewer than max_trials exist, so one more is created.
-    assert _said(method.validation_completed(1, _loss(0.3), 100)) == [("Stop", 1), ("Create", 4)]
+    assert said(method.validation_completed(1, validation_loss(0.3), 100)) == [("Stop", 1), ("Create", 4)]
     # Trial 3 jumps to 100 units: rung 50 ranks it 2nd of 2, so it stops there; no trial is left.
-    assert method.validation_completed(3, _loss(0.45), 100) == [Stop(3)]
+    assert method.validation_completed(3, validation_loss(0.45), 100) == [Stop(3)]
     assert method.trial_exited(1) == [] and method.trial_exited(3) == []
     assert method.progress() == 0.75
     assert method.trial_exited_early(4, ExitedReason.ERRORED) == [Shutdown()]
@@ -98,9 +87,9 @@ def test_errored_trials_count_as_the_worst_value_in_their_rung(make_config):
     assert _ids(method.trial_exited_early(2, ExitedReason.ERRORED)) == [3]
     assert _ids(method.trial_exited_early(3, ExitedReason.ERRORED)) == [4]
     # Rung 25 holds three worst values: 0.7 ranks 0 of 4 and 0.8 ranks 1 of 5; int(5/2) = 2 go on.
-    assert method.validation_completed(4, _loss(0.7), 25) == []
-    assert _said(method.trial_exited(4)) == [("Create", 5)]  # ended on its own: replaced
-    assert method.validation_completed(5, _loss(0.8), 25) == []
+    assert method.validation_completed(4, validation_loss(0.7), 25) == []
+    assert said(method.trial_exited(4)) == [("Create", 5)]  # ended on its own: replaced
+    assert method.validation_completed(5, validation_loss(0.8), 25) == []
 
 
 def test_a_user_canceled_trial_is_replaced_and_counts_toward_max_trials(make_config):
@@ -124,10 +113,10 @@ def test_invalid_hyperparameters_are_replaced_and_do_not_count(make_config):
 def test_invalid_hyperparameters_values_leave_the_rungs(make_config):
     method = _method(make_config, max_concurrent_trials=1)
     method.initial_trials()
-    assert method.validation_completed(1, _loss(0.1), 25) == []
+    assert method.validation_completed(1, validation_loss(0.1), 25) == []
     assert _ids(method.trial_exited_early(1, ExitedReason.INVALID_HP)) == [2]
     # Had trial 1's 0.1 stayed, 0.5 would rank 1 of 2 and stop.
-    assert method.validation_completed(2, _loss(0.5), 25) == []
+    assert method.validation_completed(2, validation_loss(0.5), 25) == []
 
 
 def test_every_trial_failing_ends_in_failure(make_config):

@@ -18,6 +18,8 @@ from det_airflow.searcher import (
 )
 from det_airflow.searcher._rung import WORST, unpack
 
+from .conftest import said, validation_loss
+
 L100 = Length("batches", 100)
 ONE_HP = {"lr": DoubleHP(0.0, 1.0)}
 
@@ -31,16 +33,6 @@ def _config(make_config, **fields):
         "max_length": L100,
     } | fields
     return make_config("async_halving", **fields)
-
-
-def _said(actions):
-    return [
-        (type(a).__name__, a.request_id) if hasattr(a, "request_id") else type(a).__name__ for a in actions
-    ]
-
-
-def _loss(value):
-    return {"validation_loss": value}
 
 
 def _reloaded(make_config, method, **fields):
@@ -74,7 +66,7 @@ def test_a_length_of_zero_is_refused_and_one_unit_is_enough(make_config):
 
     method = make_search_method(_config(make_config, max_length=Length("batches", 1)))
     assert method.brackets[0].units == [1, 1]
-    assert _said(method.initial_trials()) == [("Create", 1), ("Create", 2)]
+    assert said(method.initial_trials()) == [("Create", 1), ("Create", 2)]
     assert method.operation_length(1) == 1
 
 
@@ -113,7 +105,7 @@ def test_a_config_the_search_refuses_gets_max_trials_slots_and_the_refusal_later
 def test_a_trial_that_ends_on_its_own_mid_search_is_pruned_in_the_model(make_config):
     method = make_search_method(_config(make_config, hyperparameters=ONE_HP, sampler="tpe"))
     method.initial_trials()
-    assert method.validation_completed(1, _loss(0.5), 50) == []  # best at rung 50: trains on
+    assert method.validation_completed(1, validation_loss(0.5), 50) == []  # best at rung 50: trains on
     method.trial_exited(1)  # ... but its process ends at 50 of 100 batches
     assert _optuna_states(method)[1] == "PRUNED"
 
@@ -121,10 +113,10 @@ def test_a_trial_that_ends_on_its_own_mid_search_is_pruned_in_the_model(make_con
 def test_a_paused_trial_resumed_to_the_top_is_complete_in_the_model(make_config):
     method = make_search_method(_config(make_config, hyperparameters=ONE_HP, sampler="tpe", stop_once=False))
     method.initial_trials()
-    assert _said(method.validation_completed(1, _loss(0.5), 50)) == [("Pause", 1), ("Create", 3)]
+    assert said(method.validation_completed(1, validation_loss(0.5), 50)) == [("Pause", 1), ("Create", 3)]
     assert method.trial_exited(1) == []  # the paused trial's process ends: part of pausing
-    assert _said(method.validation_completed(2, _loss(0.6), 50)) == [("Pause", 2), ("Resume", 1)]
-    assert _said(method.validation_completed(1, _loss(0.4), 150)) == [("Stop", 1), ("Create", 4)]
+    assert said(method.validation_completed(2, validation_loss(0.6), 50)) == [("Pause", 2), ("Resume", 1)]
+    assert said(method.validation_completed(1, validation_loss(0.4), 150)) == [("Stop", 1), ("Create", 4)]
     method.trial_exited(1)
     states = _optuna_states(method)
     assert states[1] == "COMPLETE"
@@ -138,8 +130,8 @@ def test_a_paused_trial_resumed_to_the_top_is_complete_in_the_model(make_config)
 def test_a_repeated_end_report_changes_no_count(make_config):
     method = make_search_method(_config(make_config))
     method.initial_trials()
-    assert method.validation_completed(1, _loss(0.5), 50) == []
-    assert _said(method.validation_completed(1, _loss(0.5), 100)) == [("Stop", 1), ("Create", 3)]
+    assert method.validation_completed(1, validation_loss(0.5), 50) == []
+    assert said(method.validation_completed(1, validation_loss(0.5), 100)) == [("Stop", 1), ("Create", 3)]
     method.trial_exited(1)
     assert method.progress() == 0.25
     assert method.trial_exited(1) == []
@@ -151,23 +143,27 @@ def test_a_repeated_end_report_changes_no_count(make_config):
 def test_a_stopped_trial_that_then_errors_adds_no_value_to_its_rung(make_config):
     method = make_search_method(_config(make_config, max_trials=6, max_concurrent_trials=3))
     method.initial_trials()
-    assert method.validation_completed(1, _loss(0.5), 50) == []
+    assert method.validation_completed(1, validation_loss(0.5), 50) == []
     # Two values at rung 50: only the best max(int(2/2), 1) = 1 goes on.
-    assert _said(method.validation_completed(2, _loss(0.9), 50)) == [("Stop", 2), ("Create", 4)]
+    assert said(method.validation_completed(2, validation_loss(0.9), 50)) == [("Stop", 2), ("Create", 4)]
     assert method.brackets[0].state(2) == "stopping"
     # Trial 2 errors on its way out: it already has its value at rung 50.
-    assert _said(method.trial_exited_early(2, ExitedReason.ERRORED)) == []
+    assert said(method.trial_exited_early(2, ExitedReason.ERRORED)) == []
     # Three values at rung 50, so 0.7 (second) is past the best int(3/2) = 1 and stops.
-    assert _said(method.validation_completed(3, _loss(0.7), 50)) == [("Stop", 3), ("Create", 5)]
+    assert said(method.validation_completed(3, validation_loss(0.7), 50)) == [("Stop", 3), ("Create", 5)]
 
 
 def test_a_promotion_trial_closed_then_reported_as_errored_counts_once(make_config):
     method = make_search_method(_config(make_config, stop_once=False, max_trials=2))
     method.initial_trials()
-    method.validation_completed(1, _loss(0.5), 50)
+    method.validation_completed(1, validation_loss(0.5), 50)
     # The last trial at the bottom rung: 1 is promoted, 2 paused and, with no trial to come,
     # closed out at once.
-    assert _said(method.validation_completed(2, _loss(0.6), 50)) == [("Pause", 2), ("Resume", 1), ("Stop", 2)]
+    assert said(method.validation_completed(2, validation_loss(0.6), 50)) == [
+        ("Pause", 2),
+        ("Resume", 1),
+        ("Stop", 2),
+    ]
     assert method.progress() == 0.5
     assert method.trial_exited_early(2, ExitedReason.ERRORED) == []
     assert method.progress() == 0.5
@@ -179,16 +175,16 @@ def test_a_promotion_trial_closed_then_reported_as_errored_counts_once(make_conf
 def test_closed_trials_promoted_to_the_top_rung_arrive_there_as_the_worst(make_config):
     fields = {"stop_once": False, "max_concurrent_trials": 1}
     method = make_search_method(_config(make_config, **fields))
-    assert _said(method.initial_trials()) == [("Create", 1)]
-    assert _said(method.validation_completed(1, _loss(0.1), 50)) == [("Pause", 1), ("Create", 2)]
+    assert said(method.initial_trials()) == [("Create", 1)]
+    assert said(method.validation_completed(1, validation_loss(0.1), 50)) == [("Pause", 1), ("Create", 2)]
     assert method.trial_exited_early(1, ExitedReason.USER_CANCELED) == []
     # Trial 1 (best) is promoted to the top rung though closed; trial 2 pauses.
-    assert _said(method.validation_completed(2, _loss(0.2), 50)) == [("Pause", 2), ("Create", 3)]
+    assert said(method.validation_completed(2, validation_loss(0.2), 50)) == [("Pause", 2), ("Create", 3)]
     assert method.trial_exited_early(2, ExitedReason.USER_CANCELED) == []
-    assert _said(method.validation_completed(3, _loss(0.3), 50)) == [("Pause", 3), ("Create", 4)]
+    assert said(method.validation_completed(3, validation_loss(0.3), 50)) == [("Pause", 3), ("Create", 4)]
     # Four at rung 50: trial 2 (second best, closed) goes up too; no trial is left to come, so the
     # never-promoted paused trials are stopped and the search is over.
-    assert _said(method.validation_completed(4, _loss(0.4), 50)) == [
+    assert said(method.validation_completed(4, validation_loss(0.4), 50)) == [
         ("Pause", 4),
         ("Stop", 3),
         ("Stop", 4),
@@ -203,9 +199,9 @@ def test_closed_trials_promoted_to_the_top_rung_arrive_there_as_the_worst(make_c
 def test_a_trial_at_the_top_rung_is_there_once_after_its_exit(make_config):
     method = make_search_method(_config(make_config, stop_once=False))
     method.initial_trials()
-    method.validation_completed(1, _loss(0.5), 50)
-    method.validation_completed(2, _loss(0.6), 50)  # promotes 1
-    assert _said(method.validation_completed(1, _loss(0.4), 150)) == [("Stop", 1), ("Create", 4)]
+    method.validation_completed(1, validation_loss(0.5), 50)
+    method.validation_completed(2, validation_loss(0.6), 50)  # promotes 1
+    assert said(method.validation_completed(1, validation_loss(0.4), 150)) == [("Stop", 1), ("Create", 4)]
     assert method.brackets[0].reached_top(1)
     method.trial_exited(1)
     top = method.state_dict()["brackets"][0]["rungs"][-1]
@@ -220,22 +216,22 @@ def test_a_trial_at_the_top_rung_is_there_once_after_its_exit(make_config):
 def test_stopping_state_stored_mid_search_decides_as_the_original(make_config):
     method = make_search_method(_config(make_config))
     method.initial_trials()
-    method.validation_completed(1, _loss(0.5), 50)
-    assert _said(method.validation_completed(2, _loss(0.9), 50)) == [("Stop", 2), ("Create", 3)]
+    method.validation_completed(1, validation_loss(0.5), 50)
+    assert said(method.validation_completed(2, validation_loss(0.9), 50)) == [("Stop", 2), ("Create", 3)]
     again = _reloaded(make_config, method)
     assert again.brackets[0].state(2) == "stopping"
     assert again.state_dict() == method.state_dict()
-    assert _said(again.validation_completed(3, _loss(0.8), 50)) == _said(
-        method.validation_completed(3, _loss(0.8), 50)
+    assert said(again.validation_completed(3, validation_loss(0.8), 50)) == said(
+        method.validation_completed(3, validation_loss(0.8), 50)
     )
 
 
 def test_promotion_state_with_a_trial_closed_short_of_its_rung_survives_a_json_trip(make_config):
     method = make_search_method(_config(make_config, stop_once=False))
     method.initial_trials()
-    method.validation_completed(1, _loss(0.5), 50)  # paused
-    method.validation_completed(2, _loss(0.1), 30)
-    assert _said(method.trial_exited(2)) == [("Resume", 1)]  # 2 counts as the worst at rung 50
+    method.validation_completed(1, validation_loss(0.5), 50)  # paused
+    method.validation_completed(2, validation_loss(0.1), 30)
+    assert said(method.trial_exited(2)) == [("Resume", 1)]  # 2 counts as the worst at rung 50
     again = _reloaded(make_config, method, stop_once=False)
     assert again.state_dict() == method.state_dict()
     bottom = again.state_dict()["brackets"][0]["rungs"][0]
