@@ -9,7 +9,8 @@ preemption = true`), each round measures:
   trial checkpoints and exits; its task defers, holding no pool slot);
 - activate → training resumed: `POST /experiments/{id}/activate` → the trial script's first line
   after `import det_airflow` runs again; once 1 s after the trial paused, and once after a pause
-  longer than the paused task's trigger waits before its first check (`MIN_WAIT_SECONDS`);
+  longer than the paused task's trigger waits before its first check (`MIN_WAIT_SECONDS`). Either
+  way the activation starts the paused slot in a new try of its task, without its trigger;
 - preemption → higher-priority trial running: in a 1-slot pool whose priority-90 trial is training,
   `POST /experiments` of a priority-10 experiment → its trial script's first line runs (and the
   part of it after the priority-90 trial's script exited).

@@ -166,6 +166,8 @@ class TrialOperator(BaseOperator):
                 if answer["status"] == "refused":
                     raise AirflowFailException(answer["message"])  # a retry would be refused too
                 if answer["status"] == "done":
+                    # An earlier try of this task may have run some (an activation starts a new try).
+                    ran = sorted({*ran, *answer.get("ran", ())})
                     if ran:
                         return {"trials": ran}
                     raise AirflowSkipException(f"the search needs no trial in slot {self.slot}")

@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 # resumed task: the executor's report that the deferring process exited may be handled only after
 # the resumed process started (same try number), and is then taken for a task killed externally.
 # Waiting this long before the first check keeps the two apart; det's waits last minutes anyway.
+# An activation does not wait for it: the master starts the paused trials' slots in a new try
+# (master/trials.py, `start_resumed_slots`), whose key no late report of the old process matches.
 MIN_WAIT_SECONDS = 10.0
 
 

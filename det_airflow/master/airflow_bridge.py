@@ -6,6 +6,7 @@ The master runs inside Airflow's API server, which has a database session; task 
 from __future__ import annotations
 
 import os
+from datetime import UTC, datetime
 from pathlib import Path
 
 from det_airflow.errors import DetError
@@ -243,6 +244,55 @@ def update_waiting_trials(
                 .execution_options(synchronize_session=False)
             )
             return int(result.rowcount or 0)  # type: ignore[attr-defined]
+    except SQLAlchemyError as exc:
+        raise AirflowRecordError(
+            f"Airflow task instances of DAG run '{run_id}' of DAG '{dag_id}': {exc}"
+        ) from None
+
+
+def start_deferred_slots_anew(dag_id: str, run_id: str, map_indexes: list[int]) -> list[int]:
+    """Start these trial slots of a DAG run now, each in a new try, instead of waiting for their
+    triggers; answers the map indexes started (only slots still deferred on their wait for a trial).
+
+    This is Airflow's own "clear" of a deferred task instance: the try is kept in the task's
+    history (as a success: its process checkpointed the trial and exited 0), the next one is
+    scheduled at once, with its retries renewed. A new try, not the
+    deferred one resumed: Airflow fails a deferred try resumed within moments of deferring when the
+    scheduler reads the executor's report that the deferring process exited only after queuing the
+    resumed process under the same key (see `MIN_WAIT_SECONDS` in operators/triggers.py). Under a
+    new try's key that late report changes nothing.
+    """
+    if not map_indexes:
+        return []
+    from airflow.models.taskinstance import TaskInstance, clear_task_instances
+    from airflow.utils.session import create_session
+    from airflow.utils.sqlalchemy import with_row_locks
+    from airflow.utils.state import TaskInstanceState
+    from sqlalchemy import select
+    from sqlalchemy.exc import SQLAlchemyError
+
+    query = select(TaskInstance).where(
+        TaskInstance.dag_id == dag_id,
+        TaskInstance.run_id == run_id,
+        TaskInstance.task_id == "trial",
+        TaskInstance.map_index.in_(map_indexes),
+        TaskInstance.state == TaskInstanceState.DEFERRED,
+        TaskInstance.next_method == "resume",  # waiting for a trial, not watching a trial's pods
+    )
+    try:
+        with create_session() as session:
+            # Locked until committed: a trigger firing meanwhile finds the slot no longer deferred.
+            tis = list(
+                session.scalars(with_row_locks(query, session=session, of=TaskInstance, key_share=False))
+            )
+            for ti in tis:
+                # Its process checkpointed the trial and exited 0: the try kept in the task's
+                # history says so (Airflow records a try cleared unfinished as failed).
+                ti.state = TaskInstanceState.SUCCESS
+                ti.end_date = datetime.now(UTC)
+                ti.set_duration()
+            clear_task_instances(tis, session, dag_run_state=False)
+            return sorted(int(ti.map_index) for ti in tis)
     except SQLAlchemyError as exc:
         raise AirflowRecordError(
             f"Airflow task instances of DAG run '{run_id}' of DAG '{dag_id}': {exc}"

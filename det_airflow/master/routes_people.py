@@ -259,7 +259,10 @@ def change_experiment(experiment_id: int, action: str, caller: CallerDep) -> dic
     with get_database().begin() as conn:
         check_change(caller, experiments.get_experiment(conn, experiment_id), action)
         experiments.change_state(conn, experiment_id, action)
-        return _experiment_answer(conn, experiments.get_experiment(conn, experiment_id))
+        answer = _experiment_answer(conn, experiments.get_experiment(conn, experiment_id))
+    if action == "activate":
+        trials.start_resumed_slots(get_database(), experiment_id)  # once the activation is committed
+    return answer
 
 
 @router.delete("/experiments/{experiment_id}")

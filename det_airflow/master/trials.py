@@ -65,7 +65,7 @@ def acquire(conn: Connection, experiment_id: int, slot: int, task: dict[str, Any
             )
     state = ExperimentState(exp.state)
     if state.is_terminal or state in _STOPPING:
-        return {"status": "done"}
+        return _done(conn, experiment_id, slot)
     if state == ExperimentState.PAUSED:
         return {"status": "wait"}
     trials = schema.trials
@@ -96,7 +96,7 @@ def acquire(conn: Connection, experiment_id: int, slot: int, task: dict[str, Any
     if trial is None:
         if not exp.search_done:
             reclaim_lost_runs(conn, exp.resource_pool)  # the search may be waiting on a lost run
-        return {"status": "done" if exp.search_done else "wait"}
+        return _done(conn, experiment_id, slot) if exp.search_done else {"status": "wait"}
     if not _admitted(conn, exp, trial):
         return {"status": "wait"}  # the job queue has not admitted it: it defers, holding no pool slot
     if dry_run:
@@ -116,6 +116,54 @@ def acquire(conn: Connection, experiment_id: int, slot: int, task: dict[str, Any
     )
     trial = get_trial(conn, trial.id)
     return {"status": "run", "trial": trial, "token": token, "spec": trial_spec(conn, exp, trial)}
+
+
+def _done(conn: Connection, experiment_id: int, slot: int) -> dict:
+    """The slot has no trial left to run; ``ran``: the trials that ended in it (in any try of its
+    task: an activation starts a new one)."""
+    trials = schema.trials
+    ran = conn.execute(
+        select(trials.c.id)
+        .where(
+            trials.c.experiment_id == experiment_id,
+            trials.c.slot == slot,
+            trials.c.state.in_([s.value for s in TrialState if s.is_terminal]),
+        )
+        .order_by(trials.c.id)
+    ).scalars()
+    return {"status": "done", "ran": list(ran)}
+
+
+def start_resumed_slots(db: Database, experiment_id: int) -> list[int]:
+    """After an activation: the slots holding a paused trial that may run now start it at once, in a
+    new try of their task, rather than when their trigger next looks. Answers the slots started.
+
+    Best effort: a slot this cannot start (Airflow's table not writable, a trigger that fired first)
+    resumes through its trigger as before.
+    """
+    from det_airflow.master import airflow_bridge
+
+    trials = schema.trials
+    with db.begin() as conn:
+        exp = experiments.get_experiment(conn, experiment_id)
+        if exp.dag_id is None or exp.dag_run_id is None:
+            return []
+        held = conn.execute(
+            select(trials.c.slot).where(
+                trials.c.experiment_id == experiment_id,
+                trials.c.state == TrialState.PAUSED,
+                trials.c.slot.is_not(None),
+            )
+        ).scalars()
+        # Only those the job queue admits: the others would start only to defer again.
+        slots = [s for s in held if acquire(conn, experiment_id, s, {}, dry_run=True)["status"] == "run"]
+    if not slots:
+        return []
+    try:
+        return airflow_bridge.start_deferred_slots_anew(exp.dag_id, exp.dag_run_id, sorted(slots))
+    except airflow_bridge.AirflowRecordError as exc:
+        logging.getLogger(__name__).warning("%s; the slots resume when their triggers look", exc)
+        return []
 
 
 def _admitted(conn: Connection, exp: Row, trial: Row) -> bool:

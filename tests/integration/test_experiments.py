@@ -357,6 +357,8 @@ def test_pause_checkpoints_and_frees_the_slot_and_activate_resumes_from_it(
         pool = client.get("/api/v2/pools/default_pool").raise_for_status().json()
     assert pool["running_slots"] == 0 and pool["open_slots"] == pool["slots"], pool
 
+    # Activated at once, within moments of the task deferring: the slot starts in a new try of its
+    # task (a resumed deferred try could be failed by Airflow as killed externally).
     assert "Activated experiment" in det.det("experiment", "activate", str(experiment_id)).stdout
     answer = det.wait_experiment(experiment_id)
     assert answer["experiment"]["state"] == "COMPLETED"
@@ -364,14 +366,32 @@ def test_pause_checkpoints_and_frees_the_slot_and_activate_resumes_from_it(
     assert trial["total_batches"] == 400 and trial["restarts"] == 0
     logs = det.det("trial", "logs", str(trial["id"])).stdout
     assert f"at batch {paused_at}" in logs  # resumed from the checkpoint taken when paused
+    task = _trial_task(det, experiment_id)
+    assert task is not None and (task["state"], task["try_number"]) == ("success", 2)
+    experiment = det.get(f"/experiments/{experiment_id}")["experiment"]
+    with det.api() as client:
+        tries = client.get(
+            f"/api/v2/dags/{experiment['dag_id']}/dagRuns/{experiment['dag_run_id']}"
+            "/taskInstances/trial/0/tries"
+        ).raise_for_status()
+    assert [(t["try_number"], t["state"]) for t in tries.json()["task_instances"]] == [
+        (1, "success"),
+        (2, "success"),
+    ]
 
 
-def _trial_task_state(det: DetEnv, experiment_id: int) -> str | None:
-    """The Airflow state of the experiment's (single) trial task instance."""
+def _trial_task(det: DetEnv, experiment_id: int) -> dict | None:
+    """Airflow's task instance of the experiment's (single) trial slot, once it has one."""
     experiment = det.get(f"/experiments/{experiment_id}")["experiment"]
     with det.api() as client:
         r = client.get(
             f"/api/v2/dags/{experiment['dag_id']}/dagRuns/{experiment['dag_run_id']}/taskInstances"
         ).raise_for_status()
-    states = [ti["state"] for ti in r.json()["task_instances"] if ti["task_id"] == "trial"]
-    return states[0] if len(states) == 1 else None
+    tasks = [ti for ti in r.json()["task_instances"] if ti["task_id"] == "trial"]
+    return tasks[0] if len(tasks) == 1 else None
+
+
+def _trial_task_state(det: DetEnv, experiment_id: int) -> str | None:
+    """The Airflow state of the experiment's (single) trial task instance."""
+    task = _trial_task(det, experiment_id)
+    return None if task is None else task["state"]

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
-from det_airflow.master import schema, trials
+from det_airflow.master import airflow_bridge, schema, trials
 from tests.unit.master.creating import Creator
 from tests.unit.master.people_app import People
 from tests.unit.master.test_preemption import exit_run
@@ -95,3 +95,97 @@ def test_the_first_slot_to_ask_links_the_run_and_another_run_is_refused(
         "experiment with `det experiment create` instead of re-triggering its DAG",
     }
     assert people.experiment(e).dag_run_id == "scheduled__2026-11-23"
+
+
+def test_a_slot_with_nothing_left_names_the_trials_that_ended_in_it(
+    people: People, first_running: tuple[int, int, int]
+) -> None:
+    e, first, second = first_running
+    assert exit_run(people, first, 0)[0] == "COMPLETED"
+    assert ask(people, e, 0)["trial"].id == second
+    assert exit_run(people, second, 0)[0] == "COMPLETED"
+    set_experiment(people, e, search_done=True)
+
+    # A later try of the slot's task (an activation starts one) learns what the earlier ones ran.
+    assert ask(people, e, 0, try_number=2) == {"status": "done", "ran": [first, second]}
+    assert ask(people, e, 1) == {"status": "done", "ran": []}
+
+
+# --- an activation starts the slots of its paused trials anew ---
+
+
+@pytest.fixture
+def started(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, list[int]]]:
+    """The slots the master asks Airflow to start in a new try: (dag_id, run_id, map indexes)."""
+    calls: list[tuple[str, str, list[int]]] = []
+
+    def start(dag_id: str, run_id: str, map_indexes: list[int]) -> list[int]:
+        calls.append((dag_id, run_id, map_indexes))
+        return map_indexes
+
+    monkeypatch.setattr(airflow_bridge, "start_deferred_slots_anew", start)
+    return calls
+
+
+def change(people: People, e: int, action: str) -> str:
+    answer = people.call("alice", "POST", f"/experiments/{e}/{action}")
+    assert answer.status_code == 200, answer.text
+    return str(answer.json()["experiment"]["state"])
+
+
+def test_an_activation_starts_the_slots_holding_its_paused_trials_in_a_new_try(
+    people: People, creator: Creator, started: list[tuple[str, str, list[int]]]
+) -> None:
+    set_pool_slots(4)
+    e = experiment(people, trials_=3)
+    first, second, third = trial_ids(people, e)
+    assert ask(people, e, 0)["trial"].id == first
+    assert ask(people, e, 2)["trial"].id == second
+    assert change(people, e, "pause") == "PAUSED"
+    assert exit_run(people, first, 0)[0] == "PAUSED"
+    assert exit_run(people, second, 0)[0] == "PAUSED"
+
+    assert change(people, e, "activate") == "ACTIVE"
+
+    # Not slot 1: no trial of its was paused (the third trial never ran); its trigger wakes it.
+    assert started == [(f"det_{e}", "r", [0, 2])]
+    assert [people.trial(t).state for t in (first, second, third)] == ["PAUSED", "PAUSED", "QUEUED"]
+    assert ask(people, e, 0, try_number=2)["trial"].id == first  # the new try resumes it
+
+
+def test_an_activation_leaves_a_paused_trial_the_queue_does_not_admit_to_its_trigger(
+    people: People, creator: Creator, started: list[tuple[str, str, list[int]]]
+) -> None:
+    set_pool_slots(1)
+    e = experiment(people)
+    (paused,) = trial_ids(people, e)
+    assert ask(people, e, 0)["trial"].id == paused
+    assert change(people, e, "pause") == "PAUSED"
+    assert exit_run(people, paused, 0)[0] == "PAUSED"
+    other = experiment(people)
+    assert ask(people, other, 0)["status"] == "run"  # takes the pool's only slot meanwhile
+
+    assert change(people, e, "activate") == "ACTIVE"
+
+    assert started == []  # a new try would only defer again
+    assert people.trial(paused).state == "PAUSED"
+
+
+def test_an_activation_stands_when_airflow_cannot_start_the_slots(
+    people: People, creator: Creator, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    set_pool_slots(4)
+    e = experiment(people)
+    (paused,) = trial_ids(people, e)
+    assert ask(people, e, 0)["trial"].id == paused
+    assert change(people, e, "pause") == "PAUSED"
+    assert exit_run(people, paused, 0)[0] == "PAUSED"
+
+    def refuse(dag_id: str, run_id: str, map_indexes: list[int]) -> list[int]:
+        raise airflow_bridge.AirflowRecordError(f"Airflow task instances of DAG run '{run_id}': locked")
+
+    monkeypatch.setattr(airflow_bridge, "start_deferred_slots_anew", refuse)
+
+    assert change(people, e, "activate") == "ACTIVE"  # the slot's trigger resumes it instead
+    assert "the slots resume when their triggers look" in caplog.text
+    assert people.experiment(e).state == "ACTIVE"
