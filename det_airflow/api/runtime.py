@@ -34,6 +34,7 @@ class RuntimeClient:
             else TrialSession(master, token, retry_seconds=SERVICE_RETRY_SECONDS)
         )
         self._trial = f"/runtime/trials/{self.trial_id}"
+        self._watch_session: TrialSession | None = None
 
     @property
     def master(self) -> str:
@@ -41,6 +42,8 @@ class RuntimeClient:
 
     def close(self) -> None:
         self._session.close()
+        if self._watch_session is not None:
+            self._watch_session.close()
 
     def __enter__(self) -> RuntimeClient:
         return self
@@ -72,6 +75,24 @@ class RuntimeClient:
 
     def should_preempt(self) -> bool:
         return bool(self._call("GET", f"{self._trial}/preemption")["preempt"])
+
+    def wait_for_preemption(self, timeout_seconds: float) -> bool:
+        """Long-poll the preemption route: True as soon as the trial should stop, False after
+        ``timeout_seconds``. For one watcher thread: it has a connection of its own."""
+        if self._watch_session is None:
+            self._watch_session = TrialSession(
+                self.master,
+                self._session.token,
+                timeout=timeout_seconds + 30.0,
+                retry_seconds=SERVICE_RETRY_SECONDS,
+            )
+        path = f"{self._trial}/preemption?timeout_seconds={timeout_seconds:g}"
+        try:
+            return bool(self._watch_session.get(path)["preempt"])
+        except APIError as exc:
+            if exc.status_code == 401:
+                raise APIError("the trial's token was refused: its run has ended", status_code=401) from None
+            raise
 
     def report_progress(self, progress: float) -> None:
         self._call("POST", f"{self._trial}/progress", {"progress": float(progress)})

@@ -22,6 +22,11 @@ class Backend(abc.ABC):
     def should_preempt(self) -> bool:
         """Whether the trial should checkpoint and exit 0 now."""
 
+    def preemption_signalled(self) -> bool | None:
+        """The answer of a watcher that follows the master without being asked: True once the
+        trial should stop, False while not; None when there is none (ask :meth:`should_preempt`)."""
+        return None
+
     @abc.abstractmethod
     def report_progress(self, progress: float) -> None: ...
 

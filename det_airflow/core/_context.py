@@ -163,4 +163,4 @@ def _remote_backend(info: ClusterInfo) -> Backend:
     from det_airflow.api.runtime import RuntimeClient
     from det_airflow.core._remote import RemoteBackend
 
-    return RemoteBackend(RuntimeClient(info.master_url, info.session_token, info.trial.trial_id))
+    return RemoteBackend(RuntimeClient(info.master_url, info.session_token, info.trial.trial_id), watch=True)

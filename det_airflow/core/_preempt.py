@@ -11,8 +11,9 @@ from det_airflow.core._distributed import DistributedContext
 class PreemptContext:
     """Asks the master whether to stop; cheap enough to call at every reporting boundary.
 
-    The chief asks at most once per ``min_interval`` seconds (the answer is cached between), and
-    once the answer is yes it stays yes. With several workers it is a collective: every worker
+    A trial's chief reads the answer of its backend's preemption watcher, which keeps a long poll
+    open at the master; without one, it asks at most once per ``min_interval`` seconds (the answer
+    is cached between). Once the answer is yes it stays yes. With several workers it is a collective: every worker
     calls it, the chief asks and broadcasts the answer.
     """
 
@@ -41,8 +42,14 @@ class PreemptContext:
             self._backend.acknowledge_preemption()
 
     def _ask(self) -> bool:
+        if self._preempt:
+            return True
+        watched = self._backend.preemption_signalled()
+        if watched is not None:  # a watcher follows the master: its answer costs no request
+            self._preempt = watched
+            return watched
         now = time.monotonic()
-        if not self._preempt and (self._asked_at is None or now - self._asked_at >= self._min_interval):
+        if self._asked_at is None or now - self._asked_at >= self._min_interval:
             self._preempt = self._backend.should_preempt()
             self._asked_at = now
         return self._preempt

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+import asyncio
+import time
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Response
+from starlette.concurrency import run_in_threadpool
 
 from det_airflow.master import reports, routes_people, serialize, trials
 from det_airflow.master.auth import AnyTrialAuth, TrialAuth
@@ -19,11 +24,32 @@ def report_metrics(trial_id: TrialAuth, body: MetricBatch) -> dict:
     return {}
 
 
+# How often a long poll of the preemption route looks again (a primary-key read per look).
+LONG_POLL_CHECK_SECONDS = 0.25
+LONG_POLL_MAX_SECONDS = 60.0
+
+
 @router.get("/trials/{trial_id}/preemption")
-def preemption(trial_id: TrialAuth) -> dict:
+async def preemption(
+    trial_id: TrialAuth,
+    timeout_seconds: Annotated[float, Query(ge=0, le=LONG_POLL_MAX_SECONDS)] = 0,
+) -> dict:
+    """Whether the trial should checkpoint and exit 0. With ``timeout_seconds`` it is a long poll:
+    answered as soon as the answer is yes, else no once that long has passed (the Core API's
+    watcher keeps one open, so the trial learns of a pause or preemption within moments)."""
+    deadline = time.monotonic() + timeout_seconds
+    while True:
+        preempt = await run_in_threadpool(_should_preempt, trial_id)
+        left = deadline - time.monotonic()
+        if preempt or left <= 0:
+            return {"preempt": preempt}
+        await asyncio.sleep(min(LONG_POLL_CHECK_SECONDS, left))
+
+
+def _should_preempt(trial_id: int) -> bool:
     trials.make_room_if_due(get_database(), trial_id)
     with get_database().read() as conn:
-        return {"preempt": trials.should_preempt(conn, trial_id)}
+        return trials.should_preempt(conn, trial_id)
 
 
 @router.post("/trials/{trial_id}/progress")

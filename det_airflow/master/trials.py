@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from sqlalchemy import Connection, Row, select
+from sqlalchemy.exc import SQLAlchemyError
 
 from det_airflow.master import experiments, lifecycle, queue, reports, schema, search
 from det_airflow.master.auth import hash_token, new_token
@@ -227,6 +228,20 @@ def make_room_if_due(db: Database, trial_id: int) -> None:
         return
     with db.begin() as conn:
         _preempt_for_waiting(conn, pool)
+
+
+def make_room_for_submitted(db: Database, experiment_id: int) -> None:
+    """A job was just submitted: preempt for it now rather than at a running trial's next poll.
+    Best effort, after its creation is committed: the polls preempt for it all the same."""
+    try:
+        with db.read() as conn:
+            pool = experiments.get_experiment(conn, experiment_id).resource_pool
+        if not queue.preemption_enabled(pool):
+            return
+        with db.begin() as conn:
+            _preempt_for_waiting(conn, pool)
+    except (queue.QueueConfigError, SQLAlchemyError) as exc:
+        logging.getLogger(__name__).error("preempting for experiment %s: %s", experiment_id, exc)
 
 
 # A run's states from its acquisition until it ends or is killed.

@@ -138,4 +138,5 @@ def test_a_trial_asks_the_master_with_its_own_token(
     on_trial(master=url)
     with core.init() as ctx:
         assert ctx.preempt.should_preempt() is False
-    assert seen == [f"Bearer {TOKEN}"]
+    # The first answer is asked for; the preemption watcher's long polls carry the same token.
+    assert seen and set(seen) == {f"Bearer {TOKEN}"}

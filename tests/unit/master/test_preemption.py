@@ -16,7 +16,7 @@ from det_airflow.master.queue import (
     fair_shares,
     plan_fair_share,
 )
-from tests.unit.master.creating import Creator
+from tests.unit.master.creating import CONFIG, Creator
 from tests.unit.master.people_app import People
 from tests.unit.master.test_queue import acquire, jobs, set_pool_slots, trial_ids
 
@@ -224,6 +224,38 @@ def test_running_trials_polls_preempt_for_a_job_whose_task_cannot_start(
     trials._last_preempt.clear()
     trials.make_room_if_due(people.db, victim)
     assert should_preempt(people, victim)
+
+
+def test_a_submitted_job_preempts_at_once_without_waiting_for_a_poll(
+    people: People, creator: Creator, preemption: None
+) -> None:
+    set_pool_slots(1)
+    low = experiment(people, priority=90)
+    assert acquire(people, low, 0) == "run"
+    (victim,) = trial_ids(people, low)
+    trials._last_preempt.clear()
+    trials.make_room_if_due(people.db, victim)  # a poll just looked: the next one is 2 s away
+
+    answer = creator.create(config=CONFIG + "resources: {priority: 10}\n")
+
+    assert answer.status_code == 200, answer.text
+    assert should_preempt(people, victim)
+    with people.db.read() as conn:
+        logs = [r.message for r in reports.read_logs(conn, victim, after=None, limit=None, tail=None)]
+    high = answer.json()["experiment"]["id"]
+    assert any(f"preempted: experiment {high} of higher priority" in line for line in logs), logs
+
+
+def test_a_submitted_job_of_lower_priority_preempts_no_one(
+    people: People, creator: Creator, preemption: None
+) -> None:
+    set_pool_slots(1)
+    running = experiment(people, priority=10)
+    assert acquire(people, running, 0) == "run"
+
+    assert creator.create(config=CONFIG + "resources: {priority: 90}\n").status_code == 200
+
+    assert not should_preempt(people, trial_ids(people, running)[0])
 
 
 def test_a_trial_admitted_but_not_started_loses_its_admission_at_once(
