@@ -16,8 +16,9 @@ preemption = true`), each round measures:
   part of it after the priority-90 trial's script exited).
 
 Experiments are posted as `det experiment create` posts them. The script asks `should_preempt()`
-every 0.1 s; the Core API asks the master at most once a second, so up to 1 s of the pause and the
-preemption latencies is that polling (each round pauses or preempts at a random point of it). Medians, min–max and the ratios to the plain task start
+every 0.1 s; the Core API answers from its preemption watcher, a long poll the master answers within
+a quarter of a second of the pause or preemption (each round pauses or preempts at a random point of
+the script's loop). Medians, min–max and the ratios to the plain task start
 median are printed, with the load average (other work on the machine inflates every figure).
 
     .venv/bin/python benchmarks/lifecycle_latency.py [--repeat 3]
@@ -168,8 +169,8 @@ class Lifecycle:
 
 
 def into_training() -> None:
-    """Sleep into the training loop, at a random point of the script's once-a-second preemption
-    check: a fixed delay would always land at the same point of it and bias the figures."""
+    """Sleep into the training loop, at a random point of it (and of the master's quarter-second
+    checks of the watcher's long poll): a fixed delay would always land at the same point."""
     time.sleep(random.uniform(1.0, 2.0))
 
 
