@@ -51,13 +51,16 @@ class RuntimeClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, method: str, path: str, body: Any = None) -> Any:
+    def _call(
+        self, method: str, path: str, body: Any = None, *, session: Session | TrialSession | None = None
+    ) -> Any:
+        session = session or self._session
         try:
             if method == "GET":
-                return self._session.get(path)
+                return session.get(path)
             if method == "DELETE":
-                return self._session.delete(path)
-            return self._session.post(path, json=body)
+                return session.delete(path)
+            return session.post(path, json=body)
         except APIError as exc:
             if exc.status_code == 401:
                 # Not the people's login: the trial's own token, which ends with its run.
@@ -87,12 +90,7 @@ class RuntimeClient:
                 retry_seconds=SERVICE_RETRY_SECONDS,
             )
         path = f"{self._trial}/preemption?timeout_seconds={timeout_seconds:g}"
-        try:
-            return bool(self._watch_session.get(path)["preempt"])
-        except APIError as exc:
-            if exc.status_code == 401:
-                raise APIError("the trial's token was refused: its run has ended", status_code=401) from None
-            raise
+        return bool(self._call("GET", path, session=self._watch_session)["preempt"])
 
     def report_progress(self, progress: float) -> None:
         self._call("POST", f"{self._trial}/progress", {"progress": float(progress)})

@@ -13,8 +13,8 @@ class PreemptContext:
 
     A trial's chief reads the answer of its backend's preemption watcher, which keeps a long poll
     open at the master; without one, it asks at most once per ``min_interval`` seconds (the answer
-    is cached between). Once the answer is yes it stays yes. With several workers it is a collective: every worker
-    calls it, the chief asks and broadcasts the answer.
+    is cached between). Once the answer is yes it stays yes. With several workers it is a
+    collective: every worker calls it, the chief asks and broadcasts the answer.
     """
 
     def __init__(

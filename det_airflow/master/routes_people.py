@@ -84,7 +84,7 @@ def create_experiment(body: CreateExperiment, caller: CallerDep) -> dict:
     # Fields accepted but not acted on: one line the CLI prints, never silently dropped.
     warnings = list(experiments.experiment_config(row).warnings)
     if created:
-        trials.make_room_for_submitted(db, row.id)
+        trials.make_room_for_submitted(db, row.id, row.resource_pool)
         _retire_finished(db)
         airflow_bridge.request_reparse()
         return {"experiment": serialize.experiment(row, num_trials=0), "warnings": warnings}

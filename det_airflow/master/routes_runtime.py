@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, HTTPException, Query, Response
 from starlette.concurrency import run_in_threadpool
 
 from det_airflow.master import reports, routes_people, serialize, trials
@@ -24,9 +25,13 @@ def report_metrics(trial_id: TrialAuth, body: MetricBatch) -> dict:
     return {}
 
 
-# How often a long poll of the preemption route looks again (a primary-key read per look).
+# How often a long poll of the preemption route looks again (one read per look), how long one may
+# last, and how many one trial may hold open at once in this API server process (trial code holds
+# the token: without a bound, each poll it opens would cost the master four reads a second).
 LONG_POLL_CHECK_SECONDS = 0.25
 LONG_POLL_MAX_SECONDS = 60.0
+LONG_POLLS_PER_TRIAL = 2
+_open_long_polls: Counter[int] = Counter()
 
 
 @router.get("/trials/{trial_id}/preemption")
@@ -37,19 +42,26 @@ async def preemption(
     """Whether the trial should checkpoint and exit 0. With ``timeout_seconds`` it is a long poll:
     answered as soon as the answer is yes, else no once that long has passed (the Core API's
     watcher keeps one open, so the trial learns of a pause or preemption within moments)."""
-    deadline = time.monotonic() + timeout_seconds
-    while True:
-        preempt = await run_in_threadpool(_should_preempt, trial_id)
-        left = deadline - time.monotonic()
-        if preempt or left <= 0:
-            return {"preempt": preempt}
-        await asyncio.sleep(min(LONG_POLL_CHECK_SECONDS, left))
-
-
-def _should_preempt(trial_id: int) -> bool:
-    trials.make_room_if_due(get_database(), trial_id)
-    with get_database().read() as conn:
-        return trials.should_preempt(conn, trial_id)
+    db = get_database()
+    if _open_long_polls[trial_id] >= LONG_POLLS_PER_TRIAL:
+        raise HTTPException(
+            status_code=429,
+            detail=f"trial {trial_id} already holds {LONG_POLLS_PER_TRIAL} preemption long polls open; "
+            "wait for one to answer",
+        )
+    _open_long_polls[trial_id] += 1
+    try:
+        deadline = time.monotonic() + timeout_seconds
+        while True:
+            preempt = await run_in_threadpool(trials.preemption_answer, db, trial_id)
+            left = deadline - time.monotonic()
+            if preempt or left <= 0:
+                return {"preempt": preempt}
+            await asyncio.sleep(min(LONG_POLL_CHECK_SECONDS, left))
+    finally:
+        _open_long_polls[trial_id] -= 1
+        if not _open_long_polls[trial_id]:
+            del _open_long_polls[trial_id]
 
 
 @router.post("/trials/{trial_id}/progress")

@@ -207,41 +207,60 @@ def make_room_if_due(db: Database, trial_id: int) -> None:
     The polls of running trials drive this, not only the waiting trial: a waiting job's task may
     not even start while the trials it should preempt fill its Airflow pool.
     """
-    try:
-        if not queue.preemption_anywhere():
-            return  # the default: a running trial's poll costs no query for it
-    except queue.QueueConfigError as exc:
-        # A running trial's poll must not fail for it: the waiting trials' tasks report it.
-        logging.getLogger(__name__).error("%s", exc)
-        return
+    if not _preemption_anywhere():
+        return  # the default: a running trial's poll costs no query for it
     with db.read() as conn:
         pool = conn.execute(
             select(schema.experiments.c.resource_pool)
             .join(schema.trials, schema.trials.c.experiment_id == schema.experiments.c.id)
             .where(schema.trials.c.id == trial_id)
         ).scalar()
-    now_s = time.monotonic()
-    if pool is None or now_s - _last_preempt.get(pool, -math.inf) < _PREEMPT_EVERY_SECONDS:
-        return
-    _last_preempt[pool] = now_s
-    if not queue.preemption_enabled(pool):
-        return
-    with db.begin() as conn:
-        _preempt_for_waiting(conn, pool)
+    if pool is not None and _room_due(pool):
+        with db.begin() as conn:
+            _preempt_for_waiting(conn, pool)
 
 
-def make_room_for_submitted(db: Database, experiment_id: int) -> None:
-    """A job was just submitted: preempt for it now rather than at a running trial's next poll.
-    Best effort, after its creation is committed: the polls preempt for it all the same."""
+def make_room_for_submitted(db: Database, experiment_id: int, pool: str) -> None:
+    """A job was just submitted to ``pool``: preempt for it now rather than at a running trial's
+    next poll. Best effort, after its creation is committed: the polls preempt for it all the same."""
     try:
-        with db.read() as conn:
-            pool = experiments.get_experiment(conn, experiment_id).resource_pool
         if not queue.preemption_enabled(pool):
             return
         with db.begin() as conn:
             _preempt_for_waiting(conn, pool)
     except (queue.QueueConfigError, SQLAlchemyError) as exc:
         logging.getLogger(__name__).error("preempting for experiment %s: %s", experiment_id, exc)
+
+
+def preemption_answer(db: Database, trial_id: int) -> bool:
+    """A running trial's question (each look of its long poll): should it stop? One read, and
+    first a preemption for its pool's waiting jobs when one is due (see :func:`make_room_if_due`)."""
+    with db.read() as conn:
+        row = _stop_row(conn, trial_id)
+    if not _preemption_anywhere() or not _room_due(row.resource_pool):
+        return _asked_to_stop(row)
+    with db.begin() as conn:
+        _preempt_for_waiting(conn, row.resource_pool)
+        return should_preempt(conn, trial_id)
+
+
+def _preemption_anywhere() -> bool:
+    try:
+        return queue.preemption_anywhere()
+    except queue.QueueConfigError as exc:
+        # A running trial's poll must not fail for it: the waiting trials' tasks report it.
+        logging.getLogger(__name__).error("%s", exc)
+        return False
+
+
+def _room_due(pool: str) -> bool:
+    """Whether a poll preempts for ``pool``'s waiting jobs now: at most every
+    ``_PREEMPT_EVERY_SECONDS`` per pool, and only in a pool that preempts."""
+    now_s = time.monotonic()
+    if now_s - _last_preempt.get(pool, -math.inf) < _PREEMPT_EVERY_SECONDS:
+        return False
+    _last_preempt[pool] = now_s
+    return queue.preemption_enabled(pool)
 
 
 # A run's states from its acquisition until it ends or is killed.
@@ -495,12 +514,31 @@ def kill_trial(conn: Connection, trial_id: int) -> Row:
 
 
 def should_preempt(conn: Connection, trial_id: int) -> bool:
-    trial = get_trial(conn, trial_id)
-    state = conn.execute(
-        select(schema.experiments.c.state).where(schema.experiments.c.id == trial.experiment_id)
-    ).scalar_one()
+    return _asked_to_stop(_stop_row(conn, trial_id))
+
+
+def _stop_row(conn: Connection, trial_id: int) -> Row:
+    """What says whether the trial should stop, and its pool: one read."""
+    trials, exps = schema.trials, schema.experiments
+    row = conn.execute(
+        select(
+            trials.c.stop_requested,
+            trials.c.pause_requested,
+            trials.c.preempt_requested_at,
+            exps.c.state,
+            exps.c.resource_pool,
+        )
+        .join(exps, exps.c.id == trials.c.experiment_id)
+        .where(trials.c.id == trial_id)
+    ).first()
+    if row is None:
+        raise NotFound(f"trial {trial_id} not found")
+    return row
+
+
+def _asked_to_stop(row: Row) -> bool:
     return (
-        bool(trial.stop_requested or trial.pause_requested)
-        or trial.preempt_requested_at is not None
-        or ExperimentState(state) != ExperimentState.ACTIVE
+        bool(row.stop_requested or row.pause_requested)
+        or row.preempt_requested_at is not None
+        or ExperimentState(row.state) != ExperimentState.ACTIVE
     )

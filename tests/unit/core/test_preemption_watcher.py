@@ -122,3 +122,31 @@ def test_a_watcher_whose_token_is_refused_stops_and_the_core_api_asks_again(
         eventually(refused, "the run's end reaching the Core API")
     finally:
         backend.close()
+
+
+def test_a_trial_holds_at_most_two_long_polls_open(trial: Trial) -> None:
+    from det_airflow.master import routes_runtime
+
+    answers: list[bool] = []
+    clients = [trial.client() for _ in range(2)]
+    holders = [
+        threading.Thread(target=lambda c=c: answers.append(c.wait_for_preemption(30))) for c in clients
+    ]
+    for holder in holders:
+        holder.start()
+    try:
+        eventually(lambda: routes_runtime._open_long_polls[trial.id] == 2, "two long polls open")
+        with trial.client() as third, pytest.raises(APIError) as refused:
+            third.wait_for_preemption(30)
+        assert refused.value.status_code == 429
+        assert str(refused.value) == (
+            f"trial {trial.id} already holds 2 preemption long polls open; wait for one to answer"
+        )
+    finally:
+        trial.pause()
+        for holder in holders:
+            holder.join(timeout=30)
+        for client in clients:
+            client.close()
+    assert answers == [True, True]
+    assert trial.id not in routes_runtime._open_long_polls

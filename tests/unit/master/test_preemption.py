@@ -210,15 +210,20 @@ def test_preempted_trials_go_back_to_the_queue_without_a_restart_and_resume_from
     assert people.trial(first).restarts == 0
 
 
-def test_running_trials_polls_preempt_for_a_job_whose_task_cannot_start(
-    people: People, creator: Creator, preemption: None
-) -> None:
+@pytest.fixture
+def polled(people: People, creator: Creator, preemption: None) -> int:
+    """A priority-90 trial running in a 1-slot pool, whose poll just looked for waiting jobs."""
     set_pool_slots(1)
     low = experiment(people, priority=90)
     assert acquire(people, low, 0) == "run"
     (victim,) = trial_ids(people, low)
     trials._last_preempt.clear()
-    trials.make_room_if_due(people.db, victim)
+    trials.make_room_if_due(people.db, victim)  # the next look is 2 s away
+    return victim
+
+
+def test_running_trials_polls_preempt_for_a_job_whose_task_cannot_start(people: People, polled: int) -> None:
+    victim = polled
     assert not should_preempt(people, victim), "nothing waits yet"
     experiment(people, priority=10)  # its trial waits; its Airflow task holds no pool slot to ask
     trials._last_preempt.clear()
@@ -227,15 +232,9 @@ def test_running_trials_polls_preempt_for_a_job_whose_task_cannot_start(
 
 
 def test_a_submitted_job_preempts_at_once_without_waiting_for_a_poll(
-    people: People, creator: Creator, preemption: None
+    people: People, creator: Creator, polled: int
 ) -> None:
-    set_pool_slots(1)
-    low = experiment(people, priority=90)
-    assert acquire(people, low, 0) == "run"
-    (victim,) = trial_ids(people, low)
-    trials._last_preempt.clear()
-    trials.make_room_if_due(people.db, victim)  # a poll just looked: the next one is 2 s away
-
+    victim = polled
     answer = creator.create(config=CONFIG + "resources: {priority: 10}\n")
 
     assert answer.status_code == 200, answer.text

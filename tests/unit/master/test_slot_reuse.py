@@ -133,6 +133,17 @@ def change(people: People, e: int, action: str) -> str:
     return str(answer.json()["experiment"]["state"])
 
 
+def paused_alone(people: People, pool_slots: int) -> tuple[int, int]:
+    """A one-trial experiment paused after its trial ran in slot 0: (experiment, trial)."""
+    set_pool_slots(pool_slots)
+    e = experiment(people)
+    (paused,) = trial_ids(people, e)
+    assert ask(people, e, 0)["trial"].id == paused
+    assert change(people, e, "pause") == "PAUSED"
+    assert exit_run(people, paused, 0)[0] == "PAUSED"
+    return e, paused
+
+
 def test_an_activation_starts_the_slots_holding_its_paused_trials_in_a_new_try(
     people: People, creator: Creator, started: list[tuple[str, str, list[int]]]
 ) -> None:
@@ -156,12 +167,7 @@ def test_an_activation_starts_the_slots_holding_its_paused_trials_in_a_new_try(
 def test_an_activation_leaves_a_paused_trial_the_queue_does_not_admit_to_its_trigger(
     people: People, creator: Creator, started: list[tuple[str, str, list[int]]]
 ) -> None:
-    set_pool_slots(1)
-    e = experiment(people)
-    (paused,) = trial_ids(people, e)
-    assert ask(people, e, 0)["trial"].id == paused
-    assert change(people, e, "pause") == "PAUSED"
-    assert exit_run(people, paused, 0)[0] == "PAUSED"
+    e, paused = paused_alone(people, pool_slots=1)
     other = experiment(people)
     assert ask(people, other, 0)["status"] == "run"  # takes the pool's only slot meanwhile
 
@@ -174,12 +180,7 @@ def test_an_activation_leaves_a_paused_trial_the_queue_does_not_admit_to_its_tri
 def test_an_activation_stands_when_airflow_cannot_start_the_slots(
     people: People, creator: Creator, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    set_pool_slots(4)
-    e = experiment(people)
-    (paused,) = trial_ids(people, e)
-    assert ask(people, e, 0)["trial"].id == paused
-    assert change(people, e, "pause") == "PAUSED"
-    assert exit_run(people, paused, 0)[0] == "PAUSED"
+    e, paused = paused_alone(people, pool_slots=4)
 
     def refuse(dag_id: str, run_id: str, map_indexes: list[int]) -> list[int]:
         raise airflow_bridge.AirflowRecordError(f"Airflow task instances of DAG run '{run_id}': locked")
