@@ -14,6 +14,7 @@ from det_airflow.config._types import (
     DoubleHP,
     ExperimentConfig,
     IntHP,
+    Length,
     LogHP,
     SearcherConfig,
 )
@@ -28,6 +29,19 @@ HPARAMS: dict[str, Any] = {
 }
 
 MakeConfig = Callable[..., ExperimentConfig]
+
+# The ASHA search the tests start from: 4 trials, 2 at once, halving, 100 batches.
+ASHA_FIELDS: dict[str, Any] = {
+    "max_trials": 4,
+    "max_concurrent_trials": 2,
+    "divisor": 2,
+    "max_length": Length("batches", 100),
+}
+
+
+def asha_config(make_config: MakeConfig, num_rungs: int, **fields: Any) -> ExperimentConfig:
+    """An ``async_halving`` config of ``ASHA_FIELDS`` with ``num_rungs`` rungs, ``fields`` on top."""
+    return make_config("async_halving", **(ASHA_FIELDS | {"num_rungs": num_rungs} | fields))
 
 
 @pytest.fixture

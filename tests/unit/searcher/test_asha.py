@@ -17,20 +17,13 @@ from det_airflow.searcher import (
     trial_slot_count,
 )
 
-from .conftest import RungMaster, said, validation_loss
+from .conftest import RungMaster, asha_config, said, validation_loss
 
 L100 = Length("batches", 100)
 
 
 def _method(make_config, **fields):
-    fields = {
-        "num_rungs": 3,
-        "max_trials": 4,
-        "max_concurrent_trials": 2,
-        "divisor": 2,
-        "max_length": L100,
-    } | fields
-    return make_search_method(make_config("async_halving", **fields))
+    return make_search_method(asha_config(make_config, **({"num_rungs": 3} | fields)))
 
 
 def _ids(actions, kind=Create):

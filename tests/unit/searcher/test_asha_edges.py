@@ -18,21 +18,14 @@ from det_airflow.searcher import (
 )
 from det_airflow.searcher._rung import WORST, unpack
 
-from .conftest import said, validation_loss
+from .conftest import asha_config, said, validation_loss
 
 L100 = Length("batches", 100)
 ONE_HP = {"lr": DoubleHP(0.0, 1.0)}
 
 
 def _config(make_config, **fields):
-    fields = {
-        "num_rungs": 2,
-        "max_trials": 4,
-        "max_concurrent_trials": 2,
-        "divisor": 2,
-        "max_length": L100,
-    } | fields
-    return make_config("async_halving", **fields)
+    return asha_config(make_config, **({"num_rungs": 2} | fields))
 
 
 def _reloaded(make_config, method, **fields):

@@ -5,19 +5,11 @@ from __future__ import annotations
 from det_airflow.config._types import Length
 from det_airflow.searcher import ExitedReason, Pause, Resume, Shutdown, Stop, make_search_method
 
-from .conftest import RungMaster, said, validation_loss
+from .conftest import RungMaster, asha_config, said, validation_loss
 
 
 def _method(make_config, **fields):
-    fields = {
-        "num_rungs": 2,
-        "max_trials": 4,
-        "max_concurrent_trials": 2,
-        "divisor": 2,
-        "max_length": Length("batches", 100),
-        "stop_once": False,
-    } | fields
-    return make_search_method(make_config("async_halving", **fields))
+    return make_search_method(asha_config(make_config, **({"num_rungs": 2, "stop_once": False} | fields)))
 
 
 def test_rungs_are_cumulative(make_config):
