@@ -331,6 +331,23 @@ def _invalid_dag(dag_id: str, message: str):  # type: ignore[no-untyped-def]
     return _InvalidExperiments(dag_id=dag_id, schedule=None, start_date=_START)
 
 
+def build_submitted_dag(dags_folder: Path, experiment_id: int):  # type: ignore[no-untyped-def]
+    """The DAG of the master-written experiment_file(), as a parse of the factory builds it.
+
+    Raises DetError when the file is gone or cannot be built (a parse would list the problem under
+    INVALID_DAG_ID)."""
+    path = experiment_file(dags_folder, experiment_id)
+    file = dag_id_for_file(path, dags_folder)
+    try:
+        text = read_config_text(path)
+    except OSError as exc:
+        raise DetError(f"{path}: {exc.strerror or exc}") from None
+    cfg = load_experiment(path, airflow_section_defaults(), text)
+    if cfg is None:
+        raise DetError(f"{path}: not an experiment config")
+    return build_dag(file, cfg, read_submission(text))
+
+
 def build_dags(dags_folder: Path, *, only_dag_id: str | None = None) -> dict[str, object]:
     """Every experiment DAG under `dags_folder` by DAG id; with `only_dag_id`, just that one."""
     defaults = airflow_section_defaults()

@@ -92,6 +92,48 @@ def request_reparse() -> None:
         )
 
 
+def publish_experiment_dag(experiment_id: int) -> bool:
+    """Write a submitted experiment's DAG into Airflow's tables now, as the DAG processor writes it
+    when it next parses the factory, so the scheduler can start its run at its next loop.
+
+    The DAG processor would find it within about two of its one-second loops, plus the parse; this
+    takes a few hundredths of a second. Its later parse writes the same DAG, so no second DAG
+    version is made. Best effort, after the experiment is committed: on any failure the parse is
+    requested instead (and reports a config it cannot build, as for every YAML). Answers whether
+    the DAG was written.
+    """
+    import logging
+
+    from airflow.dag_processing.dagbag import DagBag, sync_bag_to_db
+    from airflow.utils.session import create_session
+
+    from det_airflow.dagfactory import build_submitted_dag
+
+    folder = dags_folder()
+    factory = folder / FACTORY_FILE
+    try:
+        if not factory.is_file():
+            raise DetError(f"{factory}: no such file")
+        dag = build_submitted_dag(folder, experiment_id)
+        # The DAG processor names the factory as the DAG's file; the DAG must be the same.
+        dag.fileloc = str(factory)
+        dag.relative_fileloc = FACTORY_FILE
+        dag.validate()
+        bag = DagBag(dag_folder=factory, collect_dags=False, bundle_path=folder, bundle_name=DEFAULT_BUNDLE)
+        bag.bag_dag(dag)  # cycle check and the cluster's DAG and task policies, as on a parse
+        with create_session() as session:
+            sync_bag_to_db(bag, DEFAULT_BUNDLE, None, session=session)
+    except Exception:  # noqa: BLE001 - the parse does the same work a moment later
+        logging.getLogger(__name__).warning(
+            "could not write experiment %d's DAG to Airflow now; asking for a parse",
+            experiment_id,
+            exc_info=True,
+        )
+        request_reparse()
+        return False
+    return True
+
+
 class AirflowRecordError(DetError):
     """Airflow would not let go of a DAG or DAG run (reported by `det e delete`)."""
 

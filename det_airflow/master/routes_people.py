@@ -86,7 +86,7 @@ def create_experiment(body: CreateExperiment, caller: CallerDep) -> dict:
     if created:
         trials.make_room_for_submitted(db, row.id, row.resource_pool)
         _retire_finished(db)
-        airflow_bridge.request_reparse()
+        airflow_bridge.publish_experiment_dag(row.id)
         return {"experiment": serialize.experiment(row, num_trials=0), "warnings": warnings}
     with db.read() as conn:
         return {**_experiment_answer(conn, row), "warnings": warnings}

@@ -11,6 +11,7 @@ import tarfile
 import tempfile
 import textwrap
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -281,10 +282,17 @@ def test_routes_refuse_wrong_or_missing_credentials_and_change_nothing(det: DetE
 
 def test_paused_experiment_waits_until_activated(det: DetEnv, tmp_path: Path) -> None:
     experiment_id = det.create(small_config(tmp_path, name="starts paused"), EXAMPLE, "--paused")
-    # Wait for the condition that would let a trial start: the DAG run's trial slot has started and
-    # is waiting (deferred) for the activation. Only then does "no trial yet" mean anything.
+    created = datetime.now(UTC)
     experiment = det.get(f"/experiments/{experiment_id}")["experiment"]
     dag_id = experiment["dag_id"]
+    # The master wrote the DAG into Airflow as it created the experiment: no wait for a parse.
+    with det.api() as client:
+        dag = client.get(f"/api/v2/dags/{dag_id}")
+    assert dag.status_code == 200, dag.text
+    assert dag.json()["fileloc"] == str(det.af.dags_folder / "det_experiments.py")
+
+    # Wait for the condition that would let a trial start: the DAG run's trial slot has started and
+    # is waiting (deferred) for the activation. Only then does "no trial yet" mean anything.
 
     def slot_deferred() -> bool:
         with det.api() as client:
@@ -296,6 +304,19 @@ def test_paused_experiment_waits_until_activated(det: DetEnv, tmp_path: Path) ->
             return ti.status_code == 200 and ti.json()["state"] == "deferred"
 
     wait_until(slot_deferred, "the paused experiment's trial slot deferring", timeout=120)
+
+    def parsed_since_created() -> bool:
+        with det.api() as client:
+            parsed = client.get(f"/api/v2/dags/{dag_id}").raise_for_status().json()["last_parsed_time"]
+        return datetime.fromisoformat(parsed) > created + timedelta(seconds=6)
+
+    # The DAG processor's own parse of the factory then writes the very same DAG: one version.
+    # (It compares its DAG with the stored one once [core] min_serialized_dag_update_interval, 5 s
+    # here, has passed since the master wrote it.)
+    wait_until(parsed_since_created, "the DAG processor parsing the experiment's DAG", timeout=120)
+    with det.api() as client:
+        versions = client.get(f"/api/v2/dags/{dag_id}/dagVersions").raise_for_status().json()
+    assert [v["version_number"] for v in versions["dag_versions"]] == [1], versions
     answer = det.get(f"/experiments/{experiment_id}")
     assert answer["experiment"]["state"] == "PAUSED"
     assert answer["trials"] == []
