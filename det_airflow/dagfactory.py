@@ -227,10 +227,10 @@ def build_dag(file: ExperimentFile, cfg: ExperimentConfig, submission: Submissio
         dag_id=file.dag_id,
         dag_display_name=display_name,
         params=_run_params(cfg) if file.experiment_id is None else None,
-        # A `det experiment create` experiment runs exactly once, as soon as Airflow has parsed it;
-        # its run's date is then the submission time.
+        # A `det experiment create` experiment runs exactly once, as soon as its DAG is in Airflow;
+        # its run's date is then the submission time (see run_due()).
         schedule="@once" if file.experiment_id is not None else None,
-        start_date=submission.submitted if submission else _START,
+        start_date=run_due(submission.submitted) if submission else _START,
         catchup=False,
         is_paused_upon_creation=False,
         max_active_runs=1 if file.experiment_id is not None else 16,
@@ -329,6 +329,19 @@ def _invalid_dag(dag_id: str, message: str):  # type: ignore[no-untyped-def]
             raise InvalidExperimentYAML(message)
 
     return _InvalidExperiments(dag_id=dag_id, schedule=None, start_date=_START)
+
+
+def run_due(submitted: datetime) -> datetime:
+    """When the scheduler may create the run of an experiment submitted at `submitted`: the second
+    before the submission's.
+
+    The scheduler creates a scheduled run once ``next_dagrun_create_after <= now()`` in the
+    database. SQLite's now() is text to the whole second, compared as text with a stored time that
+    has microseconds: a run due within the current second would wait for the next second to
+    begin, up to a second in which the scheduler loops without starting it. A whole second earlier
+    is due at once on every database.
+    """
+    return submitted.replace(microsecond=0) - timedelta(seconds=1)
 
 
 def build_submitted_dag(dags_folder: Path, experiment_id: int):  # type: ignore[no-untyped-def]

@@ -95,7 +95,7 @@ def test_a_master_written_dag_maps_the_trial_slots_the_master_counted(tmp_path: 
 def test_a_master_written_experiment_dag_shows_its_name_id_owner_submission_time_and_page(
     tmp_path: Path,
 ) -> None:
-    submitted = datetime(2026, 11, 20, 9, 30, tzinfo=UTC)
+    submitted = datetime(2026, 11, 20, 9, 30, 0, 250_000, tzinfo=UTC)
     header = "# Experiment 12, written by the det master. Do not edit.\n"
     write(
         tmp_path / "experiments" / "exp_12.yaml",
@@ -108,7 +108,9 @@ def test_a_master_written_experiment_dag_shows_its_name_id_owner_submission_time
     dag = dags["det_exp_12"]
     assert dag.dag_display_name == "digits (experiment 12)"
     assert dag.owner == "alice"
-    assert dag.start_date == submitted  # the logical date of its one run
+    # The logical date of its one run: the whole second before the submission's, so the run is
+    # due at once (dagfactory.run_due).
+    assert dag.start_date == datetime(2026, 11, 20, 9, 29, 59, tzinfo=UTC)
     assert "/det/ui/#/experiments/12)" in dag.doc_md
     older = dags["det_exp_13"]
     assert (older.dag_display_name, older.owner) == ("digits (experiment 13)", "det")
