@@ -16,7 +16,7 @@ preemption = true`), each round measures:
 - preemption → higher-priority trial running: in a 1-slot pool whose priority-90 trial is training,
   `POST /experiments` of a priority-10 experiment → its trial script's first line runs (and the
   part of it after the priority-90 trial's script exited). Its reference: the same submission into
-  a free 1-slot pool, nothing to preempt (the new experiment's DAG is parsed and started either way).
+  a free 1-slot pool, nothing to preempt (the new experiment's DAG and run are started either way).
 
 Experiments are posted as `det experiment create` posts them. The script asks `should_preempt()`
 every 0.1 s; the Core API answers from its preemption watcher, a long poll the master answers within
