@@ -228,7 +228,7 @@ def build_dag(file: ExperimentFile, cfg: ExperimentConfig, submission: Submissio
         dag_display_name=display_name,
         params=_run_params(cfg) if file.experiment_id is None else None,
         # A `det experiment create` experiment runs exactly once, as soon as its DAG is in Airflow;
-        # its run's date is then the submission time (see run_due()).
+        # its run's date is then the whole second before the submission (see run_due()).
         schedule="@once" if file.experiment_id is not None else None,
         start_date=run_due(submission.submitted) if submission else _START,
         catchup=False,
