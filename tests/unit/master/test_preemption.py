@@ -135,6 +135,14 @@ def experiment(people: People, *, priority: int, slots_per_trial: int = 1, trial
     return e
 
 
+def running_alone(people: People, *, priority: int) -> int:
+    """An experiment whose one trial runs alone in a 1-slot pool."""
+    set_pool_slots(1)
+    e = experiment(people, priority=priority)
+    assert acquire(people, e, 0) == "run"
+    return e
+
+
 def should_preempt(people: People, trial_id: int) -> bool:
     with people.db.read() as conn:
         return trials.should_preempt(conn, trial_id)
@@ -213,9 +221,7 @@ def test_preempted_trials_go_back_to_the_queue_without_a_restart_and_resume_from
 @pytest.fixture
 def polled(people: People, creator: Creator, preemption: None) -> int:
     """A priority-90 trial running in a 1-slot pool, whose poll just looked for waiting jobs."""
-    set_pool_slots(1)
-    low = experiment(people, priority=90)
-    assert acquire(people, low, 0) == "run"
+    low = running_alone(people, priority=90)
     (victim,) = trial_ids(people, low)
     trials._last_preempt.clear()
     trials.make_room_if_due(people.db, victim)  # the next look is 2 s away
@@ -248,9 +254,7 @@ def test_a_submitted_job_preempts_at_once_without_waiting_for_a_poll(
 def test_a_submitted_job_of_lower_priority_preempts_no_one(
     people: People, creator: Creator, preemption: None
 ) -> None:
-    set_pool_slots(1)
-    running = experiment(people, priority=10)
-    assert acquire(people, running, 0) == "run"
+    running = running_alone(people, priority=10)
 
     assert creator.create(config=CONFIG + "resources: {priority: 90}\n").status_code == 200
 
@@ -272,9 +276,7 @@ def test_only_pools_with_preemption_preempt(
     people: People, creator: Creator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("AIRFLOW__DET__PREEMPTION_POOLS", "gpus")
-    set_pool_slots(1)
-    low = experiment(people, priority=90)
-    assert acquire(people, low, 0) == "run"
+    low = running_alone(people, priority=90)
     high = experiment(people, priority=10)
     assert acquire(people, high, 0) == "wait"
     assert not should_preempt(people, trial_ids(people, low)[0])
@@ -286,9 +288,7 @@ def test_only_pools_with_preemption_preempt(
 def test_a_preempted_trial_of_a_paused_experiment_pauses(
     people: People, creator: Creator, preemption: None
 ) -> None:
-    set_pool_slots(1)
-    low = experiment(people, priority=90)
-    assert acquire(people, low, 0) == "run"
+    low = running_alone(people, priority=90)
     (trial,) = trial_ids(people, low)
     assert acquire(people, experiment(people, priority=10), 0) == "wait"
     with people.db.begin() as conn:
@@ -298,9 +298,7 @@ def test_a_preempted_trial_of_a_paused_experiment_pauses(
 
 
 def test_a_killed_preempted_trial_ends_canceled(people: People, creator: Creator, preemption: None) -> None:
-    set_pool_slots(1)
-    low = experiment(people, priority=90)
-    assert acquire(people, low, 0) == "run"
+    low = running_alone(people, priority=90)
     (trial,) = trial_ids(people, low)
     assert acquire(people, experiment(people, priority=10), 0) == "wait"
     with people.db.begin() as conn:
@@ -311,9 +309,7 @@ def test_a_killed_preempted_trial_ends_canceled(people: People, creator: Creator
 def test_a_bad_preemption_setting_names_the_setting_to_the_waiting_trial_only(
     people: People, creator: Creator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    set_pool_slots(1)
-    low = experiment(people, priority=90)
-    assert acquire(people, low, 0) == "run"
+    low = running_alone(people, priority=90)
     (running_trial,) = trial_ids(people, low)
     high = experiment(people, priority=10)
     monkeypatch.setenv("AIRFLOW__DET__PREEMPTION", "sometimes")
