@@ -1,0 +1,266 @@
+"""det-airflow's settings from ``airflow.cfg [det]``: one typed object, one default per setting.
+
+The admin decides here what a trial may touch; a trial's config only asks. ``load()`` reads the
+section each time it is called (cheap: Airflow caches its configuration), so a test's or an admin's
+change is seen without a restart of the reader.
+
+Lists are comma-separated in airflow.cfg (``allowed_capabilities = SYS_PTRACE, IPC_LOCK``).
+``pool_policies`` is JSON: per Airflow pool, the runner-policy settings that pool adds to the
+cluster's (``{"gpu-a100": {"allowed_capabilities": ["IPC_LOCK"], "allowed_pod_fields": ["hostIPC"]}}``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from det_airflow.errors import DetError
+
+SECTION = "det"
+
+# Pod-spec and security-context fields a trial's ``environment.pod_spec`` may not set unless the
+# admin allows them by name in ``allowed_pod_fields``. ``runAsUser0`` stands for ``runAsUser: 0``
+# (and ``runAsNonRoot: false``); ``hostPath`` for a volume of that kind.
+GUARDED_POD_FIELDS = (
+    "privileged",
+    "allowPrivilegeEscalation",
+    "hostNetwork",
+    "hostPID",
+    "hostIPC",
+    "hostPath",
+    "hostPort",
+    "runAsUser0",
+    "nodeName",
+    "capabilities",
+    "procMount",
+    "seccompProfileUnconfined",
+)
+
+# systemd's DynamicUser range: unused by distributions' static users and by login users.
+DEFAULT_TRIAL_UID_RANGE = (61184, 65519)
+
+
+class SettingsError(DetError):
+    """A ``[det]`` setting in airflow.cfg has a value det-airflow cannot use."""
+
+
+@dataclass(frozen=True)
+class RunnerPolicy:
+    """What the platform lets a trial of one pool ask its runner for.
+
+    Everything is deny-by-default except images (any image; an image only decides what software
+    the trial runs, and the container still runs unprivileged).
+    """
+
+    # Host folders a shared_fs ``host_path`` or a ``bind_mounts`` host path may lie under. The
+    # checkpoint root and the trial work folder are always allowed.
+    allowed_host_paths: tuple[str, ...] = ()
+    allowed_capabilities: tuple[str, ...] = ()
+    # Host device paths (``/dev/fuse``) that ``resources.devices`` may pass to a container.
+    allowed_devices: tuple[str, ...] = ()
+    # fnmatch patterns of image names (``registry.example.com/ml/*``).
+    allowed_images: tuple[str, ...] = ("*",)
+    # Kubernetes namespaces beyond ``[det] namespace``.
+    allowed_namespaces: tuple[str, ...] = ()
+    # Airflow connection ids (docker, kubernetes) beyond the ``[det]`` defaults.
+    allowed_conn_ids: tuple[str, ...] = ()
+    # Kubernetes service accounts a pod may name (none: the namespace's default account).
+    allowed_service_accounts: tuple[str, ...] = ()
+    # Names from GUARDED_POD_FIELDS a pod spec may set.
+    allowed_pod_fields: tuple[str, ...] = ()
+    # Containers run as the trial's own non-root uid unless the admin allows root for the pool.
+    allow_root: bool = False
+    # Docker and pods get a read-only root filesystem (a tmpfs /tmp, the work folder writable).
+    read_only_root: bool = True
+
+    def extended(self, extra: Mapping[str, Any], where: str) -> RunnerPolicy:
+        """This policy with a pool's additions (lists add up, flags replace)."""
+        changes: dict[str, Any] = {}
+        for key, value in extra.items():
+            if key not in _POLICY_FIELDS:
+                raise SettingsError(f"{where}: unknown runner-policy setting {key!r}")
+            current = getattr(self, key)
+            if isinstance(current, bool):
+                if not isinstance(value, bool):
+                    raise SettingsError(f"{where}.{key}: expected true or false, got {value!r}")
+                changes[key] = value
+            else:
+                if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                    raise SettingsError(f"{where}.{key}: expected a list of strings, got {value!r}")
+                changes[key] = tuple(dict.fromkeys([*current, *value]))
+        return dataclasses.replace(self, **changes)
+
+
+_POLICY_FIELDS = {f.name for f in dataclasses.fields(RunnerPolicy)}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The ``[det]`` settings that det-airflow's security depends on."""
+
+    airflow_home: Path
+    checkpoint_root: Path
+    trial_work_dir: Path
+    namespace: str = "default"
+    docker_conn_id: str | None = None
+    kubernetes_conn_id: str | None = None
+    policy: RunnerPolicy = field(default_factory=RunnerPolicy)
+    pool_policies: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # Local and container trials run as one uid per experiment owner, taken from this range.
+    trial_uid_range: tuple[int, int] = DEFAULT_TRIAL_UID_RANGE
+    # An admin override: every local trial runs as this one user (no identity per owner).
+    trial_user: str | None = None
+    # Per user, at once: long polls held open, unmanaged experiments still running, creates in flight.
+    max_long_polls_per_user: int = 64
+    max_unmanaged_experiments_per_user: int = 50
+    max_creates_per_user: int = 4
+
+    def policy_for(self, pool: str | None) -> RunnerPolicy:
+        """The cluster's policy with what ``pool_policies`` adds for ``pool``."""
+        extra = self.pool_policies.get(pool or "")
+        if not extra:
+            return self.policy
+        return self.policy.extended(extra, f"airflow.cfg [det] pool_policies[{pool!r}]")
+
+    def allowed_conn_ids(self, policy: RunnerPolicy) -> set[str]:
+        defaults = {c for c in (self.docker_conn_id, self.kubernetes_conn_id) if c}
+        return defaults | set(policy.allowed_conn_ids)
+
+    def allowed_namespaces(self, policy: RunnerPolicy) -> set[str]:
+        return {self.namespace, *policy.allowed_namespaces}
+
+    def allowed_roots(self, policy: RunnerPolicy) -> tuple[Path, ...]:
+        """Host folders trial paths may lie under: the checkpoint root, the trial work folder and
+        the admin's ``allowed_host_paths``."""
+        extra = tuple(Path(os.path.abspath(p)) for p in policy.allowed_host_paths)
+        return (self.checkpoint_root, self.trial_work_dir, *extra)
+
+
+def load(values: Mapping[str, str | None] | None = None) -> Settings:
+    """The settings from airflow.cfg ``[det]`` (or from ``values``, the section as a mapping)."""
+    get = _reader(values)
+    home = Path(os.path.abspath(os.path.expanduser(os.environ.get("AIRFLOW_HOME") or "~/airflow")))
+    policy = RunnerPolicy(
+        allowed_host_paths=tuple(_abs_paths(get, "allowed_host_paths")),
+        allowed_capabilities=tuple(
+            c.upper().removeprefix("CAP_") for c in _list(get("allowed_capabilities"))
+        ),
+        allowed_devices=tuple(_list(get("allowed_devices"))),
+        allowed_images=tuple(_list(get("allowed_images"))) or RunnerPolicy.allowed_images,
+        allowed_namespaces=tuple(_list(get("allowed_namespaces"))),
+        allowed_conn_ids=tuple(_list(get("allowed_conn_ids"))),
+        allowed_service_accounts=tuple(_list(get("allowed_service_accounts"))),
+        allowed_pod_fields=_pod_fields(_list(get("allowed_pod_fields")), "allowed_pod_fields"),
+        allow_root=_bool(get, "container_allow_root", False),
+        read_only_root=_bool(get, "container_read_only_root", True),
+    )
+    return Settings(
+        airflow_home=home,
+        checkpoint_root=_path(get("checkpoint_storage_path"), home / "det-checkpoints"),
+        trial_work_dir=_path(get("trial_work_dir"), home / "det-trials"),
+        namespace=(get("namespace") or "default").strip(),
+        docker_conn_id=(get("docker_conn_id") or "").strip() or None,
+        kubernetes_conn_id=(get("kubernetes_conn_id") or "").strip() or None,
+        policy=policy,
+        pool_policies=_pool_policies(get("pool_policies")),
+        trial_uid_range=_uid_range(get("trial_uid_range")),
+        trial_user=(get("trial_user") or "").strip() or None,
+        max_long_polls_per_user=_int(get, "max_long_polls_per_user", 64),
+        max_unmanaged_experiments_per_user=_int(get, "max_unmanaged_experiments_per_user", 50),
+        max_creates_per_user=_int(get, "max_creates_per_user", 4),
+    )
+
+
+def _reader(values: Mapping[str, str | None] | None) -> Any:
+    if values is not None:
+        return lambda key: values.get(key)
+    from airflow.configuration import conf
+
+    # conf.get also reads AIRFLOW__DET__* variables, which getsection() misses.
+    return lambda key: conf.get(SECTION, key, fallback=None)
+
+
+def _list(value: str | None) -> list[str]:
+    return [item.strip() for item in (value or "").split(",") if item.strip()]
+
+
+def _path(value: str | None, default: Path) -> Path:
+    text = (value or "").strip()
+    return Path(os.path.abspath(os.path.expanduser(text))) if text else default
+
+
+def _abs_paths(get: Any, key: str) -> list[str]:
+    paths = _list(get(key))
+    for path in paths:
+        if not os.path.isabs(path):
+            raise SettingsError(f"airflow.cfg [det] {key}: {path!r} is not an absolute path")
+    return [os.path.normpath(p) for p in paths]
+
+
+def _bool(get: Any, key: str, default: bool) -> bool:
+    text = (get(key) or "").strip().lower()
+    if not text:
+        return default
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off"):
+        return False
+    raise SettingsError(f"airflow.cfg [det] {key}: expected true or false, got {text!r}")
+
+
+def _int(get: Any, key: str, default: int) -> int:
+    text = (get(key) or "").strip()
+    if not text:
+        return default
+    if not text.isdigit() or int(text) < 1:
+        raise SettingsError(f"airflow.cfg [det] {key}: expected an integer >= 1, got {text!r}")
+    return int(text)
+
+
+def _pod_fields(names: list[str], where: str) -> tuple[str, ...]:
+    for name in names:
+        if name not in GUARDED_POD_FIELDS:
+            raise SettingsError(
+                f"airflow.cfg [det] {where}: {name!r} is not one of {', '.join(GUARDED_POD_FIELDS)}"
+            )
+    return tuple(names)
+
+
+def _pool_policies(text: str | None) -> dict[str, dict[str, Any]]:
+    if not (text or "").strip():
+        return {}
+    try:
+        value = json.loads(text or "")
+    except json.JSONDecodeError as exc:
+        raise SettingsError(f"airflow.cfg [det] pool_policies: not JSON ({exc.msg} at {exc.pos})") from None
+    if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
+        raise SettingsError(
+            'airflow.cfg [det] pool_policies: expected {"POOL": {"SETTING": VALUE, ...}, ...}'
+        )
+    for pool, extra in value.items():
+        RunnerPolicy().extended(extra, f"airflow.cfg [det] pool_policies[{pool!r}]")
+        _pod_fields(
+            list(extra.get("allowed_pod_fields") or []), f"pool_policies[{pool!r}].allowed_pod_fields"
+        )
+    return value
+
+
+def _uid_range(text: str | None) -> tuple[int, int]:
+    if not (text or "").strip():
+        return DEFAULT_TRIAL_UID_RANGE
+    low, sep, high = (text or "").strip().partition("-")
+    if not sep or not low.strip().isdigit() or not high.strip().isdigit():
+        raise SettingsError(
+            f"airflow.cfg [det] trial_uid_range: expected FIRST-LAST such as 61184-65519, got {text!r}"
+        )
+    first, last = int(low), int(high)
+    if first < 1000 or last < first:
+        raise SettingsError(
+            f"airflow.cfg [det] trial_uid_range: {first}-{last} must start at 1000 or above and not end before it starts"
+        )
+    return first, last
