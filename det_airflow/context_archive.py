@@ -309,6 +309,7 @@ def check_archive(data: bytes, limits: ContextLimits = LIMITS) -> ArchiveSummary
     # Headers and padding add at most a few blocks per entry on top of the files themselves.
     budget = limits.content_bytes + limits.entries * 3 * tarfile.BLOCKSIZE + _MAX_HEADER_BYTES
     files: list[_Entry] = []
+    links: dict[str, str] = {}
     content = 0
     count = 0
     try:
@@ -325,6 +326,7 @@ def check_archive(data: bytes, limits: ContextLimits = LIMITS) -> ArchiveSummary
                             "over the limit"
                         )
                     _check_upload_member(member)
+                    _check_upload_links(member, links)
                     if member.isfile():
                         files.append(_Entry(member.name, "file", size=member.size))
                         content += member.size
@@ -399,6 +401,58 @@ def _check_upload_member(member: tarfile.TarInfo) -> None:
         problem = f"it is a hard link to {member.linkname!r}, outside the context"
     if problem is not None:
         raise ContextError(f"context: {name!r}: {problem}")
+
+
+# More links than this on one path is a loop (Linux gives up at 40 as well).
+_MAX_LINK_HOPS = 40
+
+
+def _check_upload_links(member: tarfile.TarInfo, links: dict[str, str]) -> None:
+    """Refuses what extraction would refuse once the archive's earlier links exist on disk: a
+    member written through a link, or a link (or a chain of them) whose target leaves the context.
+
+    ``links`` holds the symlinks seen so far (normalized name → target); ``member`` is added to it.
+    """
+    name = posixpath.normpath(member.name)
+    problem = None
+    if _resolve_in_archive(posixpath.dirname(name), links) is None:
+        problem = "it would be written outside the context through a link"
+    elif (
+        member.issym()
+        and _resolve_in_archive(posixpath.join(posixpath.dirname(name), member.linkname), links) is None
+    ):
+        problem = f"it is a symlink to {member.linkname!r}, which leads outside the context through a link"
+    elif member.islnk() and _resolve_in_archive(member.linkname, links) is None:
+        problem = f"it is a hard link to {member.linkname!r}, which leads outside the context through a link"
+    if problem is not None:
+        raise ContextError(f"context: {member.name!r}: {problem}")
+    if member.issym():
+        links[name] = member.linkname
+
+
+def _resolve_in_archive(path: str, links: dict[str, str]) -> str | None:
+    """Where ``path`` (relative to the context) leads once ``links`` exist, component by component
+    as the kernel resolves it; None when it leaves the context or loops."""
+    pending = [p for p in path.split("/") if p not in ("", ".")]
+    resolved: list[str] = []
+    hops = 0
+    while pending:
+        part = pending.pop(0)
+        if part == "..":
+            if not resolved:
+                return None
+            resolved.pop()
+            continue
+        resolved.append(part)
+        target = links.get("/".join(resolved))
+        if target is None:
+            continue
+        hops += 1
+        if hops > _MAX_LINK_HOPS or _is_absolute(target):
+            return None
+        resolved.pop()
+        pending = [p for p in target.split("/") if p not in ("", ".")] + pending
+    return "/".join(resolved)
 
 
 def extract_context(data: bytes, dest: str | os.PathLike[str]) -> None:

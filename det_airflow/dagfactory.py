@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from det_airflow.airflow_text import markdown_text, plain_text, plain_values
 from det_airflow.config import (
     MAX_CONFIG_BYTES,
     AirflowSection,
@@ -58,6 +59,50 @@ class Submission:
     # The trial slots the DAG maps, counted by the master at submission (it reads the pool's size,
     # which parsing cannot); None in files of older versions: the DAG counts without the pool.
     trial_slots: int | None = None
+
+
+# Under FAB's auth manager: the role through which an experiment's owner (and nobody else but
+# admins) edits its DAG, its runs and its task instances. The master creates it, with the owner in
+# it, before it writes the experiment's file; FAB's global DAG edit leaves the User role
+# (`det admin migrate`), so the per-DAG grant below is what lets a user change a DAG.
+OWNER_ROLE_PREFIX = "det-owner-"
+_ROLE_NAME_MAX = 64  # FAB's ab_role.name
+OWNER_DAG_ACCESS: dict[str, set[str]] = {
+    "DAGs": {"can_read", "can_edit", "can_delete"},
+    "DAG Runs": {"can_read", "can_create", "can_delete", "menu_access"},
+}
+
+
+def owner_role(owner: str) -> str:
+    """The FAB role of `owner`'s experiment DAGs (a hash stands in for a name too long for FAB)."""
+    import hashlib
+
+    name = OWNER_ROLE_PREFIX + owner
+    if len(name) <= _ROLE_NAME_MAX:
+        return name
+    return (
+        OWNER_ROLE_PREFIX
+        + hashlib.sha256(owner.encode()).hexdigest()[: _ROLE_NAME_MAX - len(OWNER_ROLE_PREFIX)]
+    )
+
+
+def uses_fab() -> bool:
+    """Whether Airflow's auth manager is FAB's, the one with per-DAG permissions."""
+    from airflow.configuration import conf
+
+    return "FabAuthManager" in (conf.get("core", "auth_manager", fallback="") or "")
+
+
+def dag_access_control(file: ExperimentFile, submission: Submission | None) -> dict[str, Any] | None:
+    """The DAG's `access_control`: under FAB, edit for its owner's role only (admins edit every DAG).
+
+    None elsewhere: the DAG of a dropped YAML (no owner) or of a file without its submission line
+    keeps what an admin granted in FAB (by default nobody but admins edits it); the simple auth
+    manager has no per-DAG permissions.
+    """
+    if file.experiment_id is None or submission is None or not uses_fab():
+        return None
+    return {owner_role(submission.owner): {k: set(v) for k, v in OWNER_DAG_ACCESS.items()}}
 
 
 def submission_header(owner: str, submitted: datetime, trial_slots: int | None = None) -> str:
@@ -203,6 +248,18 @@ def load_experiment(path: Path, defaults: dict[str, str], text: str | None = Non
     return cfg
 
 
+def check_runner_policy(path: Path, cfg: ExperimentConfig) -> None:
+    """A YAML dropped into the DAGs folder asks its runner for no more than the cluster's runner
+    policy allows (the master checked the configs it wrote when they were submitted; the runners
+    check every trial again)."""
+    from det_airflow import runner_policy, settings
+    from det_airflow.config import config_to_dict
+
+    problems = runner_policy.check(config_to_dict(cfg), settings.load())
+    if problems:
+        raise runner_policy.PolicyError(problems, source=str(path))
+
+
 def build_dag(file: ExperimentFile, cfg: ExperimentConfig, submission: Submission | None = None):  # type: ignore[no-untyped-def]
     from airflow.sdk import DAG, Asset
 
@@ -214,15 +271,21 @@ def build_dag(file: ExperimentFile, cfg: ExperimentConfig, submission: Submissio
     )
 
     conn_id = cfg.airflow.master_conn_id
+    # Every user-chosen text below goes through airflow_text: no control sequences, and in doc_md
+    # (rendered as Markdown) no link or image of the user's.
+    name = plain_text(cfg.name)
     if file.experiment_id is not None:
-        display_name = f"{cfg.name} (experiment {file.experiment_id})"
+        display_name = f"{name} (experiment {file.experiment_id})"
         doc = (
-            f"Experiment **{cfg.name}** ({file.experiment_id}): "
+            f"Experiment **{markdown_text(cfg.name)}** ({file.experiment_id}): "
             f"[open its page]({experiment_page(file.experiment_id)}) for trials, curves and logs."
         )
     else:
-        display_name = cfg.name
-        doc = f"Experiment **{cfg.name}** compiled from `{file.path}`; each run is one experiment."
+        display_name = name
+        doc = (
+            f"Experiment **{markdown_text(cfg.name)}** compiled from {markdown_text(str(file.path))}; "
+            "each run is one experiment."
+        )
     with DAG(
         dag_id=file.dag_id,
         dag_display_name=display_name,
@@ -234,10 +297,11 @@ def build_dag(file: ExperimentFile, cfg: ExperimentConfig, submission: Submissio
         catchup=False,
         is_paused_upon_creation=False,
         max_active_runs=1 if file.experiment_id is not None else 16,
-        tags=["det", cfg.searcher.name],
-        description=(cfg.description or cfg.name)[:200],
+        tags=["det", plain_text(cfg.searcher.name)],
+        description=plain_text(cfg.description or cfg.name)[:200],
         doc_md=doc,
-        default_args={"owner": submission.owner if submission else "det"},
+        default_args={"owner": plain_text(submission.owner) if submission else "det"},
+        access_control=dag_access_control(file, submission),
     ) as dag:
         trial_kwargs: dict[str, Any] = {
             "pool": cfg.resources.resource_pool or cfg.airflow.pool,
@@ -299,10 +363,12 @@ def _run_params(cfg: ExperimentConfig) -> dict[str, object]:
     searcher, resources = config.get("searcher") or {}, config.get("resources") or {}
     return {
         "description": Param(
-            cfg.description, type=["null", "string"], description="The experiment's description."
+            plain_values(cfg.description),
+            type=["null", "string"],
+            description="The experiment's description.",
         ),
         "hyperparameters": Param(
-            config.get("hyperparameters") or {},
+            plain_values(config.get("hyperparameters") or {}),
             type="object",
             description="Any hyperparameter of the YAML: a value, or a search range as in the YAML.",
         ),
@@ -381,6 +447,8 @@ def build_dags(dags_folder: Path, *, only_dag_id: str | None = None) -> dict[str
                     f"{path}: DAG id '{file.dag_id}' is already used by {seen[file.dag_id]}; rename one file"
                 )
                 continue
+            if file.experiment_id is None:
+                check_runner_policy(path, cfg)
             submission = read_submission(text) if file.experiment_id is not None else None
             dag = build_dag(file, cfg, submission)
         except DetError as exc:

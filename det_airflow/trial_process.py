@@ -65,6 +65,10 @@ class TrialSpec:
     latest_checkpoint: str | None = None
     steps_completed: int = 0
     run_id: int = 0  # increments each time the trial (re)starts
+    # The OS identity the master assigned to the experiment's owner (gid == uid); None when the
+    # master assigned none. Local, Docker and Kubernetes runners run the trial as it.
+    uid: int | None = None
+    gid: int | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TrialSpec:
@@ -78,10 +82,16 @@ class TrialSpec:
             latest_checkpoint=data.get("latest_checkpoint") or None,
             steps_completed=int(data.get("steps_completed") or 0),
             run_id=int(data.get("run_id") or 0),
+            uid=_optional_int(data.get("uid")),
+            gid=_optional_int(data.get("gid")),
         )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 def entrypoint_argv(entrypoint: str | Sequence[str]) -> list[str]:
@@ -206,6 +216,8 @@ def run_trial_process(
     as_user: dict[str, Any] = {}
     if user is not None:
         as_user = {"user": user.uid, "group": user.gid, "extra_groups": []}
+        # A numeric uid has no /etc/passwd entry: getpass.getuser() reads these first.
+        env = {**env, "USER": user.name, "LOGNAME": user.name}
     try:
         proc = subprocess.Popen(
             command,
@@ -267,9 +279,13 @@ class TrialUser:
     gid: int
 
 
-def trial_user(configured: str | None = None) -> TrialUser | None:
-    """The user trials run as: ``configured`` (``[det] trial_user``), else, when this process is
-    root, :data:`DEFAULT_TRIAL_USER` (created with ``useradd`` if missing); None means this
+def trial_user(
+    configured: str | None = None, *, uid: int | None = None, gid: int | None = None
+) -> TrialUser | None:
+    """The user trials run as: ``configured`` (``[det] trial_user``, the admin's override: every
+    user's trials under that one identity), else, when this process is root, the numeric ``uid``
+    and ``gid`` the master assigned to the experiment's owner (no ``/etc/passwd`` entry needed),
+    else :data:`DEFAULT_TRIAL_USER` (created with ``useradd`` if missing); None means this
     process's own user (a worker that is not root and sets no trial user)."""
     is_root = os.geteuid() == 0
     if configured and not is_root:
@@ -279,6 +295,12 @@ def trial_user(configured: str | None = None) -> TrialUser | None:
         )
     if not is_root:
         return None
+    if not configured and uid is not None:
+        if uid == 0 or gid == 0:
+            raise TrialIsolationError(
+                "the master assigned uid 0 to the experiment's owner; trials never run as root"
+            )
+        return TrialUser(f"det-{uid}", uid, uid if gid is None else gid)
     name = configured or DEFAULT_TRIAL_USER
     try:
         entry = pwd.getpwnam(name)
@@ -318,24 +340,56 @@ def make_passable_dirs(path: str | os.PathLike[str]) -> Path:
     return path
 
 
-def ensure_writable_dir(path: str | os.PathLike[str], user: TrialUser, *, adopt: bool = False) -> None:
-    """Make sure ``user`` can write in ``path``: a missing folder is created for it; an existing one
-    it cannot write to is handed to it only when ``adopt`` (a folder det itself owns, such as the
-    default checkpoint storage), else this fails naming the folder and the fix."""
-    path = Path(path).absolute()
-    if not path.exists():
-        make_passable_dirs(path.parent)
-        path.mkdir(exist_ok=True)
-        os.chown(path, user.uid, user.gid)
-        path.chmod(0o700)
-    elif not _allows(path.stat(), user, os.W_OK | os.X_OK):
-        if not adopt:
+def prepare_checkpoint_root(root: str | os.PathLike[str]) -> Path:
+    """Create the platform's checkpoint root, or set it right: root-owned, mode 1733 (sticky).
+
+    Every trial identity may create its checkpoint folders in it, none may list it, nor remove or
+    rename another's. Only this folder is made by the platform; what lies inside is made by the
+    trials, as their own identity. For a worker that is root."""
+    root = Path(os.path.abspath(root))
+    if not root.exists():
+        make_passable_dirs(root.parent)
+        root.mkdir(exist_ok=True)
+    st = os.stat(root, follow_symlinks=False)
+    if not stat.S_ISDIR(st.st_mode):
+        raise TrialIsolationError(f"[det] checkpoint_storage_path {root} is not a folder")
+    if (st.st_uid, st.st_gid) != (0, 0):
+        os.chown(root, 0, 0, follow_symlinks=False)
+    if stat.S_IMODE(st.st_mode) != 0o1733:
+        root.chmod(0o1733)
+    return root
+
+
+def check_can_write(path: str | os.PathLike[str], user: TrialUser) -> None:
+    """Fail early, naming the folder and the fix, when ``user`` could not write its checkpoints in
+    ``path``. A missing ``path`` is not created here: the trial creates it as its own identity, so
+    the nearest folder that exists must let it. Nothing is created or handed over as root."""
+    path = Path(os.path.abspath(path))
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    for folder in reversed(existing.parents):
+        mode = folder.stat()
+        if not _allows(mode, user, os.X_OK):
             raise TrialIsolationError(
-                f"trial user {user.name} cannot write to {path}: make it writable by that user "
-                f"(chown {user.name} {path}) or choose another checkpoint_storage.host_path"
+                f"trial user {user.name} cannot reach {path}: it may not pass through {folder} "
+                f"(mode {stat.filemode(mode.st_mode)}, owner uid {mode.st_uid}); choose another "
+                "checkpoint_storage.host_path or let others pass: chmod o+x "
+                f"{folder}"
             )
-        os.chown(path, user.uid, user.gid)
-    check_trial_access(user, read=[path])
+    if not _allows(existing.stat(), user, os.W_OK | os.X_OK):
+        what = f"write to {path}" if existing == path else f"create {path} (in {existing})"
+        raise TrialIsolationError(
+            f"trial user {user.name} cannot {what}: make it writable by uid {user.uid} or choose "
+            "another checkpoint_storage.host_path"
+        )
+
+
+def ensure_writable_dir(path: str | os.PathLike[str], user: TrialUser, *, adopt: bool = False) -> None:
+    """Make sure ``user`` can write its checkpoints in ``path``. With ``adopt`` (``path`` is the
+    platform's checkpoint root) the root is created or set right (:func:`prepare_checkpoint_root`);
+    any other folder is never created nor handed over as root (:func:`check_can_write`)."""
+    if adopt:
+        prepare_checkpoint_root(path)
+    check_can_write(path, user)
 
 
 def check_trial_access(user: TrialUser, *, read: Iterable[str | os.PathLike[str]] = ()) -> None:

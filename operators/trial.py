@@ -25,13 +25,9 @@ if TYPE_CHECKING:
 
 
 def default_work_dir() -> Path:
-    import os
+    from det_airflow import settings
 
-    from airflow.configuration import conf
-
-    configured = conf.get("det", "trial_work_dir", fallback=None)
-    home = os.environ.get("AIRFLOW_HOME", os.path.expanduser("~/airflow"))
-    return Path(configured or os.path.join(home, "det-trials")).expanduser()
+    return settings.load().trial_work_dir
 
 
 class TrialOperator(BaseOperator):
@@ -392,30 +388,32 @@ class TrialOperator(BaseOperator):
             self.log.warning("Could not tell the master trial %s is %s: %s", trial_id, state, exc)
 
     def _trial_user(self, spec: TrialSpec, workdir: Path) -> TrialUser | None:
-        """The user the trial runs as (None: the worker's own). When it is another user, make sure
-        it can run this Python, pass through to its work folder and write its checkpoints."""
-        from airflow.configuration import conf
-
+        """The user the trial runs as (None: the worker's own): the uid the master assigned to the
+        experiment's owner, unless the admin's ``[det] trial_user`` puts every user's trials under
+        one identity. When it is another user, make sure it can run this Python, pass through to
+        its work folder and write its checkpoints."""
+        from det_airflow import settings
         from det_airflow.core._storage import CheckpointStorage
-        from det_airflow.master.experiments import default_checkpoint_storage
         from det_airflow.trial_process import (
+            check_can_write,
             check_trial_access,
-            ensure_writable_dir,
             interpreter_paths,
             make_passable_dirs,
+            prepare_checkpoint_root,
             trial_user,
         )
 
-        user = trial_user(conf.get("det", "trial_user", fallback=None) or None)
+        current = settings.load()
+        user = trial_user(current.trial_user, uid=spec.uid, gid=spec.gid)
         if user is None:
             return None
         check_trial_access(user, read=interpreter_paths())
         make_passable_dirs(workdir.parent)
         storage = spec.config.get("checkpoint_storage")
         if storage and storage.get("type", "shared_fs") == "shared_fs":
-            path = CheckpointStorage.from_config(storage).base
-            default = Path(default_checkpoint_storage()["host_path"])
-            ensure_writable_dir(path, user, adopt=path == default)
+            # Only the checkpoint root is the platform's to make; folders in it are the trial's.
+            prepare_checkpoint_root(current.checkpoint_root)
+            check_can_write(CheckpointStorage.from_config(storage).base, user)
         return user
 
     def _watch(self, trial_id: int) -> None:

@@ -60,7 +60,7 @@ class CheckpointStorage:
             raise DetError(f"checkpoint {uuid} already exists at {target}")
         self.base.mkdir(parents=True, exist_ok=True)
         partial = self.base / f".{uuid}.partial-{os.urandom(4).hex()}"
-        partial.mkdir()
+        partial.mkdir(mode=0o700)  # the owner's alone, also in a shared checkpoint root
         try:
             yield partial
             os.rename(partial, target)

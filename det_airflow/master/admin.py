@@ -25,6 +25,7 @@ def migrate(*, conn_id: str = DEFAULT_CONN_ID, master_url: str | None = None) ->
         ) from None
     lines = [migration_summary(before, after)]
     lines.append(ensure_service_connection(db, conn_id, master_url or airflow_bridge.master_url()))
+    lines.extend(restrict_dag_edits(db))
     lines.append(rewrite_summary(*mask_experiment_files(db)))
     from sqlalchemy.engine import make_url
 
@@ -34,6 +35,23 @@ def migrate(*, conn_id: str = DEFAULT_CONN_ID, master_url: str | None = None) ->
     optuna_url = make_url(optuna_storage_url(db.url)).render_as_string(hide_password=True)
     lines.append(f"optuna studies of experiments with searcher.sampler: {optuna_url}")
     return lines
+
+
+def restrict_dag_edits(db: Database) -> list[str]:
+    """Under FAB: each experiment owner's role (their DAGs name it), and no global DAG edit for the
+    User role, so that only owners and admins change an experiment through Airflow's own API."""
+    from sqlalchemy import distinct, select
+
+    from det_airflow.dagfactory import uses_fab
+    from det_airflow.master import schema
+
+    if not uses_fab():
+        return []
+    with db.read() as conn:
+        owners = [o for o in conn.execute(select(distinct(schema.experiments.c.owner))).scalars() if o]
+    for owner in owners:
+        airflow_bridge.ensure_owner_role(owner)
+    return [*airflow_bridge.restrict_plain_users(), f"FAB owner roles: {len(owners)} in place"]
 
 
 def migration_summary(before: int | None, after: int) -> str:

@@ -123,6 +123,7 @@ def publish_experiment_dag(experiment_id: int) -> bool:
         bag.bag_dag(dag)  # cycle check and the cluster's DAG and task policies, as on a parse
         with create_session() as session:
             sync_bag_to_db(bag, DEFAULT_BUNDLE, None, session=session)
+        forget_cached_logins()  # under FAB the owner's role now edits the DAG: holds at once
     except Exception:  # noqa: BLE001 - the parse does the same work a moment later
         logging.getLogger(__name__).warning(
             "could not write experiment %d's DAG to Airflow now; asking for a parse",
@@ -235,9 +236,28 @@ def task_instance_states(
                 )
                 for dag_id, run_id, task_id, map_index, state, try_number in session.execute(query)
             }
-    except SQLAlchemyError:  # best effort: the caller only looks for runs to reclaim
+    except SQLAlchemyError as exc:
+        # Never an empty answer: the caller takes a task instance Airflow lacks for a deleted one.
         logging.getLogger(__name__).warning("could not read Airflow's task instances", exc_info=True)
-        return {}
+        raise AirflowRecordError(f"Airflow's task instances: {exc}") from None
+
+
+def existing_dag_runs(runs: list[tuple[str, str]]) -> set[tuple[str, str]]:
+    """The (dag_id, run_id) pairs among `runs` that Airflow still has (its DAG or the run itself
+    may have been deleted through Airflow's API or UI)."""
+    if not runs:
+        return set()
+    from airflow.models import DagRun
+    from airflow.utils.session import create_session
+    from sqlalchemy import select, tuple_
+    from sqlalchemy.exc import SQLAlchemyError
+
+    query = select(DagRun.dag_id, DagRun.run_id).where(tuple_(DagRun.dag_id, DagRun.run_id).in_(runs))
+    try:
+        with create_session() as session:
+            return {(dag_id, run_id) for dag_id, run_id in session.execute(query)}
+    except SQLAlchemyError as exc:
+        raise AirflowRecordError(f"Airflow's DAG runs: {exc}") from None
 
 
 def trial_work_dir() -> Path:
@@ -356,3 +376,82 @@ def finished_dag_runs(runs: list[tuple[str, str]]) -> set[tuple[str, str]]:
     )
     with create_session() as session:
         return {(dag_id, run_id) for dag_id, run_id in session.execute(query)}
+
+
+# --- FAB's per-DAG permissions (only under FAB's auth manager) ---------------------------------
+
+# What FAB's User role may do to every DAG, which would let any user change another's experiment.
+# `det admin migrate` takes it away; each owner edits their DAGs through dagfactory.owner_role().
+GLOBAL_DAG_CHANGES = (("can_edit", "DAGs"), ("can_delete", "DAGs"))
+PLAIN_USER_ROLE = "User"
+
+
+def ensure_owner_role(owner: str) -> str | None:
+    """Under FAB: the role through which `owner` edits their experiment DAGs, created when missing,
+    with `owner` in it (when FAB knows such a user). None under other auth managers.
+
+    Called before the experiment's file is written: a DAG whose `access_control` names a missing
+    role is refused by FAB when the DAG is written.
+    """
+    from det_airflow.dagfactory import owner_role, uses_fab
+
+    if not uses_fab():
+        return None
+    from airflow.providers.fab.www.security_appless import ApplessAirflowSecurityManager
+    from airflow.utils.session import create_session
+
+    name = owner_role(owner)
+    with create_session() as session:
+        manager = ApplessAirflowSecurityManager(session=session)
+        role = manager.add_role(name)  # commits; finds the role a concurrent create made
+        user = manager.find_user(username=owner)
+        if user is not None and role not in user.roles:
+            user.roles.append(role)
+    forget_cached_logins()
+    return name
+
+
+def forget_cached_logins() -> None:
+    """FAB keeps each logged-in user, with their permissions, for `[fab] cache_ttl` seconds: drop
+    them in this process so that a new role or DAG permission holds at the next request."""
+    try:
+        from airflow.providers.fab.auth_manager.fab_auth_manager import FabAuthManager
+    except ImportError:
+        return
+    FabAuthManager.cache.clear()
+
+
+def restrict_plain_users() -> list[str]:
+    """Under FAB: take edit and delete of every DAG away from the User role, so that a plain user
+    changes only their own experiments' DAGs (through their owner role). Answers what it did."""
+    from det_airflow.dagfactory import uses_fab
+
+    if not uses_fab():
+        return []
+    from airflow.configuration import conf
+    from airflow.providers.fab.www.security_appless import ApplessAirflowSecurityManager
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        manager = ApplessAirflowSecurityManager(session=session)
+        role = manager.find_role(PLAIN_USER_ROLE)
+        if role is None:
+            return [f"FAB role {PLAIN_USER_ROLE}: none, nothing to restrict"]
+        removed = []
+        for action, resource in GLOBAL_DAG_CHANGES:
+            permission = manager.get_permission(action, resource)
+            if permission is not None and permission in role.permissions:
+                manager.remove_permission_from_role(role, permission)
+                removed.append(action)
+    forget_cached_logins()
+    what = " and ".join(a for a, _ in GLOBAL_DAG_CHANGES)
+    lines = [
+        f"FAB role {PLAIN_USER_ROLE}: {'removed' if removed else 'already without'} {what} on all DAGs; "
+        "each experiment's owner edits its DAG through their det-owner-<name> role"
+    ]
+    if conf.getboolean("fab", "update_fab_perms", fallback=True):
+        lines.append(
+            "warning: [fab] update_fab_perms is True, so FAB gives them back to the User role when "
+            "the API server next starts: set it to False, or run `det admin migrate` after each start"
+        )
+    return lines

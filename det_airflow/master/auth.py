@@ -45,6 +45,20 @@ def _service_hash() -> str | None:
     return value
 
 
+def service_token_hash() -> str | None:
+    """The stored hash of the service token (cached briefly), None before `det admin migrate`."""
+    return _service_hash()
+
+
+def trial_of_token_hash(token_hash: str) -> int | None:
+    """The trial whose current run holds the token with ``token_hash``, if any."""
+    with get_database().read() as conn:
+        trial_id = conn.execute(
+            select(schema.trials.c.id).where(schema.trials.c.token_hash == token_hash)
+        ).scalar()
+    return None if trial_id is None else int(trial_id)
+
+
 def require_service(request: Request) -> None:
     """Routes for det tasks: the service token from the `det_default` connection."""
     expected = _service_hash()

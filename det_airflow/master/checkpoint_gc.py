@@ -16,9 +16,8 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Connection, Row, select
 
 from det_airflow.config import CheckpointStorageConfig
-from det_airflow.master import experiments, lifecycle, schema
+from det_airflow.master import experiments, file_cleanup, lifecycle, schema
 from det_airflow.master.db import Database
-from det_airflow.master.experiments import _remove_checkpoint_files
 
 if TYPE_CHECKING:
     from det_airflow.config import ExperimentConfig
@@ -47,13 +46,11 @@ def checkpoints_to_delete(conn: Connection, experiment_id: int, cfg: ExperimentC
     return [row for row in rows if row.uuid not in keep]
 
 
-def remove_checkpoint_files(rows: Iterable[Row]) -> list[str]:
-    """Remove each checkpoint's folder; what could not be removed, one line each.
-
-    A folder is removed only when its name is the checkpoint's uuid, so a wrong ``storage.path``
-    never takes anything else with it.
-    """
-    return _remove_checkpoint_files([(row.uuid, row.storage) for row in rows])
+def remove_checkpoint_files(conn: Connection, experiment: Row, rows: Iterable[Row]) -> list[str]:
+    """Remove each checkpoint's folder, as the owner's identity (master/file_cleanup.py); what
+    could not be removed, one line each."""
+    identity = file_cleanup.owner_identity(conn, experiment.owner)
+    return file_cleanup.remove_checkpoints(experiment, [(row.uuid, row.storage) for row in rows], identity)
 
 
 def collect(db: Database, experiment_id: int) -> list[str]:
@@ -68,7 +65,8 @@ def collect(db: Database, experiment_id: int) -> list[str]:
             lifecycle.delete_checkpoint(conn, row, _REASON)
     if not garbage or (exp.config.get("checkpoint_storage") or {}).get("type") != "shared_fs":
         return []
-    return remove_checkpoint_files(garbage)
+    with db.begin() as conn:
+        return remove_checkpoint_files(conn, exp, garbage)
 
 
 _REASON = "checkpoint_storage keeps neither it as one of the experiment's save_experiment_best, nor "

@@ -6,9 +6,7 @@ import base64
 import binascii
 import functools
 import os
-import shutil
 import time
-from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,6 +15,7 @@ import yaml
 from sqlalchemy import Connection, Row, func, select
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
+from det_airflow import runner_policy, settings
 from det_airflow.config import ExperimentConfig, config_to_dict, merge_checkpoint_storage, parse_config
 from det_airflow.context_archive import LIMITS, check_archive, format_size
 from det_airflow.dagfactory import (
@@ -71,6 +70,7 @@ def prepare_config(source: str | dict[str, Any], *, source_name: str | None = No
         }
     cfg = parse_config(raw, source_name=source_name, airflow_defaults=airflow_section_defaults())
     check_resources(cfg)
+    runner_policy.enforce(config_to_dict(cfg), settings.load())
     return cfg
 
 
@@ -149,6 +149,9 @@ def create_once(
         return existing, False
     cfg = prepare_config(config_yaml)
     archive = decode_context(context)
+    # Under FAB, the role the experiment's DAG names must exist before a parse of its file; made
+    # outside the experiment's transaction, which holds SQLite's one writer lock.
+    airflow_bridge.ensure_owner_role(owner)
     try:
         with db.begin() as conn:
             experiment_id = create_experiment(
@@ -264,6 +267,11 @@ def trial_slots(cfg: ExperimentConfig) -> int:
     return concurrent_slot_count(cfg, airflow_bridge.pool_slots(trial_pool(cfg)))
 
 
+# The experiment files in the DAGs folder and their folders: the master's user and group only.
+EXPERIMENT_FILE_MODE = 0o640
+EXPERIMENT_DIR_MODE = 0o750
+
+
 def write_experiment_file(
     experiment_id: int,
     config: dict[str, Any],
@@ -278,13 +286,20 @@ def write_experiment_file(
     from det_airflow.master.serialize import masked_config
 
     path = path or experiment_file(airflow_bridge.dags_folder(), experiment_id)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=EXPERIMENT_DIR_MODE)
+    # Other local users (trials run as their own uids) have no business reading configs: the DAG
+    # processor runs as the master's uid (or its group), so owner and group are enough.
+    os.chmod(path.parent, EXPERIMENT_DIR_MODE)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(
+    text = (
         f"# Experiment {experiment_id}, written by the det master. Do not edit.\n"
         + (submission_header(*submission) if submission else "")
         + yaml.safe_dump(masked_config(config), sort_keys=False)
     )
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, EXPERIMENT_FILE_MODE)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        os.fchmod(f.fileno(), EXPERIMENT_FILE_MODE)
+        f.write(text)
     os.replace(tmp, path)
 
 
@@ -406,11 +421,19 @@ def delete_experiment(db: Database, experiment_id: int) -> list[str]:
             f"experiment {experiment_id} is {row.state}, but its DAG run '{running[0]}' of DAG "
             f"'{row.dag_id}' is still running in Airflow; delete the experiment once that run has ended"
         )
+    from det_airflow.master import file_cleanup
+
+    with db.begin() as conn:
+        identity = file_cleanup.owner_identity(conn, row.owner)
+    work_dir = airflow_bridge.trial_work_dir()
     not_removed = [
         *_remove_airflow_records(row),
-        *_remove_checkpoint_files(checkpoints),
+        *file_cleanup.remove_checkpoints(row, checkpoints, identity),
         *_remove_optuna_study(row),
-        *_remove_tree(airflow_bridge.trial_work_dir() / f"exp_{experiment_id}", "trial work directory"),
+        # The platform names this folder and made it (root-owned when the worker is root).
+        *file_cleanup.remove_tree(
+            work_dir / f"exp_{experiment_id}", [work_dir], "trial work directory", identity=None
+        ),
     ]
     with db.begin() as conn:
         get_experiment(conn, experiment_id, lock=True)
@@ -451,8 +474,9 @@ def maybe_finish(conn: Connection, experiment_id: int) -> None:
     lifecycle.move_experiment(conn, row, final, reason, **values)
 
 
-def finalize(conn: Connection, experiment_id: int) -> tuple[Row, str | None]:
-    """Called when the DAG run's trial tasks are all done: settle whatever is still open."""
+def finalize(conn: Connection, experiment_id: int, *, why: str | None = None) -> tuple[Row, str | None]:
+    """Called when the DAG run's trial tasks are all done: settle whatever is still open (``why``:
+    what ended them, when not the tasks themselves)."""
     row = get_experiment(conn, experiment_id, lock=True)
     if not ExperimentState(row.state).is_terminal:
         open_trials = (
@@ -471,13 +495,15 @@ def finalize(conn: Connection, experiment_id: int) -> tuple[Row, str | None]:
                 conn,
                 schema.trials.c.id.in_(open_trials),
                 TrialState.ERROR,
-                "its Airflow task ended without reporting the trial's exit",
+                why or "its Airflow task ended without reporting the trial's exit",
                 end_time=now(),
                 token_hash=None,
             )
             values: dict[str, Any] = {"search_done": True}
             if not row.search_done and row.state in (ExperimentState.ACTIVE, ExperimentState.PAUSED):
-                values["error"] = row.error or "the experiment's tasks ended before its search finished"
+                values["error"] = (
+                    row.error or why or "the experiment's tasks ended before its search finished"
+                )
             conn.execute(
                 schema.experiments.update().where(schema.experiments.c.id == experiment_id).values(**values)
             )
@@ -518,18 +544,6 @@ def _remove_airflow_records(row: Row) -> list[str]:
     return []
 
 
-def _remove_checkpoint_files(checkpoints: Sequence[tuple[str, Any]]) -> list[str]:
-    """Remove the folders of (uuid, storage) pairs; what could not be removed, one line each."""
-    not_removed: list[str] = []
-    for uuid, storage in checkpoints:
-        location = (storage or {}).get("path")
-        if not location or Path(location).name != uuid:
-            not_removed.append(f"checkpoint {uuid}: its files are not at a known path ({location!r})")
-            continue
-        not_removed += _remove_tree(Path(location), f"checkpoint {uuid}")
-    return not_removed
-
-
 def _remove_optuna_study(row: Row) -> list[str]:
     from det_airflow.master import search
 
@@ -539,16 +553,6 @@ def _remove_optuna_study(row: Row) -> list[str]:
         search.delete_study(row.id)
     except SQLAlchemyError as exc:
         return [f"optuna study '{search.study_name(row.id)}': {exc.__class__.__name__}: {exc}"]
-    return []
-
-
-def _remove_tree(path: Path, what: str) -> list[str]:
-    try:
-        shutil.rmtree(path)
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        return [f"{what} at {path}: {exc.strerror or exc}"]
     return []
 
 
@@ -641,7 +645,10 @@ def unmanaged_config(given: dict[str, Any]) -> ExperimentConfig:
             **(raw.get("reproducibility") or {}),
             "experiment_seed": int(time.time()) % 2**31,
         }
-    return parse_config(raw, source_name="unmanaged experiment", airflow_defaults=airflow_section_defaults())
+    cfg = parse_config(raw, source_name="unmanaged experiment", airflow_defaults=airflow_section_defaults())
+    # Its checkpoints land in its storage's host path, which the master later reads and deletes.
+    runner_policy.enforce(config_to_dict(cfg), settings.load())
+    return cfg
 
 
 def create_unmanaged(

@@ -7,12 +7,15 @@ announces nothing) is cut off at the limit rather than after the whole body is i
 from __future__ import annotations
 
 import logging
+import secrets
+from collections import Counter
 from http.cookies import CookieError, SimpleCookie
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DataError, IntegrityError
+from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from det_airflow.context_archive import LIMITS, format_size
@@ -79,8 +82,109 @@ class BodyTooLarge(HTTPException):
         super().__init__(status_code=413, detail=detail)
 
 
+# Bodies over the anonymous limit come only from a valid login or det token, and are bounded in
+# flight: per sender (the service token, shared by det's tasks, is not one sender) and in bytes
+# over all senders, so memory stays bounded however many requests arrive at once.
+LARGE_BODIES_PER_SENDER = 2
+LARGE_BODY_BYTES_IN_FLIGHT = 512 * 1024**2
+_large_per_sender: Counter[str] = Counter()
+_large_bytes_in_flight = 0
+_SERVICE = "service"
+
+
+async def sender_of(scope: Scope, headers: dict[bytes, bytes]) -> str | None:
+    """Who sends this request, by a credential that is valid now: ``user:NAME``, ``trial:ID`` or
+    ``service``; None when it sends none or an invalid one. Checked without reading the body."""
+    token = _bearer_token(headers)
+    if token is not None:
+        det_sender = await run_in_threadpool(_det_token_sender, token)
+        if det_sender is not None:
+            return det_sender
+    user = await _airflow_user(scope, token if token is not None else _login_cookie(headers))
+    return None if user is None else f"user:{user}"
+
+
+def _bearer_token(headers: dict[bytes, bytes]) -> str | None:
+    scheme, _, token = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
+def _login_cookie(headers: dict[bytes, bytes]) -> str | None:
+    cookies = SimpleCookie()
+    try:
+        cookies.load(headers.get(b"cookie", b"").decode("latin-1"))
+    except CookieError:
+        return None
+    morsel = cookies.get(_LOGIN_COOKIE)
+    return morsel.value if morsel is not None and morsel.value else None
+
+
+def _det_token_sender(token: str) -> str | None:
+    from det_airflow.master import auth
+
+    digest = auth.hash_token(token)
+    service = auth.service_token_hash()
+    if service is not None and secrets.compare_digest(digest, service):
+        return _SERVICE
+    trial_id = auth.trial_of_token_hash(digest)
+    return None if trial_id is None else f"trial:{trial_id}"
+
+
+async def _airflow_user(scope: Scope, token: str | None) -> str | None:
+    """The name of the Airflow user whose login ``token`` is, as the routes' ``get_user`` resolves it
+    (or what the app overrides ``get_user`` with)."""
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.core_api.security import get_user
+    from jwt import InvalidTokenError
+
+    app = scope.get("app")
+    override = getattr(app, "dependency_overrides", {}).get(get_user)
+    try:
+        if override is not None:
+            user = await override(Request(scope))
+        elif token is None:
+            return None
+        else:
+            user = await get_auth_manager().get_user_from_token(token)
+    except (HTTPException, InvalidTokenError, ValueError, KeyError):
+        return None
+    return str(user.get_name())
+
+
+class TooMuchInFlight(HTTPException):
+    """429 (one sender) or 503 (the server as a whole): too many large bodies arriving at once."""
+
+
+def _take_large(sender: str, size: int, method: str, path: str) -> None:
+    global _large_bytes_in_flight
+    if sender != _SERVICE and _large_per_sender[sender] >= LARGE_BODIES_PER_SENDER:
+        raise TooMuchInFlight(
+            429,
+            f"request body: {sender.partition(':')[2] or sender} already sends {LARGE_BODIES_PER_SENDER} "
+            f"bodies over {format_size(ANONYMOUS_BODY_LIMIT)} at once; wait for one to finish before "
+            f"{method} {path}",
+        )
+    if _large_bytes_in_flight + size > LARGE_BODY_BYTES_IN_FLIGHT:
+        raise TooMuchInFlight(
+            503,
+            f"request body: the master is receiving {format_size(_large_bytes_in_flight)} of large "
+            f"bodies already (at most {format_size(LARGE_BODY_BYTES_IN_FLIGHT)}); try {method} {path} again",
+        )
+    _large_per_sender[sender] += 1
+    _large_bytes_in_flight += size
+
+
+def _give_back_large(sender: str, size: int) -> None:
+    global _large_bytes_in_flight
+    _large_per_sender[sender] -= 1
+    if not _large_per_sender[sender]:
+        del _large_per_sender[sender]
+    _large_bytes_in_flight -= size
+
+
 class BodyLimit:
-    """ASGI middleware: refuses a body over ``body_limit`` by its Content-Length, or once it streams past."""
+    """ASGI middleware: refuses a body over ``body_limit`` by its Content-Length, or once it streams
+    past; and before reading a body over the anonymous limit, checks that its credential is valid."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -108,6 +212,17 @@ class BodyLimit:
                 return
         received = 0
         started = False
+        sender: str | None = None
+        # What a large body counts against the bytes in flight: its announced size, or the limit.
+        large_size = limit if announced is None else int(announced)
+
+        async def check_sender() -> None:
+            nonlocal sender
+            found = await sender_of(scope, headers)
+            if found is None:
+                raise NotLoggedIn(method, path)
+            _take_large(found, large_size, method, path)
+            sender = found
 
         async def limited_receive() -> Message:
             nonlocal received
@@ -116,6 +231,8 @@ class BodyLimit:
                 received += len(message.get("body", b""))
                 if received > limit:
                     raise BodyTooLarge(method, path, limit, received, announced=False, logged_in=logged_in)
+                if received > ANONYMOUS_BODY_LIMIT and sender is None:
+                    await check_sender()  # a body sent without a Content-Length, grown large
             return message
 
         async def watched_send(message: Message) -> None:
@@ -124,12 +241,28 @@ class BodyLimit:
             await send(message)
 
         try:
+            if announced is not None and large_size > ANONYMOUS_BODY_LIMIT:
+                await check_sender()  # before a byte of the body is read
             await self.app(scope, limited_receive, watched_send)
-        except BodyTooLarge as exc:
-            # Raised outside a route (which answers it itself); still a 413 if nothing was sent yet.
+        except (BodyTooLarge, NotLoggedIn, TooMuchInFlight) as exc:
+            # Raised outside a route (which answers it itself); still answered if nothing was sent yet.
             if started:
                 raise
             await _answer(scope, receive, send, exc.status_code, str(exc.detail))
+        finally:
+            if sender is not None:
+                _give_back_large(sender, large_size)
+
+
+class NotLoggedIn(HTTPException):
+    """401: a body over the anonymous limit with no valid login or det token."""
+
+    def __init__(self, method: str, path: str) -> None:
+        super().__init__(
+            status_code=401,
+            detail=f"request body over {format_size(ANONYMOUS_BODY_LIMIT)} for {method} {path} needs a "
+            "valid login (a bearer token or Airflow's login cookie) or det token; this one is not valid",
+        )
 
 
 async def _answer(scope: Scope, receive: Receive, send: Send, status: int, detail: str) -> None:

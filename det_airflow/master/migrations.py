@@ -132,6 +132,19 @@ def _v6_state_changes(op: Operations) -> None:
     op.create_index("det_state_changes_object", "det_state_changes", ["kind", "object_id", "id"])
 
 
+def _v7_user_ids(op: Operations) -> None:
+    op.create_table(
+        "det_user_ids",
+        sa.Column("username", sa.String(256), primary_key=True),
+        sa.Column("uid", sa.Integer, nullable=False, unique=True),
+    )
+
+
+def _v8_told_to_stop(op: Operations) -> None:
+    with op.batch_alter_table("det_trials") as batch:
+        batch.add_column(sa.Column("told_to_stop_run", sa.Integer))
+
+
 def backfill_metric_chunks(conn: Connection, chunks: sa.Table = schema.metric_chunks) -> int:
     """Rebuild the charts' numbers from every stored metric row; returns the trials that had some."""
     metrics = sa.table(
@@ -180,6 +193,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         6, "lifecycle: det_state_changes, each state change with its time and reason", _v6_state_changes
     ),
+    Migration(7, "one OS identity per experiment owner: det_user_ids", _v7_user_ids),
+    Migration(8, "trials: told_to_stop_run, the run the master last asked to stop", _v8_told_to_stop),
 )
 
 

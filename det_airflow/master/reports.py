@@ -6,13 +6,16 @@ from __future__ import annotations
 import functools
 import math
 import os
+import uuid
 from collections.abc import Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, Row, select
 
-from det_airflow.master import experiments, lifecycle, metric_points, schema, search, trials
+from det_airflow.errors import DetError
+from det_airflow.master import experiments, file_cleanup, lifecycle, metric_points, schema, search, trials
 from det_airflow.master.bodies import MAX_STEPS
 from det_airflow.master.experiments import NotFound, now
 from det_airflow.searcher import SearchMethod
@@ -125,8 +128,29 @@ class CheckpointConflict(experiments.StateError):
     """A checkpoint UUID is already registered for other files (HTTP 409)."""
 
 
+class CheckpointUUIDError(DetError):
+    """A checkpoint registration whose uuid is not a canonical UUID (HTTP 400)."""
+
+
+def check_checkpoint_uuid(value: str) -> str:
+    """``value`` if it is a canonical UUID (``str(uuid.UUID(value)) == value``): the name of the
+    checkpoint's folder, which GC and deletes remove, so never a name a trial picked (``etc``)."""
+    try:
+        canonical = str(uuid.UUID(value))
+    except ValueError:
+        canonical = None
+    if canonical != value:
+        raise CheckpointUUIDError(
+            f"uuid: expected a lowercase UUID such as {uuid.uuid4()} (the Core API makes one), got {value!r}"
+        )
+    return value
+
+
 def register_checkpoint(conn: Connection, trial_id: int, body: dict[str, Any]) -> Row:
-    """Register a checkpoint; registering the same one again (a retry) answers the stored one."""
+    """Register a checkpoint; registering the same one again (a retry) answers the stored one.
+
+    Its files are where the experiment's own storage puts that uuid: the trial names no path."""
+    check_checkpoint_uuid(body["uuid"])
     trial = trials.get_trial(conn, trial_id)
     exp = experiments.get_experiment(conn, trial.experiment_id)
     trials.mark_running(conn, trials.get_trial(conn, trial_id, lock=True), "its process saved a checkpoint")
@@ -141,9 +165,12 @@ def register_checkpoint(conn: Connection, trial_id: int, body: dict[str, Any]) -
             f"{existing.steps_completed} steps); a new checkpoint needs a new uuid"
         )
     storage = dict(exp.config.get("checkpoint_storage") or {})
-    base = storage.get("host_path") or storage.get("container_path") or ""
-    if storage.get("storage_path"):
-        base = os.path.join(base, storage["storage_path"])
+    folder = file_cleanup.checkpoint_folder(storage, body["uuid"])
+    if folder is None:  # storage whose files are not on this machine (a container's path)
+        base = storage.get("host_path") or storage.get("container_path") or ""
+        if storage.get("storage_path"):
+            base = os.path.join(base, storage["storage_path"])
+        folder = Path(os.path.normpath(os.path.join(base, body["uuid"])))
     resources = {str(k): int(v) for k, v in (body.get("resources") or {}).items()}
     steps = int(body["steps_completed"])
     metric = None
@@ -166,7 +193,7 @@ def register_checkpoint(conn: Connection, trial_id: int, body: dict[str, Any]) -
             metadata=body.get("metadata") or {},
             resources=resources,
             size=min(sum(resources.values()), MAX_STEPS),
-            storage={"type": storage.get("type"), "path": os.path.join(base, body["uuid"])},
+            storage={"type": storage.get("type"), "path": str(folder)},
             report_time=now(),
             validation_metric=metric,
         )

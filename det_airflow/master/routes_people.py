@@ -5,8 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import logging
-import re
-import shutil
+import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -15,11 +14,28 @@ from fastapi import APIRouter, Depends, Query, Response
 from pydantic import BaseModel, Field
 from sqlalchemy import ColumnElement, Connection, Row, func, select
 
-from det_airflow.core._storage import CheckpointStorage
 from det_airflow.errors import ContextError, DetError
-from det_airflow.master import airflow_bridge, experiments, lifecycle, reports, schema, serialize, trials
+from det_airflow.master import (
+    airflow_bridge,
+    caps,
+    experiments,
+    file_cleanup,
+    lifecycle,
+    reports,
+    schema,
+    serialize,
+    trials,
+)
 from det_airflow.master.auth import CrossSiteGuard
-from det_airflow.master.authz import Caller, CallerDep, check_change, check_create, check_read, readable
+from det_airflow.master.authz import (
+    Caller,
+    CallerDep,
+    PermissionDenied,
+    check_change,
+    check_create,
+    check_read,
+    readable,
+)
 from det_airflow.master.bodies import CreateExperiment
 from det_airflow.master.db import Database, get_database
 from det_airflow.states import LOG_LEVELS, TrialState
@@ -72,15 +88,17 @@ def _readable_trial(conn: Connection, caller: Caller, trial_id: int, what: str) 
 def create_experiment(body: CreateExperiment, caller: CallerDep) -> dict:
     check_create(caller)
     db = get_database()
-    row, created = experiments.create_once(
-        db,
-        config_yaml=body.config,
-        context=body.context,
-        owner=caller.name,
-        paused=body.paused,
-        parent_id=body.parent_id,
-        request_id=body.request_id,
-    )
+    # Each create in flight holds its context and config in memory and checks them: capped per user.
+    with caps.creates.hold(caller.name):
+        row, created = experiments.create_once(
+            db,
+            config_yaml=body.config,
+            context=body.context,
+            owner=caller.name,
+            paused=body.paused,
+            parent_id=body.parent_id,
+            request_id=body.request_id,
+        )
     # Fields accepted but not acted on: one line the CLI prints, never silently dropped.
     warnings = list(experiments.experiment_config(row).warnings)
     if created:
@@ -137,21 +155,24 @@ def _best_of(row: Row, extremes: tuple[float | None, float | None] | None) -> fl
     return extremes[0] if smaller_is_better else extremes[1]
 
 
-def _trials_of(conn: Connection, experiment_id: int) -> list[dict]:
+def _trials_of(conn: Connection, experiment_id: int, caller: Caller, row: Row) -> list[dict]:
     rows = conn.execute(
         select(schema.trials)
         .where(schema.trials.c.experiment_id == experiment_id)
         .order_by(schema.trials.c.id)
     ).all()
-    return [serialize.trial(r) for r in rows]
+    masked = not caller.sees_secrets_of(row)
+    return [serialize.trial(r, masked=masked) for r in rows]
 
 
 @router.get("/experiments/{experiment_id}")
 def describe_experiment(experiment_id: int, caller: CallerDep) -> dict:
     with get_database().read() as conn:
+        check_read(caller, experiments.get_experiment(conn, experiment_id), "describe")
+    trials.reconcile_experiment(get_database(), experiment_id)  # changed through Airflow's API?
+    with get_database().read() as conn:
         row = experiments.get_experiment(conn, experiment_id)
-        check_read(caller, row, "describe")
-        trial_list = _trials_of(conn, experiment_id)
+        trial_list = _trials_of(conn, experiment_id, caller, row)
     return {
         "experiment": serialize.experiment(row, num_trials=len(trial_list)),
         "trials": trial_list,
@@ -170,8 +191,9 @@ def experiment_config(experiment_id: int, caller: CallerDep) -> dict:
 @router.get("/experiments/{experiment_id}/trials")
 def experiment_trials(experiment_id: int, caller: CallerDep) -> dict:
     with get_database().read() as conn:
-        check_read(caller, experiments.get_experiment(conn, experiment_id), "list the trials of")
-        return {"trials": _trials_of(conn, experiment_id)}
+        row = experiments.get_experiment(conn, experiment_id)
+        check_read(caller, row, "list the trials of")
+        return {"trials": _trials_of(conn, experiment_id, caller, row)}
 
 
 @router.get("/experiments/{experiment_id}/checkpoints")
@@ -204,8 +226,16 @@ def experiment_context(experiment_id: int) -> Response:
 
 @router.get("/experiments/{experiment_id}/context")
 def people_experiment_context(experiment_id: int, caller: CallerDep) -> Response:
+    """The context's files for its owner or an admin: they may hold secrets (the CLI packs the
+    config's own folder), which readers of the experiment do not see."""
     with get_database().read() as conn:
-        check_read(caller, experiments.get_experiment(conn, experiment_id), "download the context of")
+        row = experiments.get_experiment(conn, experiment_id)
+    check_read(caller, row, "download the context of")
+    if not caller.sees_secrets_of(row):
+        raise PermissionDenied(
+            f"user '{caller.name}' may not download the context of experiment {experiment_id}: "
+            f"its files may hold secrets; only its owner '{row.owner}' or an admin may"
+        )
     return experiment_context(experiment_id)
 
 
@@ -278,7 +308,11 @@ def delete_experiment(experiment_id: int, caller: CallerDep) -> dict:
 def describe_trial(trial_id: int, caller: CallerDep) -> dict:
     with get_database().read() as conn:
         trial = _readable_trial(conn, caller, trial_id, "describe a trial of")
-    return {"trial": serialize.trial(trial)}
+    trials.reconcile_experiment(get_database(), trial.experiment_id)  # changed through Airflow's API?
+    with get_database().read() as conn:
+        trial = trials.get_trial(conn, trial_id)
+        masked = not caller.sees_secrets_of(experiments.get_experiment(conn, trial.experiment_id))
+    return {"trial": serialize.trial(trial, masked=masked)}
 
 
 @router.get("/trials/{trial_id}/state-changes")
@@ -364,28 +398,26 @@ def delete_checkpoint(uuid: str, caller: CallerDep) -> dict:
         folder = _checkpoint_folder(exp, row)
         reports.delete_checkpoint(conn, row.trial_id, uuid)
         # Inside the transaction: if the files cannot be removed, the checkpoint stays COMPLETED.
-        if folder is not None and folder.exists():
-            try:
-                shutil.rmtree(folder)
-            except OSError as exc:
-                raise DetError(f"cannot remove the files of checkpoint {uuid} at {folder}: {exc}") from None
+        if folder is not None:
+            identity = file_cleanup.owner_identity(conn, exp.owner)
+            roots = file_cleanup.roots_for(exp.resource_pool)
+            problems = file_cleanup.remove_tree(folder, roots, f"checkpoint {uuid}", identity=identity)
+            if problems:
+                raise DetError(f"cannot remove the files of {problems[0]}")
     return {}
 
 
-_UUID = re.compile(r"^[A-Za-z0-9_\-][A-Za-z0-9_.\-]*$")
-
-
 def _checkpoint_folder(exp: Row, checkpoint: Row) -> Path | None:
-    """The checkpoint's folder on this machine, only if it lies directly in the experiment's storage."""
+    """The checkpoint's folder on this machine, only where the experiment's own storage puts it."""
     storage_config = exp.config.get("checkpoint_storage") or {}
-    if storage_config.get("type") != "shared_fs":
+    folder = file_cleanup.checkpoint_folder(storage_config, checkpoint.uuid)
+    if folder is None:
         return None  # a container path or a cloud bucket: not files of this machine
-    base = CheckpointStorage.from_config(storage_config).base.resolve()
-    folder = Path(str((checkpoint.storage or {}).get("path", ""))).resolve()
-    if not _UUID.match(checkpoint.uuid) or folder.parent != base or folder.name != checkpoint.uuid:
+    stored = Path(os.path.abspath(str((checkpoint.storage or {}).get("path", ""))))
+    if stored != folder:
         raise DetError(
-            f"checkpoint {checkpoint.uuid}: its path {folder} is not a folder of the experiment's "
-            f"checkpoint storage {base}; not deleting it"
+            f"checkpoint {checkpoint.uuid}: its path {stored} is not a folder of the experiment's "
+            f"checkpoint storage {folder.parent}; not deleting it"
         )
     return folder
 

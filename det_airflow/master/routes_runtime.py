@@ -5,17 +5,20 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, TypeVar
 
+import anyio
+import anyio.to_thread
 from fastapi import APIRouter, HTTPException, Query, Response
-from starlette.concurrency import run_in_threadpool
 
-from det_airflow.master import reports, routes_people, serialize, trials
+from det_airflow.master import caps, experiments, reports, routes_people, serialize, trials
 from det_airflow.master.auth import AnyTrialAuth, TrialAuth
 from det_airflow.master.bodies import CheckpointIn, EarlyExit, MetricBatch, Progress, SearcherCompleted
-from det_airflow.master.db import get_database
+from det_airflow.master.db import Database, get_database
 
 router = APIRouter(prefix="/runtime")
+T = TypeVar("T")
 
 
 @router.post("/trials/{trial_id}/metrics")
@@ -34,6 +37,21 @@ LONG_POLLS_PER_TRIAL = 2
 _open_long_polls: Counter[int] = Counter()
 
 
+# The looks of all long polls share these few threads: run in the server's default thread pool,
+# hundreds of polls looking four times a second took its threads (40) from every other request.
+_LOOK_THREADS = anyio.CapacityLimiter(4)
+
+
+async def _run_look(function: Callable[[Database, int], T], db: Database, trial_id: int) -> T:
+    return await anyio.to_thread.run_sync(function, db, trial_id, limiter=_LOOK_THREADS)
+
+
+def _owner_of(db: Database, trial_id: int) -> str:
+    with db.read() as conn:
+        trial = trials.get_trial(conn, trial_id)
+        return str(experiments.get_experiment(conn, trial.experiment_id).owner)
+
+
 @router.get("/trials/{trial_id}/preemption")
 async def preemption(
     trial_id: TrialAuth,
@@ -43,6 +61,7 @@ async def preemption(
     answered as soon as the answer is yes, else no once that long has passed (the Core API's
     watcher keeps one open, so the trial learns of a pause or preemption within moments)."""
     db = get_database()
+    owner = await _run_look(_owner_of, db, trial_id)
     if _open_long_polls[trial_id] >= LONG_POLLS_PER_TRIAL:
         raise HTTPException(
             status_code=429,
@@ -51,13 +70,14 @@ async def preemption(
         )
     _open_long_polls[trial_id] += 1
     try:
-        deadline = time.monotonic() + timeout_seconds
-        while True:
-            preempt = await run_in_threadpool(trials.preemption_answer, db, trial_id)
-            left = deadline - time.monotonic()
-            if preempt or left <= 0:
-                return {"preempt": preempt}
-            await asyncio.sleep(min(LONG_POLL_CHECK_SECONDS, left))
+        with caps.long_polls.hold(owner):
+            deadline = time.monotonic() + timeout_seconds
+            while True:
+                preempt = await _run_look(trials.preemption_answer, db, trial_id)
+                left = deadline - time.monotonic()
+                if preempt or left <= 0:
+                    return {"preempt": preempt}
+                await asyncio.sleep(min(LONG_POLL_CHECK_SECONDS, left))
     finally:
         _open_long_polls[trial_id] -= 1
         if not _open_long_polls[trial_id]:
@@ -86,9 +106,16 @@ def register_checkpoint(trial_id: TrialAuth, body: CheckpointIn) -> dict:
 
 
 @router.get("/checkpoints/{uuid}")
-def get_checkpoint(uuid: str, _trial_id: AnyTrialAuth) -> dict:
+def get_checkpoint(uuid: str, trial_id: AnyTrialAuth) -> dict:
     with get_database().read() as conn:
-        return {"checkpoint": serialize.checkpoint(reports.get_checkpoint(conn, uuid))}
+        row = reports.get_checkpoint(conn, uuid)
+        if not trials.may_read_checkpoint(conn, trial_id, row):
+            raise HTTPException(
+                status_code=403,
+                detail=f"trial {trial_id} may not read checkpoint {uuid}: it belongs to another user's "
+                "experiment and is not the checkpoint this experiment warm-starts from",
+            )
+        return {"checkpoint": serialize.checkpoint(row)}
 
 
 @router.delete("/checkpoints/{uuid}")

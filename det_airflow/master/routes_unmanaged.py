@@ -14,12 +14,15 @@ from typing import Any
 from airflow.api_fastapi.core_api.security import requires_authenticated
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
+from sqlalchemy import Connection, func, select
 
-from det_airflow.master import experiments, reports, serialize, trials
+from det_airflow import settings
+from det_airflow.master import caps, experiments, reports, schema, serialize, trials
 from det_airflow.master.auth import CrossSiteGuard, TrialAuth, hash_token, new_token
 from det_airflow.master.authz import CallerDep, check_create
 from det_airflow.master.bodies import LogBatch
 from det_airflow.master.db import get_database
+from det_airflow.states import TERMINAL_EXPERIMENT_STATES
 
 router = APIRouter()
 
@@ -46,6 +49,7 @@ def create_unmanaged(body: UnmanagedBody, caller: CallerDep) -> dict:
     cfg = experiments.unmanaged_config(config)
     token = new_token()
     with get_database().begin() as conn:
+        _check_running_cap(conn, caller.name)
         experiment_id, trial_id = experiments.create_unmanaged(
             conn, cfg, owner=caller.name, hparams=body.hparams, token_hash=hash_token(token)
         )
@@ -61,6 +65,26 @@ def create_unmanaged(body: UnmanagedBody, caller: CallerDep) -> dict:
         "token": token,
         "config": row.config,
     }
+
+
+def _check_running_cap(conn: Connection, owner: str) -> None:
+    """Refuse past ``max_unmanaged_experiments_per_user`` of the owner's unmanaged runs still running:
+    each holds a trial token that may open long polls and write metrics."""
+    cap = settings.load().max_unmanaged_experiments_per_user
+    table = schema.experiments
+    running = conn.execute(
+        select(func.count())
+        .select_from(table)
+        .where(
+            table.c.owner == owner,
+            table.c.dag_id.is_(None),
+            table.c.state.not_in([str(s) for s in TERMINAL_EXPERIMENT_STATES]),
+        )
+    ).scalar_one()
+    if running >= cap:
+        raise caps.too_many(
+            owner, f"{running} unmanaged experiments running", cap, "max_unmanaged_experiments_per_user"
+        )
 
 
 @router.post("/runtime/trials/{trial_id}/unmanaged/exit")

@@ -21,7 +21,7 @@ from sqlalchemy import (
 )
 
 # Bump when a table changes; `det admin migrate` brings a database up to this version.
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 8
 
 metadata = MetaData()
 
@@ -101,6 +101,9 @@ trials = Table(
     Column("admitted_at", DateTime(timezone=True)),
     # When the queue asked the running trial to make room for a higher-priority job (None: not asked).
     Column("preempt_requested_at", DateTime(timezone=True)),
+    # The run the master last answered "stop" (pause, kill, preemption): however the experiment's
+    # state has moved since, that run's exit is a stop the master asked for, not the trial's end.
+    Column("told_to_stop_run", Integer),
     UniqueConstraint("experiment_id", "request_id", name="det_trials_request_uq"),
     sqlite_autoincrement=True,
 )
@@ -173,4 +176,12 @@ state_changes = Table(
     Column("time", DateTime(timezone=True), nullable=False),
     Column("reason", Text, nullable=False),
     Index("det_state_changes_object", "kind", "object_id", "id"),
+)
+
+# The OS identity each experiment owner's trials run as (master/identities.py); gid == uid.
+user_ids = Table(
+    "det_user_ids",
+    metadata,
+    Column("username", String(256), primary_key=True),
+    Column("uid", Integer, nullable=False, unique=True),
 )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import copy
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -44,7 +44,9 @@ def experiment(
     }
 
 
-def trial(row: Row) -> dict[str, Any]:
+def trial(row: Row, *, masked: bool = False) -> dict[str, Any]:
+    """``masked``: for a reader who does not own the experiment (credentials in URLs of the
+    hyperparameters masked, as in its config)."""
     best = (
         {"metric": row.best_validation, "steps_completed": row.best_validation_steps}
         if row.best_validation is not None
@@ -56,7 +58,7 @@ def trial(row: Row) -> dict[str, Any]:
         "request_id": row.request_id,
         "slot": row.slot,
         "state": row.state,
-        "hparams": row.hparams,
+        "hparams": masked_url_credentials(row.hparams) if masked else row.hparams,
         "trial_seed": row.trial_seed,
         "start_time": iso(row.start_time),
         "end_time": iso(row.end_time),
@@ -132,16 +134,34 @@ _SECRET_KEYS = frozenset(
 )
 
 
+# The user:password part of a URL (``https://user:pass@host/...``), anywhere in a string.
+_URL_CREDENTIALS = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)[^\s/?#@]+@")
+
+
+def masked_url_credentials(value: Any) -> Any:
+    """``value`` (any JSON value) with credentials inside URLs masked: ``scheme://{MASK}@host``."""
+    if isinstance(value, str):
+        return _URL_CREDENTIALS.sub(rf"\g<scheme>{MASK}@", value)
+    if isinstance(value, list):
+        return [masked_url_credentials(v) for v in value]
+    if isinstance(value, dict):
+        return {k: masked_url_credentials(v) for k, v in value.items()}
+    return value
+
+
 def masked_config(config: dict[str, Any]) -> dict[str, Any]:
-    """The config with its secrets masked: environment variable values, storage and registry
-    credentials, and every value under ``data.secrets``. For anyone but the owner and admins."""
-    masked = copy.deepcopy(config)
+    """The config with its secrets masked: environment variable values (the variables' list and
+    every ``env`` value of ``pod_spec``), storage and registry credentials, every value under
+    ``data.secrets``, and credentials inside URLs anywhere. For anyone but the owner and admins."""
+    masked = masked_url_credentials(config)
     environment = masked.get("environment")
     if isinstance(environment, dict):
         if "environment_variables" in environment:
             environment["environment_variables"] = _masked_variables(environment["environment_variables"])
         if isinstance(environment.get("registry_auth"), dict):
             _mask_keys(environment["registry_auth"])
+        if "pod_spec" in environment:
+            _mask_pod_env(environment["pod_spec"])
     if isinstance(masked.get("checkpoint_storage"), dict):
         _mask_keys(masked["checkpoint_storage"])
     data = masked.get("data")
@@ -162,6 +182,22 @@ def _masked_variables(value: Any) -> Any:
 def _masked_variable(item: Any) -> str:
     name, sep, _value = str(item).partition("=")
     return f"{name}={MASK}" if sep else MASK
+
+
+def _mask_pod_env(node: Any) -> None:
+    """Masks ``env[].value`` wherever it is in a pod spec (containers, init containers, one pod
+    spec per device type); ``valueFrom`` only names a Secret and stays."""
+    if isinstance(node, list):
+        for item in node:
+            _mask_pod_env(item)
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            if key == "env" and isinstance(value, list):
+                for variable in value:
+                    if isinstance(variable, dict) and variable.get("value") is not None:
+                        variable["value"] = MASK
+            else:
+                _mask_pod_env(value)
 
 
 def _mask_keys(section: dict[str, Any]) -> None:

@@ -8,10 +8,10 @@ import math
 import time
 from typing import Any
 
-from sqlalchemy import Connection, Row, select
+from sqlalchemy import Connection, Row, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
-from det_airflow.master import experiments, lifecycle, queue, reports, schema, search
+from det_airflow.master import experiments, identities, lifecycle, queue, reports, schema, search
 from det_airflow.master.auth import hash_token, new_token
 from det_airflow.master.db import Database
 from det_airflow.master.experiments import NotFound, now
@@ -237,11 +237,19 @@ def preemption_answer(db: Database, trial_id: int) -> bool:
     first a preemption for its pool's waiting jobs when one is due (see :func:`make_room_if_due`)."""
     with db.read() as conn:
         row = _stop_row(conn, trial_id)
-    if not _preemption_anywhere() or not _room_due(row.resource_pool):
-        return _asked_to_stop(row)
-    with db.begin() as conn:
-        _preempt_for_waiting(conn, row.resource_pool)
-        return should_preempt(conn, trial_id)
+    if _preemption_anywhere() and _room_due(row.resource_pool):
+        with db.begin() as conn:
+            _preempt_for_waiting(conn, row.resource_pool)
+            row = _stop_row(conn, trial_id)
+    stop = _asked_to_stop(row)
+    if stop and row.told_to_stop_run != row.run_id:
+        with db.begin() as conn:
+            conn.execute(
+                update(schema.trials)
+                .where(schema.trials.c.id == trial_id, schema.trials.c.run_id == row.run_id)
+                .values(told_to_stop_run=row.run_id)
+            )
+    return stop
 
 
 def _preemption_anywhere() -> bool:
@@ -300,9 +308,12 @@ def mark_running(conn: Connection, trial: Row, why: str) -> Row:
 
 # Task instance states in which the task no longer runs the trial it last acquired.
 _TASK_ENDED = {"success", "failed", "skipped", "upstream_failed", "removed"}
+# ...and those of a task instance cleared through Airflow's API or UI while it ran the trial.
+_TASK_CLEARED = {None, "restarting"}
 # A waiting slot looks for lost runs at most this often (per pool, per API server process).
 _RECLAIM_EVERY_SECONDS = 5.0
 _last_reclaim: dict[str, float] = {}
+_last_reconcile: dict[int, float] = {}
 
 
 def reclaim_lost_runs(conn: Connection, pool: str) -> list[int]:
@@ -310,26 +321,25 @@ def reclaim_lost_runs(conn: Connection, pool: str) -> list[int]:
 
     A worker that dies, or a task that fails while the API server is away, leaves its trial
     RUNNING and holding pool slots, so the trials queued behind it and a search waiting for its
-    result would wait forever. Such a run ends as a failed run: the trial restarts from its latest
+    result would wait forever. So does a task instance someone failed, cleared or deleted through
+    Airflow's own API or UI. Such a run ends as a failed run: the trial restarts from its latest
     checkpoint in whichever slot is free (within max_restarts), else ends ERROR.
     """
-    import time
-
-    from det_airflow.master import airflow_bridge
-
     now_s = time.monotonic()
     if now_s - _last_reclaim.get(pool, -math.inf) < _RECLAIM_EVERY_SECONDS:
         return []
     _last_reclaim[pool] = now_s
+    return _reclaim(conn, schema.experiments.c.resource_pool == pool)
+
+
+def _reclaim(conn: Connection, which: Any) -> list[int]:
+    from det_airflow.master import airflow_bridge
+
     trials, exps = schema.trials, schema.experiments
     rows = conn.execute(
         select(trials.c.id, trials.c.task)
         .join(exps, exps.c.id == trials.c.experiment_id)
-        .where(
-            exps.c.resource_pool == pool,
-            trials.c.state.in_(_RUN_STARTED),
-            trials.c.task.is_not(None),
-        )
+        .where(which, trials.c.state.in_(_RUN_STARTED), trials.c.task.is_not(None))
     ).all()
     # trial id → (its task instance's key, the try that acquired it)
     runs: dict[int, tuple[tuple[str, str, str, int], int]] = {}
@@ -337,28 +347,69 @@ def reclaim_lost_runs(conn: Connection, pool: str) -> list[int]:
         if all((task or {}).get(k) is not None for k in ("dag_id", "run_id", "task_id", "map_index")):
             key = (task["dag_id"], task["run_id"], task["task_id"], int(task["map_index"]))
             runs[trial_id] = (key, int(task.get("try_number", 1)))
-    states = airflow_bridge.task_instance_states(sorted({key for key, _ in runs.values()}))
+    try:
+        states = airflow_bridge.task_instance_states(sorted({key for key, _ in runs.values()}))
+    except airflow_bridge.AirflowRecordError:
+        return []  # logged; the next look tries again
     lost = []
     for trial_id, (key, acquired_by) in runs.items():
-        state, try_number = states.get(key, (None, 0))
-        if state not in _TASK_ENDED or try_number != acquired_by:
-            continue  # still running, gone, or a newer try will take the trial back in its slot
+        task = "/".join(map(str, key))
+        if key not in states:
+            what = f"its task {task} is gone from Airflow (deleted through its API or UI, with its DAG run or DAG)"
+        else:
+            state, try_number = states[key]
+            if try_number != acquired_by:
+                continue  # a newer try takes the trial back in its slot
+            if state in _TASK_ENDED:
+                what = (
+                    f"its task {task} ended {state} without reporting the trial's exit (a lost worker "
+                    "or API server, or someone set its state through Airflow's API or UI)"
+                )
+            elif state in _TASK_CLEARED:
+                what = f"its task {task} was cleared through Airflow's API or UI while it ran the trial"
+            else:
+                continue  # still running it
         trial, _ = exit_run(conn, trial_id, _LOST_EXIT_CODE)
         if trial.state == TrialState.QUEUED:
             update_trial(conn, trial_id, slot=None)  # no try of that task will come for it: any free slot
         reports.append_logs(
-            conn,
-            trial_id,
-            [
-                {
-                    "level": "ERROR",
-                    "message": f"its task {'/'.join(map(str, key))} ended {state} without reporting "
-                    f"the trial's exit (a lost worker or API server); the trial is now {trial.state}",
-                }
-            ],
+            conn, trial_id, [{"level": "ERROR", "message": f"{what}; the trial is now {trial.state}"}]
         )
         lost.append(int(trial_id))
     return lost
+
+
+def reconcile_experiment(db: Database, experiment_id: int) -> None:
+    """Bring the experiment's trials in line with what Airflow has of its run, when someone changed
+    it behind the master (Airflow's own API or UI): a trial whose task was failed, cleared or
+    deleted restarts or ends as a failed run would; an experiment whose DAG run was deleted or
+    ended ends ERROR, naming what happened. Best effort, at most every few seconds per experiment:
+    people looking at an experiment drive it, as waiting trial slots do for their pool.
+    """
+    from det_airflow.master import airflow_bridge
+
+    now_s = time.monotonic()
+    if now_s - _last_reconcile.get(experiment_id, -math.inf) < _RECLAIM_EVERY_SECONDS:
+        return
+    _last_reconcile[experiment_id] = now_s
+    try:
+        with db.begin() as conn:
+            exp = experiments.get_experiment(conn, experiment_id)
+            if exp.dag_id is None or exp.dag_run_id is None or ExperimentState(exp.state).is_terminal:
+                return
+            run = (exp.dag_id, exp.dag_run_id)
+            if run not in airflow_bridge.existing_dag_runs([run]):
+                why = f"its DAG run '{exp.dag_run_id}' is gone from Airflow (deleted through its API or UI)"
+            elif run in airflow_bridge.finished_dag_runs([run]):
+                why = f"its DAG run '{exp.dag_run_id}' was ended in Airflow before the experiment ended"
+            else:
+                _reclaim(conn, schema.experiments.c.id == experiment_id)
+                return
+            experiments.finalize(conn, experiment_id, why=why)
+    except (airflow_bridge.AirflowRecordError, SQLAlchemyError, NotFound):
+        logging.getLogger(__name__).warning(
+            "reconciling experiment %s with Airflow", experiment_id, exc_info=True
+        )
 
 
 _LOST_EXIT_CODE = -1
@@ -390,7 +441,20 @@ def trial_spec(conn: Connection, exp: Row, trial: Row) -> dict[str, Any]:
         "latest_checkpoint": latest,
         "steps_completed": steps,
         "run_id": trial.run_id,
+        # The OS identity of the experiment's owner: runners run the trial as it (gid == uid).
+        "uid": (uid := identities.uid_for(conn, exp.owner)),
+        "gid": uid,
     }
+
+
+def may_read_checkpoint(conn: Connection, trial_id: int, checkpoint: Row) -> bool:
+    """Whether a trial's code may read ``checkpoint``'s record: one of an experiment of the same
+    owner, or the checkpoint its own experiment declared to warm-start from."""
+    exp = experiments.get_experiment(conn, get_trial(conn, trial_id).experiment_id)
+    source = experiments.get_experiment(conn, checkpoint.experiment_id)
+    if source.owner == exp.owner:
+        return True
+    return checkpoint.uuid == _warm_start_checkpoint(conn, experiments.experiment_config(exp))
 
 
 def _warm_start_checkpoint(conn: Connection, cfg: Any) -> str | None:
@@ -451,6 +515,22 @@ def exit_run(conn: Connection, trial_id: int, exit_code: int) -> tuple[Row, bool
             TrialState.PAUSED,
             f"{'the search paused it at its rung' if at_rung else 'its experiment was paused'}; {exited}",
             slot=None if at_rung else trial.slot,
+            **values,
+        )
+        return get_trial(conn, trial_id), False
+    elif (
+        trial.told_to_stop_run == trial.run_id
+        and exp_state == ExperimentState.ACTIVE
+        and not trial.stop_requested
+    ):
+        # The master asked this run to stop (its experiment was paused) and the experiment was
+        # activated again before the run exited: it stopped as asked, so it resumes from its latest
+        # checkpoint like a paused trial, rather than counting as having finished its work.
+        lifecycle.move_trial(
+            conn,
+            trial,
+            TrialState.QUEUED,
+            f"it stopped as asked, and its experiment is active again; {exited}",
             **values,
         )
         return get_trial(conn, trial_id), False
@@ -525,6 +605,8 @@ def _stop_row(conn: Connection, trial_id: int) -> Row:
             trials.c.stop_requested,
             trials.c.pause_requested,
             trials.c.preempt_requested_at,
+            trials.c.run_id,
+            trials.c.told_to_stop_run,
             exps.c.state,
             exps.c.resource_pool,
         )

@@ -34,7 +34,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config import ConfigException
 from urllib3.exceptions import HTTPError
 
-from det_airflow import trial_env
+from det_airflow import runner_policy, trial_env
 from det_airflow.errors import DetError
 from det_airflow.operators.runners._base import (
     LABEL_RUN,
@@ -51,6 +51,8 @@ from det_airflow.operators.runners.kubernetes import (
     gang_service,
     trial_pod,
 )
+from det_airflow.settings import RunnerPolicy, Settings
+from det_airflow.settings import load as load_settings
 
 DEFAULT_SLOTS_PER_NODE = 8
 # What a trial whose pod was deleted under it (stop, kill, someone's kubectl) exits with: SIGKILL's.
@@ -130,9 +132,11 @@ def pods_for(slots: int, slots_per_node: int) -> int:
     return slots // slots_per_node
 
 
-def trial_workload(trial: ContainerTrial, *, namespace: str, slots_per_node: int) -> TrialWorkload:
-    """The objects ``trial`` runs as. Each pod holds the slots of one pod, numbered from 0 as the pod
-    sees the devices Kubernetes gives it."""
+def trial_workload(
+    trial: ContainerTrial, *, namespace: str, slots_per_node: int, policy: RunnerPolicy | None = None
+) -> TrialWorkload:
+    """The objects ``trial`` runs as, under ``policy`` (the runner policy of its pool). Each pod
+    holds the slots of one pod, numbered from 0 as the pod sees the devices Kubernetes gives it."""
     slots = len(trial.slot_ids)
     pods = pods_for(slots, slots_per_node)
     per_pod = tuple(range(slots // pods))
@@ -143,12 +147,15 @@ def trial_workload(trial: ContainerTrial, *, namespace: str, slots_per_node: int
         env[visible] = ",".join(str(i) for i in per_pod)
     one = replace(trial, slot_ids=per_pod, env=env)
     if pods == 1:
-        return TrialWorkload(namespace, trial.name, 1, (trial_pod(one, namespace=namespace),))
+        return TrialWorkload(namespace, trial.name, 1, (trial_pod(one, namespace=namespace, policy=policy),))
     return TrialWorkload(
         namespace,
         trial.name,
         pods,
-        (gang_service(one, namespace=namespace), gang_job(one, namespace=namespace, pods=pods)),
+        (
+            gang_service(one, namespace=namespace),
+            gang_job(one, namespace=namespace, pods=pods, policy=policy),
+        ),
     )
 
 
@@ -292,8 +299,11 @@ class KubernetesRunner(TrialRunner):
         poll_interval: float = 1.0,
         log: Any = None,
         on_container: Callable[[str], None] | None = None,
+        settings: Settings | None = None,
     ) -> None:
         self.cluster = cluster
+        # airflow.cfg [det] of this worker (read at each run when not given).
+        self.settings = settings
         self.namespace = namespace
         self.slots_per_node = slots_per_node
         self.delete_pods = delete_pods
@@ -303,8 +313,27 @@ class KubernetesRunner(TrialRunner):
         self._log = log
         self._on_container = on_container  # told each pod's name once it exists
 
+    def workload(self, trial: ContainerTrial) -> TrialWorkload:
+        """The trial's objects, once its config passed this worker's runner policy (which may be
+        stricter than the master's) and the namespace is one the policy allows."""
+        settings = self.settings or load_settings()
+        runner_policy.enforce(trial.config, settings, runner="kubernetes")
+        policy = settings.policy_for(runner_policy.pool_of(trial.config))
+        if self.namespace not in settings.allowed_namespaces(policy):
+            raise runner_policy.PolicyError(
+                [
+                    (
+                        "airflow.namespace",
+                        f"namespace {self.namespace!r} is not allowed by the cluster's runner policy",
+                    )
+                ]
+            )
+        return trial_workload(
+            trial, namespace=self.namespace, slots_per_node=self.slots_per_node, policy=policy
+        )
+
     def run(self, trial: ContainerTrial, *, on_output: OnOutput, stop: threading.Event) -> int:
-        workload = trial_workload(trial, namespace=self.namespace, slots_per_node=self.slots_per_node)
+        workload = self.workload(trial)
         lock = threading.Lock()
 
         def emit(line: str, stream: str) -> None:
@@ -328,7 +357,7 @@ class KubernetesRunner(TrialRunner):
     def submit(self, trial: ContainerTrial) -> SubmittedWorkload:
         """Deletes what an earlier run of the trial left and creates its objects, without waiting for
         them; what was created before a refusal is deleted again."""
-        workload = trial_workload(trial, namespace=self.namespace, slots_per_node=self.slots_per_node)
+        workload = self.workload(trial)
         try:
             self.sweep(trial.spec.trial_id)
             try:

@@ -34,9 +34,16 @@ def build_runner(
     section and ``airflow.cfg [det]``."""
     from airflow.configuration import conf
 
+    from det_airflow import runner_policy, settings
+
     section = config.get("airflow") or {}
+    # This worker's airflow.cfg: the runner checks each trial against its policy before it starts.
+    worker_settings = settings.load()
     if name == "docker":
         from airflow.providers.docker.hooks.docker import DockerHook
+
+        # Before the hook reaches the daemon with the connection the config names.
+        runner_policy.enforce(config, worker_settings, runner="docker")
 
         from det_airflow.operators.runners._docker import DEFAULT_DOCKER_URL, DockerRunner
 
@@ -46,7 +53,13 @@ def build_runner(
             or DEFAULT_DOCKER_URL
         )
         hook = DockerHook(docker_conn_id=section.get("docker_conn_id") or None, base_url=base_url)
-        return DockerRunner(hook.api_client, log=log, on_container=on_container, on_phase=on_phase)
+        return DockerRunner(
+            hook.api_client,
+            log=log,
+            on_container=on_container,
+            on_phase=on_phase,
+            settings=worker_settings,
+        )
     if name == "kubernetes":
         from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 
@@ -60,6 +73,7 @@ def build_runner(
             delete_pods=conf.getboolean("det", "kubernetes_delete_pods", fallback=True),
             startup_timeout=conf.getfloat("det", "kubernetes_startup_timeout", fallback=600.0),
             log=log,
+            settings=worker_settings,
         )
     raise DetError(f"airflow.trial_runner: {name!r} cannot run trials on this worker yet")
 

@@ -9,6 +9,13 @@ of the slots per pod; the priority class is named after the job's priority.
 
 A pod shares no folder with the worker: its init container fetches the experiment's context from
 the master with the trial's own token and writes the trial's config, in the pod's work folder.
+
+The platform's fields win over the user's (:func:`harden`, after the merge): every container runs
+as the trial owner's uid (never root unless the runner policy allows it), without privilege
+escalation, with every capability dropped but those the policy allows, on a read-only root file
+system (an ``emptyDir`` on ``/tmp``) and the runtime's default seccomp profile; no service account
+token is mounted unless the pod names an account the policy allows. A forbidden field in the
+user's pod_spec is refused before this (:mod:`det_airflow.runner_policy`), never silently kept.
 """
 
 from __future__ import annotations
@@ -21,8 +28,10 @@ from typing import Any
 from airflow.providers.cncf.kubernetes.pod_generator import PodGenerator
 from kubernetes.client import models as k8s
 
+from det_airflow import runner_policy
 from det_airflow.api._http import API_PREFIX
 from det_airflow.operators.runners._base import ContainerTrial
+from det_airflow.settings import RunnerPolicy
 
 TRIAL_CONTAINER = "determined-container"
 CONTEXT_CONTAINER = "det-fetch-context"
@@ -52,6 +61,9 @@ with open(env["DET_EXPERIMENT_CONFIG_FILE"], "w") as config:
     config.write(env[config_variable])
 """
 GPU_RESOURCE = {"cuda": "nvidia.com/gpu", "rocm": "amd.com/gpu"}
+# Who a trial runs as when the master assigned its owner no uid.
+NOBODY = 65534
+TMP_VOLUME = "det-tmp"
 PRIORITY_CLASS_PREFIX = "det-priority-"
 
 
@@ -71,8 +83,11 @@ def priority_class(priority: int) -> k8s.V1PriorityClass:
     )
 
 
-def trial_pod(trial: ContainerTrial, *, namespace: str) -> k8s.V1Pod:
-    """The pod of ``trial`` (one container holding all its slots), with ``environment.pod_spec`` merged."""
+def trial_pod(trial: ContainerTrial, *, namespace: str, policy: RunnerPolicy | None = None) -> k8s.V1Pod:
+    """The pod of ``trial`` (one container holding all its slots), with ``environment.pod_spec``
+    merged below the platform's fields, under ``policy`` (the runner policy of the trial's pool;
+    the cluster's default when not given)."""
+    policy = policy or RunnerPolicy()
     config = trial.config
     resources = config.get("resources") or {}
     volumes, mounts = _volumes(trial)
@@ -80,12 +95,6 @@ def trial_pod(trial: ContainerTrial, *, namespace: str) -> k8s.V1Pod:
     if trial.device in GPU_RESOURCE and trial.slot_ids:
         limits[GPU_RESOURCE[trial.device]] = str(len(trial.slot_ids))
     environment = config.get("environment") or {}
-    capabilities = None
-    if environment.get("add_capabilities") or environment.get("drop_capabilities"):
-        capabilities = k8s.V1Capabilities(
-            add=list(environment.get("add_capabilities") or []) or None,
-            drop=list(environment.get("drop_capabilities") or []) or None,
-        )
     context_path = f"{API_PREFIX}/runtime/trials/{trial.spec.trial_id}/context"
     pull_policy = "Always" if environment.get("force_pull_image") else "IfNotPresent"
     env = [k8s.V1EnvVar(name=k, value=v) for k, v in sorted(trial.env.items())]
@@ -106,7 +115,6 @@ def trial_pod(trial: ContainerTrial, *, namespace: str) -> k8s.V1Pod:
         env=env,
         volume_mounts=mounts,
         resources=k8s.V1ResourceRequirements(limits=limits or None, requests=dict(limits) or None),
-        security_context=k8s.V1SecurityContext(capabilities=capabilities) if capabilities else None,
     )
     ours = k8s.V1Pod(
         api_version="v1",
@@ -121,9 +129,53 @@ def trial_pod(trial: ContainerTrial, *, namespace: str) -> k8s.V1Pod:
         ),
     )
     user = environment.get("pod_spec")
-    if not user:
-        return ours
-    return PodGenerator.reconcile_pods(_user_pod(user), ours)
+    pod = PodGenerator.reconcile_pods(_user_pod(user), ours) if user else ours
+    added = runner_policy.allowed_added_capabilities(environment.get("add_capabilities") or [], policy)
+    harden(pod.spec, trial, policy, added)
+    return pod
+
+
+def harden(spec: k8s.V1PodSpec, trial: ContainerTrial, policy: RunnerPolicy, added: list[str]) -> None:
+    """Sets the platform's security fields on a pod spec (the user's merged in), over the user's."""
+    uid = trial.spec.uid if trial.spec.uid is not None else NOBODY
+    gid = trial.spec.gid if trial.spec.gid is not None else uid
+    pod_context = spec.security_context or k8s.V1PodSecurityContext()
+    if not policy.allow_root:
+        pod_context.run_as_non_root = True
+        pod_context.run_as_user = uid
+        pod_context.run_as_group = gid
+        pod_context.fs_group = gid
+    if pod_context.seccomp_profile is None:
+        pod_context.seccomp_profile = k8s.V1SeccompProfile(type="RuntimeDefault")
+    spec.security_context = pod_context
+    account = spec.service_account_name or spec.service_account
+    if not account or account not in policy.allowed_service_accounts:
+        spec.automount_service_account_token = False
+    if policy.read_only_root:
+        volumes = list(spec.volumes or [])
+        if not any(v.name == TMP_VOLUME for v in volumes):
+            volumes.append(k8s.V1Volume(name=TMP_VOLUME, empty_dir=k8s.V1EmptyDirVolumeSource()))
+        spec.volumes = volumes
+    for container in [*(spec.init_containers or []), *(spec.containers or [])]:
+        context = container.security_context or k8s.V1SecurityContext()
+        if not policy.allow_root:
+            context.run_as_non_root = True
+            context.run_as_user = uid
+            context.run_as_group = gid
+        if not context.privileged:  # a privileged container, where allowed, escalates by definition
+            context.allow_privilege_escalation = bool(context.allow_privilege_escalation)
+        theirs = list((context.capabilities.add if context.capabilities else None) or [])
+        own = added if container.name == TRIAL_CONTAINER else []
+        context.capabilities = k8s.V1Capabilities(
+            add=list(dict.fromkeys([*own, *theirs])) or None, drop=["ALL"]
+        )
+        if policy.read_only_root:
+            context.read_only_root_filesystem = True
+            mounts = list(container.volume_mounts or [])
+            if not any(m.mount_path == "/tmp" for m in mounts):
+                mounts.append(k8s.V1VolumeMount(name=TMP_VOLUME, mount_path="/tmp"))
+            container.volume_mounts = mounts
+        container.security_context = context
 
 
 def _volumes(trial: ContainerTrial) -> tuple[list[k8s.V1Volume], list[k8s.V1VolumeMount]]:
@@ -141,7 +193,7 @@ def _volumes(trial: ContainerTrial) -> tuple[list[k8s.V1Volume], list[k8s.V1Volu
         mounts.append(k8s.V1VolumeMount(name="det-shm", mount_path="/dev/shm"))
     storage = config.get("checkpoint_storage") or {}
     if storage.get("type") == "shared_fs" and storage.get("host_path"):
-        path = str(storage["host_path"])
+        path = runner_policy.storage_folder(storage)
         volumes.append(k8s.V1Volume(name="det-checkpoints", host_path=k8s.V1HostPathVolumeSource(path=path)))
         mounts.append(k8s.V1VolumeMount(name="det-checkpoints", mount_path=path))
     for i, mount in enumerate(config.get("bind_mounts") or []):
@@ -196,11 +248,13 @@ def gang_service(trial: ContainerTrial, *, namespace: str) -> k8s.V1Service:
     )
 
 
-def gang_job(trial: ContainerTrial, *, namespace: str, pods: int) -> k8s.V1Job:
+def gang_job(
+    trial: ContainerTrial, *, namespace: str, pods: int, policy: RunnerPolicy | None = None
+) -> k8s.V1Job:
     """A trial spanning ``pods`` pods as one indexed Job: each pod holds ``trial.slot_ids`` (the
     slots of one pod), knows its container rank from its completion index, and reaches the others
     through :func:`gang_service`. No pod is retried on its own: the trial's retries restart the gang."""
-    pod = trial_pod(trial, namespace=namespace)
+    pod = trial_pod(trial, namespace=namespace, policy=policy)
     addrs = [f"{trial.name}-{i}.{trial.name}" for i in range(pods)]
     container = pod.spec.containers[0]
     env = [e for e in container.env or [] if e.name not in _GANG_VARIABLES]

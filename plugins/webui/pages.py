@@ -37,9 +37,12 @@ def router(static_dir: Path | None = None) -> APIRouter:
     @pages.get("/ui/{path:path}")
     def asset(path: str) -> FileResponse:
         base = folder()
+        missing = HTTPException(404, f"the det web UI has no file {path!r}")
+        if not _plain_path(path):
+            raise missing
         target = (base / path).resolve()
         if not target.is_relative_to(base) or not target.is_file():
-            raise HTTPException(404, f"the det web UI has no file '{path}'")
+            raise missing
         if target == base / "index.html":
             return FileResponse(target, headers={"Cache-Control": "no-cache"})
         hashed = target.is_relative_to(base / _HASHED)
@@ -47,3 +50,11 @@ def router(static_dir: Path | None = None) -> APIRouter:
         return FileResponse(target, headers={"Cache-Control": cache})
 
     return pages
+
+
+def _plain_path(path: str) -> bool:
+    """Whether ``path`` names a file the way the bundle's own URLs do: no NUL or other control
+    characters (the OS refuses a NUL in a path), no backslash, no empty, ``.`` or ``..`` parts."""
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in path) or "\\" in path:
+        return False
+    return all(part not in ("", ".", "..") for part in path.split("/"))

@@ -173,13 +173,14 @@ READS = [
     "/experiments/{e}/config",
     "/experiments/{e}/trials",
     "/experiments/{e}/checkpoints",
-    "/experiments/{e}/context",
     "/trials/{t}",
     "/trials/{t}/metrics",
     "/trials/{t}/logs",
     "/checkpoints/{c}",
     "/me",
 ]
+# The context's files may hold what the owner did not mean to show (keys beside the code).
+OWNER_READS = ["/experiments/{e}/context"]
 
 CHANGES = [
     ("POST", "/experiments/{e}/pause", None),
@@ -211,6 +212,12 @@ def test_every_read_route_needs_a_person_who_may_read_the_dag(
         assert call(det, None, tokens, "GET", url).status_code == 401, url
         assert call(det, "bob-trial", tokens, "GET", url).status_code == 403, url
         assert call(det, "service", tokens, "GET", url).status_code == 403, url
+    for path in OWNER_READS:
+        url = _fill(path, alice)
+        for who, status in (("viewer", 403), ("bob", 403), ("alice", 200), ("admin", 200)):
+            assert call(det, who, tokens, "GET", url).status_code == status, (who, url)
+        assert call(det, None, tokens, "GET", url).status_code == 401, url
+        assert call(det, "bob-trial", tokens, "GET", url).status_code == 403, url
 
 
 def test_every_change_is_refused_to_all_but_the_owner_and_admins_and_changes_nothing(

@@ -194,6 +194,62 @@ def test_only_the_owner_and_fab_admins_change_an_experiment(
     assert state(det, tokens, bob) in ("STOPPING_CANCELED", "CANCELED")
 
 
+def airflow_call(
+    det: DetEnv, who: str, tokens: dict[str, str], method: str, path: str, **kw: Any
+) -> httpx.Response:
+    """A call to Airflow's own REST API (not det's routes)."""
+    with httpx.Client(base_url=det.af.url, timeout=60) as client:
+        return client.request(
+            method, "/api/v2" + path, headers={"Authorization": f"Bearer {tokens[who]}"}, **kw
+        )
+
+
+def test_airflow_own_api_lets_only_the_owner_and_admins_change_an_experiment_dag(
+    det: DetEnv, tokens: dict[str, str]
+) -> None:
+    made = create(det, "alice", tokens)
+    assert made.status_code == 200, made.text
+    dag_id = made.json()["experiment"]["dag_id"]
+    runs: list[dict[str, Any]] = []
+
+    def has_trial_slots() -> bool:
+        answer = airflow_call(det, "admin", tokens, "GET", f"/dags/{dag_id}/dagRuns")
+        runs[:] = answer.json().get("dag_runs", []) if answer.status_code == 200 else []
+        if not runs:
+            return False
+        tis = airflow_call(
+            det, "admin", tokens, "GET", f"/dags/{dag_id}/dagRuns/{runs[0]['dag_run_id']}/taskInstances"
+        )
+        return tis.status_code == 200 and any(ti["task_id"] == "trial" for ti in tis.json()["task_instances"])
+
+    wait_until(has_trial_slots, f"a run of {dag_id} with its trial slots", timeout=180)
+    run_id = runs[0]["dag_run_id"]
+    changes = [
+        ("PATCH", f"/dags/{dag_id}", {"is_paused": True}),
+        ("POST", f"/dags/{dag_id}/clearTaskInstances", {"dry_run": True, "task_ids": ["trial"]}),
+        ("PATCH", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/trial/0", {"new_state": "failed"}),
+        ("DELETE", f"/dags/{dag_id}/dagRuns/{run_id}", None),
+        ("DELETE", f"/dags/{dag_id}", None),
+    ]
+    for method, path, body in changes:
+        for who in ("viewer", "bob"):
+            answer = airflow_call(det, who, tokens, method, path, json=body)
+            assert answer.status_code == 403, (who, method, path, answer.status_code, answer.text)
+    # The owner still reads and changes it, through Airflow and through det.
+    assert airflow_call(det, "bob", tokens, "GET", f"/dags/{dag_id}").status_code == 200
+    for who in ("alice", "admin"):
+        for paused in (True, False):
+            answer = airflow_call(det, who, tokens, "PATCH", f"/dags/{dag_id}", json={"is_paused": paused})
+            assert answer.status_code == 200, (who, answer.text)
+            assert answer.json()["is_paused"] is paused
+    e = made.json()["experiment"]["id"]
+    assert (
+        call(det, "alice", tokens, "POST", f"/experiments/{e}/labels", json={"label": "mine"}).status_code
+        == 200
+    )
+    assert state(det, tokens, e) == "PAUSED"
+
+
 def test_the_cli_says_permission_denied_under_fab(
     det: DetEnv, fab_airflow: tuple[LocalAirflow, dict[str, str]], tokens: dict[str, str], tmp_path: Path
 ) -> None:

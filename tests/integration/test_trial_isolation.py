@@ -7,7 +7,10 @@ from __future__ import annotations
 import configparser
 import json
 import os
+import re
 import shutil
+import subprocess
+import tempfile
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,8 +18,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from det_airflow.trial_process import DEFAULT_TRIAL_USER
-from tests.integration.det_env import EXAMPLE, DetEnv, kept_checkpoints
+from det_airflow.localairflow import PASSWORDS_FILE
+from det_airflow.settings import DEFAULT_TRIAL_UID_RANGE
+from tests.integration.det_env import DET, EXAMPLE, REPO, DetEnv, kept_checkpoints, wait_until
 
 pytestmark = [
     pytest.mark.integration,
@@ -29,7 +33,7 @@ pytestmark = [
 # Each attempt prints `PROBE <what>: refused (...)` or `PROBE <what>: GOT ...`.
 PROBE = textwrap.dedent(
     """
-    import os, pwd, subprocess, sys
+    import os, subprocess, sys
     from pathlib import Path
 
     import det_airflow as det
@@ -72,7 +76,7 @@ PROBE = textwrap.dedent(
         return result.stdout
 
 
-    print(f"PROBE user: {pwd.getpwuid(os.getuid()).pw_name}", flush=True)
+    print(f"PROBE uid: {os.getuid()} {os.environ.get('USER')}", flush=True)
     print(f"PROBE home: {os.environ['HOME']}", flush=True)
     attempt("airflow.cfg", lambda: (home / "airflow.cfg").read_text())
     attempt("airflow home listing", lambda: os.listdir(home))
@@ -131,7 +135,10 @@ def test_a_trial_cannot_reach_airflows_secrets_and_still_completes(det: DetEnv, 
     logs = det.det("trial", "logs", str(trial["id"])).stdout
     assert answer["experiment"]["state"] == "COMPLETED", logs
 
-    assert f"PROBE user: {DEFAULT_TRIAL_USER}" in logs
+    first, last = DEFAULT_TRIAL_UID_RANGE
+    (uid,) = {int(found) for found in re.findall(r"PROBE uid: (\d+)", logs)}
+    assert first <= uid <= last, logs
+    assert f"PROBE uid: {uid} det-{uid}" in logs
     assert "PROBE home: " in logs and f"PROBE home: {Path.home()}" not in logs
     for what in (
         "airflow.cfg",
@@ -156,3 +163,156 @@ def test_airflows_own_files_are_private_to_it(det: DetEnv) -> None:
     assert oct(home.stat().st_mode & 0o777) == oct(0o711)
     for private in (home / "airflow.cfg", home / "simple_auth_manager_passwords.json", home / "logs"):
         assert private.stat().st_mode & 0o077 == 0, f"{private} is open to others"
+
+
+# Alice's trial: saves a checkpoint, then holds until released, refusing to stop otherwise.
+HOLD = textwrap.dedent(
+    """
+    import os, time
+    from pathlib import Path
+
+    import det_airflow as det
+
+    with det.core.init() as core:
+        with core.checkpoint.store_path({"steps_completed": 1}) as (path, uuid):
+            (path / "state.json").write_text('{"step": 1}')
+        print(f"HOLD checkpoint {uuid}", flush=True)
+        while not Path(os.environ["RELEASE_FILE"]).exists():
+            time.sleep(0.5)
+    print("HOLD released", flush=True)
+    """
+)
+
+# Bob's trial goes after Alice's running trial the way a hostile user would.
+PRY = textwrap.dedent(
+    """
+    import os, signal
+    from pathlib import Path
+
+    workdir, checkpoint = Path(os.environ["ALICE_WORKDIR"]), Path(os.environ["ALICE_CHECKPOINT"])
+
+
+    def attempt(what, action):
+        try:
+            found = action()
+        except Exception as exc:
+            print(f"PRY {what}: refused ({type(exc).__name__})", flush=True)
+        else:
+            print(f"PRY {what}: GOT {found!r}"[:300], flush=True)
+
+
+    def alice_pid():
+        for proc in Path("/proc").iterdir():
+            try:
+                if proc.name.isdigit() and b"alice_hold.py" in (proc / "cmdline").read_bytes():
+                    return int(proc.name)
+            except OSError:
+                pass
+        raise LookupError("no process of alice_hold.py")
+
+
+    pid = alice_pid()
+    print(f"PRY uid: {os.getuid()}", flush=True)
+    print(f"PRY found alice's trial: {pid}", flush=True)
+    attempt("environ", lambda: Path(f"/proc/{pid}/environ").read_bytes())
+    attempt("work folder", lambda: os.listdir(workdir))
+    attempt("config file", lambda: (workdir / ".det" / "experiment_config.json").read_text())
+    attempt("checkpoint read", lambda: (checkpoint / "state.json").read_text())
+    attempt("checkpoint write", lambda: (checkpoint / "state.json").write_text("{}"))
+    attempt("checkpoint listing", lambda: os.listdir(checkpoint.parent))
+    attempt("signal", lambda: os.kill(pid, signal.SIGKILL))
+    """
+)
+
+
+def _create_as(det: DetEnv, user: str, config: Path, context: Path) -> int:
+    password = json.loads((det.af.home / PASSWORDS_FILE).read_text())[user]
+    env = {**det.env(), "DET_USER": user, "DET_PASS": password, "DET_AIRFLOW_CONFIG_DIR": str(config.parent)}
+    made = subprocess.run(
+        [str(DET), "experiment", "create", str(config), str(context)],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
+    )
+    assert made.returncode == 0, made.stdout + made.stderr
+    match = re.search(r"Created experiment (\d+)", made.stdout)
+    assert match, made.stdout
+    return int(match.group(1))
+
+
+def _config(tmp_path: Path, user: str, script: str, variables: list[str]) -> tuple[Path, Path]:
+    context = tmp_path / f"context-{user}"
+    context.mkdir()
+    (context / f"{user}_{'hold' if user == 'alice' else 'pry'}.py").write_text(script)
+    config = {
+        "name": f"isolation {user}",
+        "entrypoint": f"python3 {user}_{'hold' if user == 'alice' else 'pry'}.py",
+        "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": 1}},
+        "environment": {"environment_variables": variables},
+        "max_restarts": 0,
+    }
+    path = tmp_path / f"cli-{user}" / f"{user}.yaml"
+    path.parent.mkdir()
+    path.write_text(yaml.safe_dump(config))
+    return path, context
+
+
+@pytest.fixture
+def release() -> Iterator[Path]:
+    """A folder every uid may look into (pytest's tmp_path is not): alice's trial polls it."""
+    with tempfile.TemporaryDirectory(prefix="det-isolation-release-") as folder:
+        os.chmod(folder, 0o755)
+        yield Path(folder)
+
+
+def test_one_users_trial_cannot_read_signal_or_change_anothers(
+    det: DetEnv, tmp_path: Path, release: Path
+) -> None:
+    alice_config, alice_context = _config(tmp_path, "alice", HOLD, [f"RELEASE_FILE={release / 'go'}"])
+    alice = _create_as(det, "alice", alice_config, alice_context)
+    (checkpoint,) = wait_until(
+        lambda: det.get(f"/experiments/{alice}/checkpoints")["checkpoints"], "alice's checkpoint", timeout=300
+    )
+    (alice_trial,) = det.get(f"/experiments/{alice}/trials")["trials"]
+    assert alice_trial["state"] == "RUNNING"
+    workdir = det.af.home / "det-trials" / f"exp_{alice}" / f"trial_{alice_trial['id']}"
+    checkpoint_dir = Path(checkpoint["storage"]["path"])
+    assert checkpoint_dir.name == checkpoint["uuid"] and checkpoint_dir.is_dir(), checkpoint
+    alice_uid = workdir.stat().st_uid
+    assert oct(workdir.stat().st_mode & 0o777) == oct(0o700)
+    assert checkpoint_dir.stat().st_uid == alice_uid and checkpoint_dir.stat().st_mode & 0o077 == 0
+
+    bob_config, bob_context = _config(
+        tmp_path, "bob", PRY, [f"ALICE_WORKDIR={workdir}", f"ALICE_CHECKPOINT={checkpoint_dir}"]
+    )
+    bob = _create_as(det, "bob", bob_config, bob_context)
+    bob_answer = det.wait_experiment(bob, timeout=600)
+    (bob_trial,) = bob_answer["trials"]
+    logs = det.det("trial", "logs", str(bob_trial["id"])).stdout
+    assert "PRY found alice's trial: " in logs, logs
+    for what in (
+        "environ",
+        "work folder",
+        "config file",
+        "checkpoint read",
+        "checkpoint write",
+        "checkpoint listing",
+        "signal",
+    ):
+        assert f"PRY {what}: refused (PermissionError)" in logs, f"{what} was not refused:\n{logs}"
+    assert "GOT" not in logs
+    assert (checkpoint_dir / "state.json").read_text() == '{"step": 1}'
+
+    (release / "go").write_text("go")
+    (release / "go").chmod(0o644)
+    alice_answer = det.wait_experiment(alice, timeout=600)
+    assert alice_answer["experiment"]["state"] == "COMPLETED"
+    (alice_done,) = alice_answer["trials"]
+    assert alice_done["restarts"] == 0
+    alice_logs = det.det("trial", "logs", str(alice_done["id"])).stdout
+    assert "HOLD released" in alice_logs
+    (bob_uid,) = {int(found) for found in re.findall(r"PRY uid: (\d+)", logs)}
+    assert bob_uid != alice_uid and 0 not in (bob_uid, alice_uid)

@@ -153,6 +153,24 @@ def test_invalid_experiment_yaml_is_reported_and_the_others_still_load(tmp_path:
         dags["det_invalid_experiments"].validate()
 
 
+def test_a_dropped_yaml_asking_its_runner_for_a_host_mount_is_an_import_error(tmp_path: Path) -> None:
+    write(tmp_path / "good.yaml", CONST)
+    write(
+        tmp_path / "mount.yaml",
+        CONST
+        + "airflow: {trial_runner: docker}\nbind_mounts: [{host_path: /etc, container_path: /host_etc}]\n",
+    )
+
+    dags = build_dags(tmp_path)
+
+    assert "det_good" in dags and "det_mount" not in dags
+    with pytest.raises(
+        Exception,
+        match=r"mount\.yaml: bind_mounts\[0\]\.host_path: host path '/etc' is not allowed by the cluster's runner policy",
+    ):
+        dags[INVALID_DAG_ID].validate()
+
+
 def test_a_task_process_builds_only_its_own_dag(tmp_path: Path) -> None:
     write(tmp_path / "a.yaml", CONST)
     write(tmp_path / "b.yaml", CONST)

@@ -25,6 +25,7 @@ from det_airflow.trial_process import (
     DEFAULT_TRIAL_USER,
     TrialIsolationError,
     TrialSpec,
+    TrialUser,
     check_trial_access,
     ensure_writable_dir,
     entrypoint_argv,
@@ -51,6 +52,8 @@ SPEC = {
     "latest_checkpoint": "ckpt-1",
     "steps_completed": 300,
     "run_id": 2,
+    "uid": 61185,
+    "gid": 61185,
 }
 
 
@@ -515,21 +518,32 @@ def test_a_folder_the_trial_user_cannot_pass_is_named_with_the_fix(passable: Pat
 
 
 @as_root
-def test_checkpoint_storage_is_made_writable_for_the_trial_user_only_where_safe(passable: Path) -> None:
-    user = trial_user("nobody")
-    assert user is not None
-    fresh = passable / "new" / "checkpoints"
-    ensure_writable_dir(fresh, user)
-    assert fresh.stat().st_uid == user.uid
-    assert stat.S_IMODE(fresh.parent.stat().st_mode) == 0o711
+def test_only_the_checkpoint_root_is_made_by_the_platform_and_nothing_is_handed_over(passable: Path) -> None:
+    user = trial_user(uid=61184, gid=61184)
+    assert user == TrialUser("det-61184", 61184, 61184)
+    root = passable / "det-checkpoints"
+    ensure_writable_dir(root, user, adopt=True)
+    assert (root.stat().st_uid, stat.S_IMODE(root.stat().st_mode)) == (0, 0o1733)
+
+    # A host_path pointing at a missing folder: root creates nothing; the trial may create it.
+    missing = root / "team" / "run"
+    ensure_writable_dir(missing, user)
+    assert not (root / "team").exists()
+    elsewhere = passable / "not-mine" / "checkpoints"
+    (passable / "not-mine").mkdir(mode=0o755)
+    with pytest.raises(
+        TrialIsolationError, match=f"det-61184 cannot create {elsewhere} \\(in {elsewhere.parent}\\)"
+    ):
+        ensure_writable_dir(elsewhere, user)
+    assert not elsewhere.exists()
 
     existing = passable / "existing"
     existing.mkdir(mode=0o755)
-    with pytest.raises(TrialIsolationError, match=f"cannot write to {existing}: .*chown nobody {existing}"):
+    with pytest.raises(
+        TrialIsolationError, match=f"cannot write to {existing}: make it writable by uid 61184"
+    ):
         ensure_writable_dir(existing, user)
     assert existing.stat().st_uid == 0  # a folder det does not own is never taken over
-    ensure_writable_dir(existing, user, adopt=True)
-    assert existing.stat().st_uid == user.uid
 
 
 def test_a_killed_worker_takes_its_trial_process_along(tmp_path: Path) -> None:
@@ -569,3 +583,19 @@ def _alive(pid: int) -> bool:
             return stat_file.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+@as_root
+def test_a_trial_runs_as_its_owners_numeric_uid_without_a_passwd_entry(passable: Path) -> None:
+    user = trial_user(uid=61190, gid=61190)
+    assert user is not None
+    workdir = passable / "w"
+    workdir.mkdir()
+    hand_over(workdir, user)
+    out = Output()
+    script = "import getpass, os; print(os.getuid(), os.getgid(), os.getgroups(), getpass.getuser())"
+    code = run_trial_process(
+        workdir, [sys.executable, "-c", script], {"PATH": "/usr/bin:/bin"}, on_output=out, user=user
+    )
+    assert code == 0, out.lines
+    assert out.lines == [("61190 61190 [] det-61190", "stdout")]

@@ -25,6 +25,7 @@ from sqlalchemy import select
 from det_airflow.master import schema
 from det_airflow.master.app import create_app
 from det_airflow.master.db import Database, get_database
+from tests.unit.master.owners import checkpoint_root, owned_by
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 ORIGIN = "http://testserver"
@@ -161,6 +162,7 @@ class People:
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "state.pt").write_bytes(b"weights")
         trial = self.trial(trial_id)
+        owned_by(self.db, self.experiment(trial.experiment_id).owner, folder)
         with self.db.begin() as conn:
             conn.execute(
                 schema.checkpoints.insert().values(
@@ -191,8 +193,9 @@ def people(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[People]:
     create_auth_manager()
     app = create_app()
     app.dependency_overrides[get_user] = _user_from_header
-    storage = tmp_path / "checkpoints"
-    storage.mkdir()
+    # The checkpoint root as a root worker makes it; its folders belong to their owners' uids.
+    storage = checkpoint_root(tmp_path / "checkpoints")
+    monkeypatch.setenv("AIRFLOW__DET__CHECKPOINT_STORAGE_PATH", str(storage))
     try:
         with TestClient(app) as client:
             yield People(client, db, storage)

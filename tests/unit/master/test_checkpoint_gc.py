@@ -7,9 +7,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+from uuid import UUID
 
 import pytest
-from sqlalchemy import insert, update
+from sqlalchemy import insert, select, update
 
 from det_airflow.config import parse_config
 from det_airflow.master import checkpoint_gc, lifecycle, reports, routes_internal, schema, trials
@@ -17,8 +18,11 @@ from det_airflow.master.bodies import TrialExit
 from det_airflow.master.db import Database
 from tests.unit.master import test_queue
 from tests.unit.master.creating import Creator
+from tests.unit.master.owners import checkpoint_root, owned_by
 from tests.unit.master.people_app import People
 from tests.unit.master.test_queue import TASK, set_pool_slots, trial_ids
+
+A, B, C = (str(UUID(int=n)) for n in (1, 2, 3))
 
 # No checkpoint_storage section of its own: Determined's policy defaults apply.
 CONFIG = {"name": "gc", "entrypoint": "python3 train.py", "searcher": {"name": "single", "metric": "loss"}}
@@ -211,31 +215,53 @@ def row(uuid: str, storage: dict[str, Any]) -> Any:
     return SimpleNamespace(uuid=uuid, storage=storage)
 
 
-def test_the_folder_named_after_the_uuid_is_removed(db: Database, tmp_path: Path) -> None:
-    gone = folder(tmp_path / "ckpt", "a")
-    kept = folder(tmp_path / "ckpt", "b")
-    e, (t,) = experiment(db)
-    save(db, e, t, "a", 10, 0.5, path=str(gone))
-    save(db, e, t, "b", 20, 0.4, path=str(kept))
-    with db.read() as conn:
-        rows = checkpoint_gc.checkpoints_to_delete(conn, e, parse_config(CONFIG))
+def stored_in(db: Database, e: int, host_path: Path) -> Any:
+    """The experiment's row, its checkpoint_storage at ``host_path``."""
+    with db.begin() as conn:
+        conn.execute(
+            update(schema.experiments)
+            .where(schema.experiments.c.id == e)
+            .values(config={"checkpoint_storage": {"type": "shared_fs", "host_path": str(host_path)}})
+        )
+        return conn.execute(select(schema.experiments).where(schema.experiments.c.id == e)).one()
 
-    assert checkpoint_gc.remove_checkpoint_files(rows) == []
+
+def test_the_folder_named_after_the_uuid_is_removed(
+    db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = checkpoint_root(tmp_path / "ckpt")
+    monkeypatch.setenv("AIRFLOW__DET__CHECKPOINT_STORAGE_PATH", str(root))
+    gone = owned_by(db, "alice", folder(root, A))
+    kept = owned_by(db, "alice", folder(root, B))
+    e, (t,) = experiment(db)
+    exp = stored_in(db, e, root)
+    save(db, e, t, A, 10, 0.5, path=str(gone))
+    save(db, e, t, B, 20, 0.4, path=str(kept))
+    with db.begin() as conn:
+        rows = checkpoint_gc.checkpoints_to_delete(conn, e, parse_config(CONFIG))
+        assert checkpoint_gc.remove_checkpoint_files(conn, exp, rows) == []
     assert not gone.exists()
     assert (kept / "state.pt").exists()
 
 
-def test_a_folder_not_named_after_the_uuid_is_left_alone(tmp_path: Path) -> None:
+def test_a_folder_not_where_the_experiments_storage_puts_the_uuid_is_left_alone(
+    db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = checkpoint_root(tmp_path / "ckpt")
+    monkeypatch.setenv("AIRFLOW__DET__CHECKPOINT_STORAGE_PATH", str(root))
     shared = folder(tmp_path, "shared")
+    e, _ = experiment(db)
+    exp = stored_in(db, e, root)
 
-    problems = checkpoint_gc.remove_checkpoint_files(
-        [row("a", {"path": str(shared)}), row("b", {}), row("c", {"path": str(tmp_path / "c")})]
-    )
+    with db.begin() as conn:
+        problems = checkpoint_gc.remove_checkpoint_files(
+            conn, exp, [row(A, {"path": str(shared)}), row(B, {}), row(C, {"path": str(root / C)})]
+        )
 
     assert (shared / "state.pt").exists()
-    assert len(problems) == 2, problems  # c's folder is already gone: nothing to report
-    assert problems[0].startswith("checkpoint a: its files are not at a known path")
-    assert problems[1].startswith("checkpoint b: its files are not at a known path")
+    assert len(problems) == 2, problems  # C's folder is already gone: nothing to report
+    assert problems[0].startswith(f"checkpoint {A}: its files are not at a known path")
+    assert problems[1].startswith(f"checkpoint {B}: its files are not at a known path")
 
 
 def test_a_trials_exit_deletes_what_the_policy_does_not_keep_rows_then_files(
@@ -249,26 +275,28 @@ def test_a_trials_exit_deletes_what_the_policy_does_not_keep_rows_then_files(
         conn.execute(update(schema.experiments).where(schema.experiments.c.id == e).values(search_done=True))
         trials.acquire(conn, e, 0, TASK, dry_run=False)
     folders = {}
+    ids = {f"c{steps}": str(UUID(int=steps)) for steps in (10, 20, 30)}
     for steps, loss in ((10, 0.5), (20, 0.2), (30, 0.9)):
-        folders[f"c{steps}"] = folder = people.storage / f"c{steps}"
+        folders[f"c{steps}"] = folder = people.storage / ids[f"c{steps}"]
         folder.mkdir()
         (folder / "state.pt").write_bytes(b"weights")
+        owned_by(people.db, people.experiment(e).owner, folder)
         with people.db.begin() as conn:
             reports.report_metrics(
                 conn, t, [{"group": "validation", "steps_completed": steps, "metrics": {"loss": loss}}]
             )
             reports.register_checkpoint(
-                conn, t, {"uuid": f"c{steps}", "steps_completed": steps, "resources": {}}
+                conn, t, {"uuid": ids[f"c{steps}"], "steps_completed": steps, "resources": {}}
             )
 
     assert routes_internal.trial_exit(t, TrialExit(exit_code=0))["trial"]["state"] == "COMPLETED"
 
-    assert {uuid: people.checkpoint(uuid).state for uuid in folders} == {
+    assert {name: people.checkpoint(ids[name]).state for name in folders} == {
         "c10": "DELETED",
         "c20": "COMPLETED",  # its best
         "c30": "COMPLETED",  # its latest
     }
-    assert {uuid for uuid, folder in folders.items() if folder.exists()} == {"c20", "c30"}
+    assert {name for name, folder in folders.items() if folder.exists()} == {"c20", "c30"}
     with people.db.read() as conn:
-        (change,) = [c for c in lifecycle.history(conn, "checkpoint", "c10") if c["to"] == "DELETED"]
+        (change,) = [c for c in lifecycle.history(conn, "checkpoint", ids["c10"]) if c["to"] == "DELETED"]
     assert "save_trial_best" in change["reason"]

@@ -49,7 +49,10 @@ def test_a_64_character_request_id_is_accepted(creator: Creator) -> None:
     assert creator.create(request_id="A-_9" * 16).status_code == 200
 
 
-def test_ten_concurrent_creates_all_succeed_with_distinct_ids(creator: Creator) -> None:
+def test_ten_concurrent_creates_all_succeed_with_distinct_ids(
+    creator: Creator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIRFLOW__DET__MAX_CREATES_PER_USER", "10")  # the per-user cap: test_user_caps.py
     with ThreadPoolExecutor(10) as pool:
         answers = list(pool.map(lambda _: creator.create(), range(10)))
     assert [a.status_code for a in answers] == [200] * 10
@@ -58,7 +61,10 @@ def test_ten_concurrent_creates_all_succeed_with_distinct_ids(creator: Creator) 
     assert creator.parse_requests() == 1  # one pending parse of the factory, asked for ten times
 
 
-def test_ten_concurrent_creates_with_one_request_id_make_one_experiment(creator: Creator) -> None:
+def test_ten_concurrent_creates_with_one_request_id_make_one_experiment(
+    creator: Creator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIRFLOW__DET__MAX_CREATES_PER_USER", "10")  # the per-user cap: test_user_caps.py
     with ThreadPoolExecutor(10) as pool:
         answers = list(pool.map(lambda _: creator.create(request_id="burst"), range(10)))
     assert [a.status_code for a in answers] == [200] * 10

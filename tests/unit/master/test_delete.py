@@ -21,6 +21,7 @@ from det_airflow.dagfactory import experiment_dag_id, experiment_file
 from det_airflow.master import airflow_bridge, experiments, schema, search
 from det_airflow.master import db as master_db
 from det_airflow.master.db import Database
+from tests.unit.master.owners import checkpoint_root, owned_by
 
 EXAMPLE = Path(__file__).parents[3] / "examples" / "mnist_pytorch" / "random.yaml"
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -135,6 +136,8 @@ class Master:
                     trial_run_id=1,
                 )
             )
+        for folder in self.storage.glob(f"ckpt-{experiment_id}-*"):
+            owned_by(self.db, "admin", folder)
         if own_dag:
             experiments.write_experiment_file(experiment_id, config)
         (self.work / f"exp_{experiment_id}" / f"trial_{trial_id}").mkdir(parents=True)
@@ -177,6 +180,7 @@ def master(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Master:
     monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", f"sqlite:///{tmp_path / 'airflow.db'}")
     monkeypatch.setenv("AIRFLOW__CORE__DAGS_FOLDER", str(dags))
     monkeypatch.setenv("AIRFLOW__DET__TRIAL_WORK_DIR", str(work))
+    monkeypatch.setenv("AIRFLOW__DET__CHECKPOINT_STORAGE_PATH", str(checkpoint_root(storage)))
     master_db.get_database.cache_clear()
     db = master_db.get_database()
     db.migrate()
@@ -254,7 +258,7 @@ def test_what_cannot_be_removed_is_reported_and_the_rest_still_goes(master: Mast
     for child in sorted(work_dir.rglob("*"), reverse=True):
         child.rmdir()
     work_dir.rmdir()
-    work_dir.write_text("not a folder")  # rmtree refuses a plain file
+    work_dir.write_text("not a folder")  # only folders are removed
     with master.db.begin() as conn:
         conn.execute(
             schema.checkpoints.update()
@@ -267,7 +271,8 @@ def test_what_cannot_be_removed_is_reported_and_the_rest_still_goes(master: Mast
     assert not_removed == [
         "TaskInstances still running",
         f"checkpoint ckpt-{experiment_id}-1: its files are not at a known path ('/')",
-        f"trial work directory at {work_dir}: Not a directory",
+        f"trial work directory at {work_dir}: not a folder (a link or a file; links are not followed); "
+        "not removed",
     ]
     assert master.leftovers(experiment_id) == [work_dir, master.storage / f"ckpt-{experiment_id}-1"]
     assert master.rows_of(experiment_id)["experiments"] == 0

@@ -81,6 +81,8 @@ def test_an_experiments_own_host_path_wins_over_the_default(
     creator: Creator, people: People, no_det_settings: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("AIRFLOW__DET__CHECKPOINT_STORAGE_PATH", str(tmp_path / "team-checkpoints"))
+    # A folder outside the checkpoint root, which the admin's runner policy allows.
+    monkeypatch.setenv("AIRFLOW__DET__ALLOWED_HOST_PATHS", str(tmp_path / "mine"))
     config = NO_STORAGE + f"checkpoint_storage: {{type: shared_fs, host_path: {tmp_path / 'mine'}}}\n"
     assert stored_storage(creator, people, config)["host_path"] == str(tmp_path / "mine")
 

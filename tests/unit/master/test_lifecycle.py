@@ -175,6 +175,9 @@ def test_a_bulk_move_is_refused_whole_when_one_trial_may_not_move(db: Database, 
     assert changes(db, "trial", other)[-1] == (T.QUEUED, T.COMPLETED, "the search ended")
 
 
+C1 = "0c1b7a3e-1c53-4d55-9d8f-000000000001"
+
+
 def test_a_checkpoint_is_deleted_once_and_its_history_says_who_saved_it(
     people: People, creator: Creator
 ) -> None:
@@ -183,12 +186,12 @@ def test_a_checkpoint_is_deleted_once_and_its_history_says_who_saved_it(
     (t,) = trial_ids(people, e)
     with people.db.begin() as conn:
         trials.acquire(conn, e, 0, TASK, dry_run=False)
-        reports.register_checkpoint(conn, t, {"uuid": "c-1", "steps_completed": 10, "resources": {}})
-        reports.delete_checkpoint(conn, t, "c-1")
-        reports.delete_checkpoint(conn, t, "c-1")  # a retried delete: already done
+        reports.register_checkpoint(conn, t, {"uuid": C1, "steps_completed": 10, "resources": {}})
+        reports.delete_checkpoint(conn, t, C1)
+        reports.delete_checkpoint(conn, t, C1)  # a retried delete: already done
 
-    assert people.checkpoint("c-1").state == "DELETED"
-    assert changes(people.db, "checkpoint", "c-1") == [
+    assert people.checkpoint(C1).state == "DELETED"
+    assert changes(people.db, "checkpoint", C1) == [
         (None, "COMPLETED", f"trial {t} saved it at 10 steps"),
         ("COMPLETED", "DELETED", "det checkpoint delete"),
     ]

@@ -159,6 +159,8 @@ def check_upgraded(db: Database, rows_before: dict[str, int]) -> None:
     assert rows_after.pop("det_metric_chunks") == rows_before["det_metrics"]
     # Version 6 records state changes from the upgrade on: the history starts empty.
     assert rows_after.pop("det_state_changes") == 0
+    # Version 7 allocates an owner's uid when a trial of theirs first runs: none yet.
+    assert rows_after.pop("det_user_ids") == 0
     assert rows_after == {name: n for name, n in rows_before.items() if name != "det_settings"}
     with db.read() as conn:
         names = conn.execute(select(schema.experiments.c.name).order_by(schema.experiments.c.id)).scalars()

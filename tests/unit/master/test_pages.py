@@ -93,3 +93,23 @@ def test_the_plugin_links_its_pages_into_airflows_navigation_dags_and_task_insta
     (app,) = DetPlugin.fastapi_apps
     assert app["url_prefix"] == "/det"
     assert any(getattr(r, "path", None) == "/ui/" for r in app["app"].routes)
+
+
+@pytest.mark.parametrize(
+    "raw_path, shown",
+    [
+        ("/ui/index.html%00.js", "index.html\\x00.js"),
+        ("/ui/assets/%00", "assets/\\x00"),
+        ("/ui/..%2fsecret.txt", "../secret.txt"),
+        ("/ui/assets/..%2F..%2Fsecret.txt", "assets/../../secret.txt"),
+        ("/ui/%2e%2e/secret.txt", "../secret.txt"),
+        ("/ui/assets%5c..%5c..%5csecret.txt", "assets\\\\..\\\\..\\\\secret.txt"),
+        ("/ui/assets//index-3f2a.js", "assets//index-3f2a.js"),
+    ],
+)
+def test_bad_paths_are_not_found_never_a_server_error(
+    people: People, bundle: Path, raw_path: str, shown: str
+) -> None:
+    answer = get(with_pages(people, bundle), raw_path)
+    assert answer.status_code == 404
+    assert answer.json()["detail"] == f"the det web UI has no file '{shown}'"

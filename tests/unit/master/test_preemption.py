@@ -180,6 +180,9 @@ def test_without_preemption_a_waiting_job_only_waits(people: People, creator: Cr
     assert [should_preempt(people, t) for t in trial_ids(people, low)] == [False, False]
 
 
+FIRST_CHECKPOINT = "5f0c2e0a-7d1e-4a59-8f0e-00000000f157"
+
+
 def test_preempted_trials_go_back_to_the_queue_without_a_restart_and_resume_from_their_checkpoint(
     people: People, creator: Creator, preemption: None
 ) -> None:
@@ -198,7 +201,7 @@ def test_preempted_trials_go_back_to_the_queue_without_a_restart_and_resume_from
     assert any(f"preempted: experiment {high} of higher priority" in line for line in logs), logs
     assert acquire(people, high, 0, dry_run=True) == "wait", "the preempted trials still hold the pool"
 
-    checkpoint(people, first, "ckpt-first", 30)
+    checkpoint(people, first, FIRST_CHECKPOINT, 30)
     assert exit_run(people, first, 0) == ("QUEUED", 0, False)
     assert not should_preempt(people, first)
     assert acquire(people, high, 0, dry_run=True) == "wait", "one of two slots is free"
@@ -212,7 +215,7 @@ def test_preempted_trials_go_back_to_the_queue_without_a_restart_and_resume_from
     resumed = spec(people, low, 0)
     assert (resumed["trial_id"], resumed["latest_checkpoint"], resumed["steps_completed"]) == (
         first,
-        "ckpt-first",
+        FIRST_CHECKPOINT,
         30,
     )
     assert people.trial(first).restarts == 0
@@ -407,3 +410,29 @@ def test_a_bad_scheduler_setting_names_the_setting(monkeypatch: pytest.MonkeyPat
         QueueConfigError, match=r"airflow.cfg \[det\] scheduler: expected priority or fair_share"
     ):
         queue.scheduler("default_pool")
+
+
+def test_a_run_told_to_stop_by_a_pause_resumes_when_activated_before_it_exits(
+    people: People, creator: Creator
+) -> None:
+    e = running_alone(people, priority=42)
+    (trial,) = trial_ids(people, e)
+    assert people.call("alice", "POST", f"/experiments/{e}/pause").status_code == 200
+    assert trials.preemption_answer(people.db, trial) is True  # the run hears it and starts to stop
+    assert people.call("alice", "POST", f"/experiments/{e}/activate").status_code == 200
+    # Its exit 0 is the stop the master asked for, not the end of its work.
+    assert exit_run(people, trial, 0) == ("QUEUED", 0, False)
+    assert people.experiment(e).state == "ACTIVE"
+    assert spec(people, e, 0)["trial_id"] == trial
+
+
+def test_a_run_marked_told_to_stop_is_that_run_only(people: People, creator: Creator) -> None:
+    e = running_alone(people, priority=42)
+    (trial,) = trial_ids(people, e)
+    assert people.call("alice", "POST", f"/experiments/{e}/pause").status_code == 200
+    assert people.call("alice", "POST", f"/experiments/{e}/activate").status_code == 200
+    assert trials.preemption_answer(people.db, trial) is False  # the pause came and went unheard
+    assert people.trial(trial).told_to_stop_run is None
+    assert people.call("alice", "POST", f"/experiments/{e}/pause").status_code == 200
+    assert trials.preemption_answer(people.db, trial) is True
+    assert people.trial(trial).told_to_stop_run == people.trial(trial).run_id == 1

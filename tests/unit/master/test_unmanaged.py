@@ -11,6 +11,8 @@ from tests.unit.master.creating import Creator
 from tests.unit.master.people_app import People
 
 CONFIG = {"name": "notebook-run", "description": "tried in a notebook", "labels": ["adhoc"]}
+# Unmanaged runs register checkpoints as trials do: a canonical UUID (the Core API makes one).
+CKPT = "5b0f9c1e-2a4d-4c8e-9f3a-7d6e5c4b3a21"
 
 
 @pytest.fixture(autouse=True)
@@ -56,10 +58,10 @@ def test_reports_reach_the_trial_and_a_clean_exit_completes_the_experiment(peopl
     ]
     assert _runtime(people, run, "POST", "/metrics", json={"reports": reports}).status_code == 200
     assert _runtime(people, run, "POST", "/progress", json={"progress": 0.5}).status_code == 200
-    (people.storage / "ckpt-1").mkdir()
-    checkpoint = {"uuid": "ckpt-1", "steps_completed": 10, "resources": {"w.pt": 3}}
+    (people.storage / CKPT).mkdir()
+    checkpoint = {"uuid": CKPT, "steps_completed": 10, "resources": {"w.pt": 3}}
     stored = _runtime(people, run, "POST", "/checkpoints", json=checkpoint).json()["checkpoint"]
-    assert stored["storage"]["path"] == str(people.storage / "ckpt-1")
+    assert stored["storage"]["path"] == str(people.storage / CKPT)
     assert _runtime(people, run, "GET", "/preemption").json() == {"preempt": False}
 
     answer = _runtime(people, run, "POST", "/unmanaged/exit", json={"error": None}).json()
@@ -67,7 +69,7 @@ def test_reports_reach_the_trial_and_a_clean_exit_completes_the_experiment(peopl
     experiment_id, trial_id = run["experiment"]["id"], run["trial"]["id"]
     described = people.call("alice", "GET", f"/experiments/{experiment_id}").json()
     trial = described["trials"][0]
-    assert (trial["state"], trial["latest_checkpoint"], trial["total_batches"]) == ("COMPLETED", "ckpt-1", 10)
+    assert (trial["state"], trial["latest_checkpoint"], trial["total_batches"]) == ("COMPLETED", CKPT, 10)
     assert trial["best_validation"] == {"metric": 0.4, "steps_completed": 10}
     metrics = people.call("alice", "GET", f"/trials/{trial_id}/metrics?group=validation").json()["metrics"]
     assert [m["metrics"] for m in metrics] == [{"loss": 0.4}]

@@ -23,6 +23,7 @@ from kubernetes.client import models as k8s
 from kubernetes.client.exceptions import ApiException
 from sqlalchemy import select, update
 
+from det_airflow import settings as det_settings
 from det_airflow.master import auth, schema
 from det_airflow.master.auth import SERVICE_TOKEN_SETTING, hash_token
 from det_airflow.master.db import set_setting
@@ -42,6 +43,9 @@ from tests.unit.operators.test_kubernetes_context import MasterOverHttp
 from tests.unit.operators.test_kubernetes_runner import API, NAME, Lines, _container_status, make_trial
 
 SERVICE_TOKEN = "service-token"
+
+# The runner policy of a cluster whose trials go to namespace "ml".
+ML_SETTINGS = det_settings.load({"namespace": "ml", "allowed_namespaces": "default"})
 
 
 def pod_body(name: str, phase: str, *, init: dict[str, Any] | None, main: dict[str, Any] | None) -> dict:
@@ -125,6 +129,7 @@ class Cluster:
 
 
 def runner(cluster: Cluster, **options: Any) -> KubernetesRunner:
+    options.setdefault("settings", ML_SETTINGS)
     return KubernetesRunner(cluster, namespace="ml", poll_interval=0.01, **options)  # type: ignore[arg-type]
 
 
@@ -424,7 +429,7 @@ class K8sTrialOperator(TrialOperator):
 
     def _kubernetes_runner(self, config: dict[str, Any]) -> KubernetesRunner:
         assert config == {"airflow": {"trial_runner": "kubernetes", "namespace": "ml"}}
-        return runner(self.cluster)
+        return runner(self.cluster, settings=det_settings.load())
 
 
 @pytest.fixture
@@ -445,6 +450,9 @@ def operator(
             .values(config=config, context=tar_gz({"train.py": b"print('hi')\n"}), search_done=True)
         )  # fmt: skip
     app.add_trial(experiment_id, state="QUEUED")
+    # The runner policy of this cluster: trials in namespace "ml", checkpoints in the app's storage.
+    monkeypatch.setenv("AIRFLOW__DET__NAMESPACE", "ml")
+    monkeypatch.setenv("AIRFLOW__DET__CHECKPOINT_STORAGE_PATH", str(app.storage))
     monkeypatch.setenv(
         "AIRFLOW_CONN_DET_DEFAULT", json.dumps({"conn_type": "http", "host": url, "password": SERVICE_TOKEN})
     )

@@ -12,8 +12,10 @@ from typing import Any
 import pytest
 from airflow.providers.cncf.kubernetes.pod_generator import PodGenerator
 
+from det_airflow import settings
 from det_airflow.config import config_to_dict, parse_config
 from det_airflow.operators.runners import LABEL_EXPERIMENT, LABEL_RUN, LABEL_TRIAL, ContainerTrial
+from det_airflow.operators.runners._kubernetes import KubernetesRunner
 from det_airflow.operators.runners.kubernetes import (
     TRIAL_CONTAINER,
     gang_job,
@@ -21,6 +23,8 @@ from det_airflow.operators.runners.kubernetes import (
     priority_class,
     trial_pod,
 )
+from det_airflow.runner_policy import PolicyError
+from det_airflow.settings import RunnerPolicy
 from det_airflow.trial_process import TrialSpec
 
 MINIMAL = {
@@ -30,15 +34,23 @@ MINIMAL = {
 
 
 def pod_dict(
-    tmp_path: Path, *, device: str = "cpu", slots: tuple[int, ...] = (), **changes: Any
+    tmp_path: Path,
+    *,
+    device: str = "cpu",
+    slots: tuple[int, ...] = (),
+    policy: RunnerPolicy | None = None,
+    uid: int | None = None,
+    **changes: Any,
 ) -> dict[str, Any]:
     config = config_to_dict(parse_config({**MINIMAL, **changes}))
-    spec = TrialSpec(trial_id=12, experiment_id=3, request_id="r", trial_seed=5, config=config, run_id=2)
+    spec = TrialSpec(
+        trial_id=12, experiment_id=3, request_id="r", trial_seed=5, config=config, run_id=2, uid=uid, gid=uid
+    )
     trial = ContainerTrial(
         spec=spec, workdir=tmp_path, argv=(sys.executable, "train.py"), env={"DET_TRIAL_ID": "12"},
         slot_ids=slots, device=device,
     )  # fmt: skip
-    return dict(PodGenerator.serialize_pod(trial_pod(trial, namespace="ml")))
+    return dict(PodGenerator.serialize_pod(trial_pod(trial, namespace="ml", policy=policy)))
 
 
 def test_trial_pod_fields(tmp_path: Path) -> None:
@@ -50,6 +62,7 @@ def test_trial_pod_fields(tmp_path: Path) -> None:
         bind_mounts=[
             {"host_path": "/data", "container_path": "/data", "read_only": True, "propagation": "rslave"}
         ],
+        policy=RunnerPolicy(allowed_capabilities=("SYS_PTRACE",)),
     )
 
     assert pod["metadata"] == {
@@ -65,7 +78,14 @@ def test_trial_pod_fields(tmp_path: Path) -> None:
     assert container["command"] == ["python3", "train.py"]
     assert container["workingDir"] == str(tmp_path)
     assert {"name": "DET_TRIAL_ID", "value": "12"} in container["env"]
-    assert container["securityContext"] == {"capabilities": {"add": ["SYS_PTRACE"]}}
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"add": ["SYS_PTRACE"], "drop": ["ALL"]},
+        "readOnlyRootFilesystem": True,
+        "runAsGroup": 65534,
+        "runAsNonRoot": True,
+        "runAsUser": 65534,
+    }
     assert "limits" not in container["resources"]  # a CPU trial asks for no GPU
     volumes = {v["name"]: v for v in spec["volumes"]}
     mounts = {m["name"]: m for m in container["volumeMounts"]}
@@ -170,3 +190,92 @@ def test_a_multi_pod_trial_is_an_indexed_job_with_a_headless_service(tmp_path: P
     assert job["spec"]["template"]["metadata"]["labels"][LABEL_TRIAL] == "12"
     assert service["spec"]["clusterIP"] == "None"
     assert service["spec"]["selector"] == {"job-name": "det-trial-3-12-2"}
+
+
+# --- the platform's security fields ---
+
+
+def test_a_pod_runs_as_the_owners_uid_unprivileged_on_a_read_only_root(tmp_path: Path) -> None:
+    pod = pod_dict(tmp_path, uid=61300)
+    spec = pod["spec"]
+
+    assert spec["securityContext"] == {
+        "fsGroup": 61300,
+        "runAsGroup": 61300,
+        "runAsNonRoot": True,
+        "runAsUser": 61300,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert spec["automountServiceAccountToken"] is False
+    assert {"name": "det-tmp", "emptyDir": {}} in spec["volumes"]
+    for container in [*spec["initContainers"], *spec["containers"]]:
+        assert container["securityContext"] == {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "readOnlyRootFilesystem": True,
+            "runAsGroup": 61300,
+            "runAsNonRoot": True,
+            "runAsUser": 61300,
+        }
+        assert {"name": "det-tmp", "mountPath": "/tmp"} in container["volumeMounts"]
+
+
+def test_the_platforms_fields_win_over_the_users_pod_spec(tmp_path: Path) -> None:
+    pod_spec = {
+        "spec": {
+            "securityContext": {"runAsUser": 1234, "fsGroup": 1234},
+            "containers": [
+                {"name": "sidecar", "image": "fluent/fluent-bit", "securityContext": {"runAsUser": 4321}},
+                {"name": TRIAL_CONTAINER, "securityContext": {"readOnlyRootFilesystem": False}},
+            ],
+        }
+    }
+    spec = pod_dict(tmp_path, uid=61300, environment={"pod_spec": pod_spec})["spec"]
+
+    assert (spec["securityContext"]["runAsUser"], spec["securityContext"]["fsGroup"]) == (61300, 61300)
+    for container in spec["containers"]:
+        context = container["securityContext"]
+        assert (context["runAsUser"], context["readOnlyRootFilesystem"]) == (61300, True)
+        assert context["capabilities"] == {"drop": ["ALL"]}
+
+
+def test_a_pool_that_allows_root_and_a_writable_root_keeps_the_images_user(tmp_path: Path) -> None:
+    spec = pod_dict(tmp_path, uid=61300, policy=RunnerPolicy(allow_root=True, read_only_root=False))["spec"]
+    assert spec["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
+    (container,) = spec["containers"]
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
+
+
+def test_the_kubernetes_runner_refuses_a_forbidden_pod_spec_before_creating_anything(tmp_path: Path) -> None:
+    config = config_to_dict(
+        parse_config(
+            {
+                **MINIMAL,
+                "airflow": {"trial_runner": "kubernetes"},
+                "environment": {"pod_spec": {"spec": {"hostPID": True, "nodeName": "n1"}}},
+            }
+        )
+    )
+    spec = TrialSpec(trial_id=12, experiment_id=3, request_id="r", trial_seed=5, config=config, run_id=2)
+    trial = ContainerTrial(spec=spec, workdir=tmp_path, argv=("python3", "train.py"), env={})
+    # No cluster at all: the refusal comes before any call to one.
+    runner = KubernetesRunner(None, namespace="default", settings=settings.load({}))  # type: ignore[arg-type]
+    with pytest.raises(PolicyError) as refused:
+        runner.submit(trial)
+    assert [path for path, _ in refused.value.problems] == [
+        "environment.pod_spec.spec.hostPID",
+        "environment.pod_spec.spec.nodeName",
+    ]
+    assert "not allowed by the cluster's runner policy" in str(refused.value)
+
+
+def test_the_kubernetes_runner_refuses_a_namespace_outside_the_policy(tmp_path: Path) -> None:
+    config = config_to_dict(parse_config({**MINIMAL, "airflow": {"trial_runner": "kubernetes"}}))
+    spec = TrialSpec(trial_id=12, experiment_id=3, request_id="r", trial_seed=5, config=config, run_id=2)
+    trial = ContainerTrial(spec=spec, workdir=tmp_path, argv=("python3", "train.py"), env={})
+    runner = KubernetesRunner(None, namespace="kube-system", settings=settings.load({}))  # type: ignore[arg-type]
+    with pytest.raises(PolicyError, match=r"airflow.namespace: namespace 'kube-system' is not allowed"):
+        runner.submit(trial)

@@ -17,6 +17,7 @@ from kubernetes.client import ApiClient
 from kubernetes.client import models as k8s
 from kubernetes.client.exceptions import ApiException
 
+from det_airflow import settings as det_settings
 from det_airflow.config import config_to_dict, parse_config
 from det_airflow.errors import DetError
 from det_airflow.operators.runners import (
@@ -43,6 +44,9 @@ MINIMAL = {
 }
 NAME = "det-trial-3-12-2"
 API = ApiClient()
+
+# The runner policy of a cluster whose trials go to namespace "ml".
+ML_SETTINGS = det_settings.load({"namespace": "ml", "allowed_namespaces": "default"})
 
 
 def make_trial(tmp_path: Path, *, device: str = "cpu", slots: int = 1, **changes: Any) -> ContainerTrial:
@@ -125,7 +129,10 @@ def test_the_init_container_fetches_the_context_into_the_work_folder(tmp_path: P
     assert (init["image"], init["imagePullPolicy"]) == ("my/train:1", "Always")
     assert init["command"][:2] == ["python3", "-c"]
     assert init["command"][3:] == [str(tmp_path), "/det/api/v1/runtime/trials/12/context", CONFIG_VARIABLE]
-    assert init["volumeMounts"] == [{"name": "det-workdir", "mountPath": str(tmp_path)}]
+    assert init["volumeMounts"] == [
+        {"name": "det-workdir", "mountPath": str(tmp_path)},
+        {"name": "det-tmp", "mountPath": "/tmp"},  # the root file system is read-only
+    ]
     env = env_of(init)
     assert json.loads(env[CONFIG_VARIABLE]) == trial.config
     assert env["DET_EXPERIMENT_CONFIG_FILE"] == str(tmp_path / ".det" / "experiment_config.json")
@@ -303,6 +310,7 @@ class Lines:
 
 
 def runner(cluster: ScriptedCluster, **options: Any) -> KubernetesRunner:
+    options.setdefault("settings", ML_SETTINGS)
     return KubernetesRunner(cluster, namespace="ml", poll_interval=0.01, **options)  # type: ignore[arg-type]
 
 
@@ -447,7 +455,7 @@ def test_a_cluster_that_does_not_answer_is_an_error_naming_it(tmp_path: Path) ->
     with pytest.raises(
         KubernetesError, match=r"trial 12: the Kubernetes cluster did not answer \(.*127.0.0.1"
     ):
-        KubernetesRunner(cluster, namespace="ml").run(
+        KubernetesRunner(cluster, namespace="ml", settings=ML_SETTINGS).run(
             make_trial(tmp_path), on_output=Lines(), stop=threading.Event()
         )
 

@@ -4,13 +4,16 @@ own client builds the request (no daemon needed)."""
 from __future__ import annotations
 
 import os
+import re
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 import docker
 import pytest
 
+from det_airflow import settings
 from det_airflow.config import config_to_dict, parse_config
 from det_airflow.operators.runners import (
     DEFAULT_IMAGES,
@@ -23,7 +26,9 @@ from det_airflow.operators.runners import (
     runner_name,
 )
 from det_airflow.operators.runners._base import LineSplitter
-from det_airflow.operators.runners._docker import container_request
+from det_airflow.operators.runners._docker import NOBODY, DockerRunner, container_request
+from det_airflow.runner_policy import PolicyError
+from det_airflow.settings import RunnerPolicy
 from det_airflow.trial_process import TrialSpec
 
 MINIMAL = {
@@ -43,9 +48,16 @@ def client() -> docker.APIClient:
 
 
 def trial(
-    tmp_path: Path, config: dict[str, Any], *, device: str = "cpu", slots: tuple[int, ...] = ()
+    tmp_path: Path,
+    config: dict[str, Any],
+    *,
+    device: str = "cpu",
+    slots: tuple[int, ...] = (),
+    uid: int | None = None,
 ) -> ContainerTrial:
-    spec = TrialSpec(trial_id=12, experiment_id=3, request_id="r", trial_seed=5, config=config, run_id=2)
+    spec = TrialSpec(
+        trial_id=12, experiment_id=3, request_id="r", trial_seed=5, config=config, run_id=2, uid=uid, gid=uid
+    )
     return ContainerTrial(
         spec=spec,
         workdir=tmp_path,
@@ -148,7 +160,8 @@ def test_every_container_field_from_the_config(tmp_path: Path) -> None:
         checkpoint_storage={"type": "shared_fs", "host_path": "/ckpt", "storage_path": "runs"},
     )
 
-    request = container_request(client(), trial(tmp_path, config))
+    policy = RunnerPolicy(allowed_capabilities=("SYS_PTRACE",))
+    request = container_request(client(), trial(tmp_path, config, uid=61200), policy)
     host = request.host_config
 
     assert request.image == DEFAULT_IMAGES["cpu"]
@@ -160,23 +173,98 @@ def test_every_container_field_from_the_config(tmp_path: Path) -> None:
         "model_def:Trial",
     ]
     assert request.working_dir == str(tmp_path)
-    assert request.user == f"{os.getuid()}:{os.getgid()}"
+    assert request.user == "61200:61200"  # the owner's identity, from the master
     assert request.labels == {LABEL_EXPERIMENT: "3", LABEL_TRIAL: "12", LABEL_RUN: "2"}
     assert request.name == "det-trial-3-12-2"
     assert host["NetworkMode"] == "host"
     assert host["ShmSize"] == int(1.5 * 1024**3)
-    assert (host["CapAdd"], host["CapDrop"]) == (["SYS_PTRACE"], ["NET_RAW"])
+    assert (host["CapAdd"], host["CapDrop"]) == (["SYS_PTRACE"], ["ALL"])
     assert host["Devices"] == [
         {"PathOnHost": "/dev/fuse", "PathInContainer": "/dev/fuse", "CgroupPermissions": "rw"}
     ]
     mounts = {m["Target"]: (m["Source"], m["ReadOnly"], m.get("BindOptions")) for m in host["Mounts"]}
     assert mounts == {
         str(tmp_path): (str(tmp_path), False, None),
-        "/ckpt": ("/ckpt", False, None),
+        "/ckpt/runs": ("/ckpt/runs", False, None),  # the storage's own folder, not all of host_path
         "/mnt/data": ("/data", True, {"Propagation": "rprivate"}),
         "/scratch": ("/scratch", False, {"Propagation": "rslave"}),
     }
     assert "DeviceRequests" not in host  # a CPU trial asks for no GPU
+
+
+def test_a_container_runs_unprivileged_as_the_owners_uid_on_a_read_only_root(tmp_path: Path) -> None:
+    request = container_request(client(), trial(tmp_path, normalized(), uid=61300))
+    host = request.host_config
+
+    assert request.user == "61300:61300"
+    assert host["SecurityOpt"] == ["no-new-privileges"]
+    assert host["CapDrop"] == ["ALL"] and "CapAdd" not in host
+    assert host["ReadonlyRootfs"] is True
+    assert set(host["Tmpfs"]) == {"/tmp"}  # the work folder and /tmp stay writable
+    assert not host.get("Privileged")
+    assert 0 < host["PidsLimit"]
+
+
+def test_without_an_assigned_uid_the_container_never_runs_as_root(tmp_path: Path) -> None:
+    user = container_request(client(), trial(tmp_path, normalized())).user
+    # A root worker runs it as nobody; any other worker as its own (non-root) user.
+    assert user == (NOBODY if os.getuid() == 0 else f"{os.getuid()}:{os.getgid()}")
+    assert not user.startswith("0:")
+
+
+def test_capabilities_the_policy_does_not_allow_are_never_added(tmp_path: Path) -> None:
+    config = normalized(environment={"add_capabilities": ["SYS_ADMIN", "CAP_SYS_PTRACE"]})
+    policy = RunnerPolicy(allowed_capabilities=("SYS_PTRACE",))
+    host = container_request(client(), trial(tmp_path, config), policy).host_config
+    assert (host["CapAdd"], host["CapDrop"]) == (["SYS_PTRACE"], ["ALL"])
+
+
+def test_a_pool_that_allows_root_keeps_the_images_user_and_a_writable_root(tmp_path: Path) -> None:
+    policy = RunnerPolicy(allow_root=True, read_only_root=False)
+    request = container_request(client(), trial(tmp_path, normalized(), uid=61300), policy)
+    assert request.user == ""  # the image's own USER
+    assert request.host_config.get("ReadonlyRootfs") in (None, False) and "Tmpfs" not in request.host_config
+    assert request.host_config["SecurityOpt"] == ["no-new-privileges"]
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"bind_mounts": [{"host_path": "/etc", "container_path": "/host_etc"}]}, "bind_mounts[0].host_path"),
+        ({"environment": {"add_capabilities": ["SYS_ADMIN"]}}, "environment.add_capabilities[0]"),
+        ({"resources": {"devices": ["/dev/sda:/dev/sda"]}}, "resources.devices[0].host_path"),
+    ],
+)
+def test_the_docker_runner_refuses_what_its_workers_policy_forbids_before_reaching_docker(
+    tmp_path: Path, changes: dict[str, Any], field: str
+) -> None:
+    config = normalized({"trial_runner": "docker"}, **changes)
+    # The client points at no daemon: a refusal must come before any call to it.
+    runner = DockerRunner(client(), settings=settings.load({"checkpoint_storage_path": str(tmp_path)}))
+    with pytest.raises(
+        PolicyError, match=rf"^{re.escape(field)}: .* not allowed by the cluster's runner policy"
+    ):
+        runner.run(trial(tmp_path, config), on_output=lambda line, stream: None, stop=threading.Event())
+
+
+def test_the_docker_runner_judges_container_fields_whatever_runner_the_config_names(tmp_path: Path) -> None:
+    config = normalized(bind_mounts=[{"host_path": "/etc", "container_path": "/host_etc"}])  # "local"
+    runner = DockerRunner(client(), settings=settings.load({"checkpoint_storage_path": str(tmp_path)}))
+    with pytest.raises(PolicyError, match=r"^bind_mounts\[0\]\.host_path: "):
+        runner.run(trial(tmp_path, config), on_output=lambda line, stream: None, stop=threading.Event())
+
+
+def test_a_link_under_an_allowed_folder_does_not_carry_a_mount_out_of_it(tmp_path: Path) -> None:
+    allowed = tmp_path / "ckpt"
+    allowed.mkdir()
+    (allowed / "escape").symlink_to("/etc")
+    config = normalized(
+        {"trial_runner": "docker"},
+        bind_mounts=[{"host_path": str(allowed / "escape"), "container_path": "/x"}],
+    )
+    runner = DockerRunner(client(), settings=settings.load({"checkpoint_storage_path": str(allowed)}))
+    with pytest.raises(PolicyError, match=r"^bind_mounts\[0\]\.host_path: host path .*escape"):
+        runner.run(trial(tmp_path, config), on_output=lambda line, stream: None, stop=threading.Event())
 
 
 def test_nothing_of_airflow_is_mounted(tmp_path: Path) -> None:

@@ -1,0 +1,178 @@
+"""runner_policy.check: every field a config asks of its runner, judged against the admin's policy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from det_airflow import settings
+from det_airflow.config import config_to_dict, parse_config
+from det_airflow.runner_policy import check, inside
+
+BASE: dict[str, Any] = {
+    "entrypoint": "python3 train.py",
+    "searcher": {"name": "single", "metric": "loss", "max_length": 10},
+}
+CLUSTER = settings.load({"checkpoint_storage_path": "/x/ckpt", "trial_work_dir": "/x/trials"})
+
+
+def fields(config: dict[str, Any], cluster: settings.Settings = CLUSTER, **options: Any) -> list[str]:
+    normalized = config_to_dict(parse_config({**BASE, **config}))
+    return [path for path, _ in check(normalized, cluster, **options)]
+
+
+def test_a_sibling_folder_sharing_the_roots_name_is_not_inside_it() -> None:
+    assert not inside("/x/ckpt-evil", "/x/ckpt")
+    assert inside("/x/ckpt/team/../team-a", "/x/ckpt") and inside("/x/ckpt", "/x/ckpt")
+    assert not inside("/x/ckpt/../etc", "/x/ckpt")
+    storage = {"type": "shared_fs", "host_path": "/x/ckpt-evil"}
+    assert fields({"checkpoint_storage": storage}) == ["checkpoint_storage.host_path"]
+
+
+def test_the_checkpoint_root_and_folders_under_it_pass() -> None:
+    assert fields({"checkpoint_storage": {"type": "shared_fs", "host_path": "/x/ckpt"}}) == []
+    storage = {"type": "shared_fs", "host_path": "/x/ckpt", "storage_path": "team-a/runs"}
+    assert fields({"checkpoint_storage": storage}) == []
+
+
+@pytest.mark.parametrize("storage_path", ["../elsewhere", "a/../../b"])
+def test_storage_path_may_not_climb_out_of_host_path(storage_path: str) -> None:
+    storage = {"type": "shared_fs", "host_path": "/x/ckpt", "storage_path": storage_path}
+    assert fields({"checkpoint_storage": storage}) == ["checkpoint_storage.storage_path"]
+
+
+def test_host_path_and_storage_path_together_must_lie_under_a_root() -> None:
+    storage = {"type": "shared_fs", "host_path": "/x", "storage_path": "ckpt/runs"}
+    assert fields({"checkpoint_storage": storage}) == []  # /x/ckpt/runs: what is mounted and written
+    storage = {"type": "shared_fs", "host_path": "/x", "storage_path": "other"}
+    assert fields({"checkpoint_storage": storage}) == ["checkpoint_storage.host_path"]
+
+
+def test_resolving_links_catches_a_link_out_of_an_allowed_folder(tmp_path: Path) -> None:
+    (tmp_path / "escape").symlink_to("/etc")
+    cluster = settings.load({"checkpoint_storage_path": str(tmp_path)})
+    config = {"airflow": {"trial_runner": "docker"}}
+    mount = [{"host_path": str(tmp_path / "escape"), "container_path": "/x"}]
+    assert fields({**config, "bind_mounts": mount}, cluster) == []  # as the master sees the name
+    assert fields({**config, "bind_mounts": mount}, cluster, resolve=True) == ["bind_mounts[0].host_path"]
+
+
+def test_container_fields_are_judged_for_container_runners_only() -> None:
+    asks = {
+        "bind_mounts": [{"host_path": "/etc", "container_path": "/etc"}],
+        "environment": {"add_capabilities": ["SYS_ADMIN"], "image": "evil/miner:1"},
+        "resources": {"devices": ["/dev/mem:/dev/mem"]},
+    }
+    strict = settings.load({"checkpoint_storage_path": "/x/ckpt", "allowed_images": "registry.example/*"})
+    assert fields(asks, strict) == []  # a local trial gets none of them
+    assert fields({**asks, "airflow": {"trial_runner": "docker"}}, strict) == [
+        "bind_mounts[0].host_path",
+        "environment.add_capabilities[0]",
+        "resources.devices[0].host_path",
+        "environment.image.cpu",
+    ]
+
+
+def test_what_the_admin_allows_passes() -> None:
+    cluster = settings.load(
+        {
+            "checkpoint_storage_path": "/x/ckpt",
+            "allowed_host_paths": "/data",
+            "allowed_capabilities": "CAP_SYS_PTRACE",
+            "allowed_devices": "/dev/fuse",
+            "allowed_images": "registry.example/*",
+            "allowed_conn_ids": "docker_gpu",
+        }
+    )
+    config = {
+        "airflow": {"trial_runner": "docker", "docker_conn_id": "docker_gpu"},
+        "bind_mounts": [{"host_path": "/data/imagenet", "container_path": "/data"}],
+        "environment": {"add_capabilities": ["sys_ptrace"], "image": "registry.example/ml:1"},
+        "resources": {"devices": ["/dev/fuse:/dev/fuse"]},
+    }
+    assert fields(config, cluster) == []
+    assert fields({**config, "airflow": {"trial_runner": "docker", "docker_conn_id": "other"}}, cluster) == [
+        "airflow.docker_conn_id"
+    ]
+
+
+def kubernetes(pod_spec: dict[str, Any]) -> dict[str, Any]:
+    return {"airflow": {"trial_runner": "kubernetes"}, "environment": {"pod_spec": pod_spec}}
+
+
+def in_container(context: dict[str, Any], key: str = "containers") -> dict[str, Any]:
+    return {"spec": {key: [{"name": "c", "securityContext": context}]}}
+
+
+POD_FIELDS = [
+    (in_container({"privileged": True}), "spec.containers[0].securityContext.privileged"),
+    (
+        in_container({"allowPrivilegeEscalation": True}),
+        "spec.containers[0].securityContext.allowPrivilegeEscalation",
+    ),
+    (in_container({"runAsUser": 0}, "initContainers"), "spec.initContainers[0].securityContext.runAsUser"),
+    (in_container({"runAsNonRoot": False}), "spec.containers[0].securityContext.runAsNonRoot"),
+    (in_container({"runAsGroup": 0}), "spec.containers[0].securityContext.runAsGroup"),
+    (
+        in_container({"capabilities": {"add": ["SYS_ADMIN"]}}),
+        "spec.containers[0].securityContext.capabilities.add[0]",
+    ),
+    (in_container({"procMount": "Unmasked"}), "spec.containers[0].securityContext.procMount"),
+    (
+        in_container({"seccompProfile": {"type": "Unconfined"}}),
+        "spec.containers[0].securityContext.seccompProfile.type",
+    ),
+    ({"spec": {"securityContext": {"runAsUser": 0}}}, "spec.securityContext.runAsUser"),
+    ({"spec": {"hostNetwork": True}}, "spec.hostNetwork"),
+    ({"spec": {"hostPID": True}}, "spec.hostPID"),
+    ({"spec": {"hostIPC": True}}, "spec.hostIPC"),
+    ({"spec": {"host_pid": True}}, "spec.hostPID"),  # the client models' spelling counts too
+    ({"spec": {"volumes": [{"name": "root", "hostPath": {"path": "/"}}]}}, "spec.volumes[0].hostPath"),
+    (
+        {"spec": {"containers": [{"name": "c", "ports": [{"containerPort": 80, "hostPort": 80}]}]}},
+        "spec.containers[0].ports[0].hostPort",
+    ),
+    ({"spec": {"nodeName": "node-1"}}, "spec.nodeName"),
+    ({"spec": {"serviceAccountName": "admin"}}, "spec.serviceAccountName"),
+    ({"spec": {"serviceAccount": "admin"}}, "spec.serviceAccount"),
+    ({"spec": {"automountServiceAccountToken": True}}, "spec.automountServiceAccountToken"),
+    ({"metadata": {"namespace": "kube-system"}}, "metadata.namespace"),
+]
+
+
+@pytest.mark.parametrize(("pod_spec", "path"), POD_FIELDS, ids=[p for _, p in POD_FIELDS])
+def test_every_guarded_pod_field_is_refused_by_its_path(pod_spec: dict[str, Any], path: str) -> None:
+    assert fields(kubernetes(pod_spec)) == [f"environment.pod_spec.{path}"]
+
+
+def test_a_pool_policy_allows_a_pod_field_for_its_pool_only() -> None:
+    cluster = settings.load(
+        {
+            "checkpoint_storage_path": "/x/ckpt",
+            "pool_policies": '{"gpu": {"allowed_pod_fields": ["hostIPC"], "allowed_service_accounts": ["trainer"]}}',
+        }
+    )
+    pod_spec = {
+        "spec": {"hostIPC": True, "serviceAccountName": "trainer", "automountServiceAccountToken": True}
+    }
+    assert fields({**kubernetes(pod_spec), "resources": {"resource_pool": "gpu"}}, cluster) == []
+    assert fields(kubernetes(pod_spec), cluster) == [
+        "environment.pod_spec.spec.hostIPC",
+        "environment.pod_spec.spec.serviceAccountName",
+        "environment.pod_spec.spec.automountServiceAccountToken",
+    ]
+
+
+def test_harmless_pod_fields_pass() -> None:
+    pod_spec = {
+        "metadata": {"labels": {"team": "vision"}},
+        "spec": {
+            "nodeSelector": {"gpu": "a100"},
+            "tolerations": [{"key": "gpu", "operator": "Exists"}],
+            "securityContext": {"runAsUser": 1000, "runAsNonRoot": True},
+            "containers": [{"name": "c", "securityContext": {"allowPrivilegeEscalation": False}}],
+        },
+    }
+    assert fields(kubernetes(pod_spec)) == []
