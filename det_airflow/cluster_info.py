@@ -1,4 +1,4 @@
-"""What a trial process knows about itself, read from the ``DET_*`` environment (REFERENCE.md section 3)
+"""What a trial process knows about itself, read from the ``DET_*`` environment (docs/semantics.md §3)
 and the config file it names.
 
 ``det.get_cluster_info()`` answers None for a plain ``python3 train.py``; inside a trial (one the

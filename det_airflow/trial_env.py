@@ -1,4 +1,4 @@
-"""Names of the environment variables a trial process receives (REFERENCE.md section 3).
+"""Names of the environment variables a trial process receives (docs/semantics.md §3).
 
 One place for them: the trial operators write them, the Core API and launchers read them.
 """

@@ -121,7 +121,7 @@ def trial_environment(
     base_env: Mapping[str, str] | None = None,
     workdir: str | os.PathLike[str] | None = None,
 ) -> dict[str, str]:
-    """The whole environment of a trial process (REFERENCE.md section 3), built from an allow-list.
+    """The whole environment of a trial process (docs/semantics.md §3), built from an allow-list.
 
     Of ``base_env`` (default ``os.environ``) only ``PATH``, ``LANG``, ``LANGUAGE``, ``LC_*``, ``TZ``
     and ``TERM`` pass: nothing of the worker's (``AIRFLOW_HOME``, ``AIRFLOW__*``, ``AIRFLOW_CONN_*``,

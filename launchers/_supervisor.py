@@ -1,6 +1,6 @@
 """Running worker processes for a launcher: start them, pass signals on, and never leave one behind.
 
-Every launcher follows the same rules (REFERENCE.md section 4): when a worker exits non-zero the
+Every launcher follows the same rules (docs/semantics.md §4): when a worker exits non-zero the
 others are terminated and the launcher exits with that worker's status; it exits 0 once all exited
 0; SIGTERM, SIGINT and SIGHUP are passed on to the workers, and workers still alive ``grace``
 seconds later are killed. A worker also receives SIGTERM if its launcher dies (Linux).

@@ -1,4 +1,4 @@
-"""Experiment configuration: YAML in, a validated ``ExperimentConfig`` out (REFERENCE.md §1).
+"""Experiment configuration: YAML in, a validated ``ExperimentConfig`` out (docs/semantics.md §1).
 
 Example:
     >>> from det_airflow.config import parse_config

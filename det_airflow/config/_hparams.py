@@ -1,4 +1,4 @@
-"""The ``hyperparameters`` section (REFERENCE.md §1.1): reading, flattening and writing back."""
+"""The ``hyperparameters`` section (docs/semantics.md §1.1): reading, flattening and writing back."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The ``searcher`` section (REFERENCE.md §1.2), in both its seed-era and 0.38 forms."""
+"""The ``searcher`` section (docs/semantics.md §1.2), in both its seed-era and 0.38 forms."""
 
 from __future__ import annotations
 

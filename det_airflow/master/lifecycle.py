@@ -1,6 +1,6 @@
 """The one home of experiment, trial and checkpoint states.
 
-The tables below say which state may follow which (Determined's states, REFERENCE.md §5). The
+The tables below say which state may follow which (Determined's states, docs/semantics.md §5). The
 functions here are the only code that writes a state: each checks the move against its table,
 writes it only if nobody changed the state meanwhile (the row's state is part of the UPDATE's
 condition, so two racing requests cannot both move the same object), and records it in

@@ -1,4 +1,4 @@
-"""The Trainer's defaults, read from the experiment config (REFERENCE.md section 1).
+"""The Trainer's defaults, read from the experiment config (docs/semantics.md §1).
 
 ``searcher.max_length`` (seed era: the searcher's operations say how far to train),
 ``searcher.time_metric`` + ``max_time`` (0.38), ``min_validation_period``, ``min_checkpoint_period``,

@@ -45,7 +45,7 @@ class _Plan:
 
 
 class Trainer:
-    """Trains a PyTorchTrial (REFERENCE.md section 3).
+    """Trains a PyTorchTrial (docs/semantics.md §3).
 
     Example::
 

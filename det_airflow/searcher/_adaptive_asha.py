@@ -11,7 +11,7 @@ class AdaptiveASHASearch(ASHASearch):
     """``adaptive_asha``: the brackets of :func:`plan_brackets` run side by side.
 
     ``mode`` (``aggressive``, ``standard``, ``conservative``) or ``bracket_rungs`` picks the
-    brackets; ``max_trials`` and ``max_concurrent_trials`` are split among them (REFERENCE.md §1.2).
+    brackets; ``max_trials`` and ``max_concurrent_trials`` are split among them (docs/semantics.md §1.2).
     As in Determined, each bracket starts its own share of trials (the most aggressive bracket's
     first) and replaces only its own stopped trials, until it has run its ``max_trials``.
 

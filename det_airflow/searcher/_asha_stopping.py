@@ -10,7 +10,7 @@ from det_airflow.searcher._rung import WORST
 
 
 class StoppingBracket(AshaBracket):
-    """One bracket of stop-based ASHA (REFERENCE.md §1.2, "One ASHA bracket").
+    """One bracket of stop-based ASHA (docs/semantics.md §1.2, "One ASHA bracket").
 
     Rung ``i`` needs ``max(int(L / d**(num_rungs-i-1)), 1)`` units, not cumulative: the top rung is
     ``L``. On each validation, from the trial's current rung up: below the rung's units, stop

@@ -1,4 +1,4 @@
-"""ASHA's bracket arithmetic (REFERENCE.md §1.2), as pure functions of the searcher config.
+"""ASHA's bracket arithmetic (docs/semantics.md §1.2), as pure functions of the searcher config.
 
 Kept apart from the search methods so each formula can be checked against Determined's worked
 examples on its own.

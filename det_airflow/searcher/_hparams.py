@@ -1,4 +1,4 @@
-"""Sampling hyperparameters and enumerating their grid (REFERENCE.md §1.1)."""
+"""Sampling hyperparameters and enumerating their grid (docs/semantics.md §1.1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Stop-based ASHA (Determined 0.38): REFERENCE.md's "One ASHA bracket" algorithm, event by event."""
+"""Stop-based ASHA (Determined 0.38): docs/semantics.md's "One ASHA bracket", event by event."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""ASHA bracket arithmetic, checked against every worked example of REFERENCE.md §1.2."""
+"""ASHA bracket arithmetic, checked against every worked example of docs/semantics.md §1.2."""
 
 from __future__ import annotations
 

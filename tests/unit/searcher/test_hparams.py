@@ -1,4 +1,4 @@
-"""Sampling and grid rules for hyperparameters (REFERENCE.md §1.1)."""
+"""Sampling and grid rules for hyperparameters (docs/semantics.md §1.1)."""
 
 from __future__ import annotations
 
