@@ -20,13 +20,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from det_airflow import settings
 from det_airflow.airflow_text import markdown_text, plain_text, plain_values
 from det_airflow.config import (
     MAX_CONFIG_BYTES,
-    AirflowSection,
     ExperimentConfig,
     is_experiment_mapping,
     parse_config,
+    priority_weight,
     read_yaml,
 )
 from det_airflow.errors import ConfigError, DetError
@@ -36,7 +37,6 @@ EXPERIMENTS_SUBDIR = "experiments"  # where the master writes the configs of `de
 FINISHED_SUBDIR = "finished"  # under EXPERIMENTS_SUBDIR: configs of finished experiments, not parsed
 _MASTER_FILE = re.compile(r"^exp_(\d+)$")  # the stem of experiment_file()
 _YAML_SUFFIXES = (".yaml", ".yml")
-_AIRFLOW_KEYS = {f.name for f in dataclasses.fields(AirflowSection)}
 _START = datetime(2024, 1, 1, tzinfo=UTC)
 
 
@@ -199,16 +199,6 @@ def experiment_yamls(dags_folder: Path) -> Iterator[Path]:
                 yield Path(root) / name
 
 
-def airflow_section_defaults() -> dict[str, str]:
-    """Defaults for an experiment's `airflow:` section: the matching keys of airflow.cfg `[det]`."""
-    from airflow.configuration import conf
-
-    # Key by key: conf.get also reads AIRFLOW__DET__* variables, which getsection() misses when
-    # airflow.cfg has no [det] section.
-    values = {key: conf.get("det", key, fallback=None) for key in sorted(_AIRFLOW_KEYS)}
-    return {key: str(value) for key, value in values.items() if value is not None}
-
-
 def trial_slots_problem(cfg: ExperimentConfig) -> tuple[str, str] | None:
     """A mapped task cannot expand past `[core] max_map_length`: Airflow would fail the run."""
     from airflow.configuration import conf
@@ -252,7 +242,7 @@ def check_runner_policy(path: Path, cfg: ExperimentConfig) -> None:
     """A YAML dropped into the DAGs folder asks its runner for no more than the cluster's runner
     policy allows (the master checked the configs it wrote when they were submitted; the runners
     check every trial again)."""
-    from det_airflow import runner_policy, settings
+    from det_airflow import runner_policy
     from det_airflow.config import config_to_dict
 
     problems = runner_policy.check(config_to_dict(cfg), settings.load())
@@ -306,7 +296,7 @@ def build_dag(file: ExperimentFile, cfg: ExperimentConfig, submission: Submissio
         trial_kwargs: dict[str, Any] = {
             "pool": cfg.resources.resource_pool or cfg.airflow.pool,
             "pool_slots": max(1, cfg.resources.slots_per_trial),
-            "priority_weight": 100 - cfg.resources.priority,
+            "priority_weight": priority_weight(cfg.resources.priority),
             "weight_rule": "absolute",
             "retries": cfg.max_restarts,
             "retry_delay": timedelta(seconds=1),
@@ -421,7 +411,7 @@ def build_submitted_dag(dags_folder: Path, experiment_id: int):  # type: ignore[
         text = read_config_text(path)
     except OSError as exc:
         raise DetError(f"{path}: {exc.strerror or exc}") from None
-    cfg = load_experiment(path, airflow_section_defaults(), text)
+    cfg = load_experiment(path, settings.airflow_defaults(), text)
     if cfg is None:
         raise DetError(f"{path}: not an experiment config")
     return build_dag(file, cfg, read_submission(text))
@@ -429,7 +419,7 @@ def build_submitted_dag(dags_folder: Path, experiment_id: int):  # type: ignore[
 
 def build_dags(dags_folder: Path, *, only_dag_id: str | None = None) -> dict[str, object]:
     """Every experiment DAG under `dags_folder` by DAG id; with `only_dag_id`, just that one."""
-    defaults = airflow_section_defaults()
+    defaults = settings.airflow_defaults()
     dags: dict[str, object] = {}
     problems: list[str] = []
     seen: dict[str, Path] = {}

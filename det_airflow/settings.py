@@ -19,9 +19,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from det_airflow.config import AirflowSection
 from det_airflow.errors import DetError
 
 SECTION = "det"
+
+# The kinds of slot a worker's trials hold (``slot_type``).
+SLOT_TYPES = ("cpu", "cuda", "rocm")
+# How the job queue shares a pool's slots (``scheduler``).
+PRIORITY, FAIR_SHARE = "priority", "fair_share"
 
 # Pod-spec and security-context fields a trial's ``environment.pod_spec`` may not set unless the
 # admin allows them by name in ``allowed_pod_fields``. ``runAsUser0`` stands for ``runAsUser: 0``
@@ -101,14 +107,26 @@ _POLICY_FIELDS = {f.name for f in dataclasses.fields(RunnerPolicy)}
 
 @dataclass(frozen=True)
 class Settings:
-    """The ``[det]`` settings that det-airflow's security depends on."""
+    """Every ``[det]`` setting of airflow.cfg (docs/settings.md lists them)."""
 
     airflow_home: Path
+    # checkpoint_storage_path: the storage of experiments that name none.
     checkpoint_root: Path
     trial_work_dir: Path
-    namespace: str = "default"
+    # Also defaults of an experiment's ``airflow:`` section (airflow_defaults()).
+    namespace: str = AirflowSection.namespace
     docker_conn_id: str | None = None
     kubernetes_conn_id: str | None = None
+    # The address trials and tasks reach the master at; None: derived from airflow.cfg [api].
+    master_url: str | None = None
+    # The Docker daemon of docker trials; None: $DOCKER_HOST, else the local socket.
+    docker_url: str | None = None
+    # Where a worker's GPU slot locks live.
+    slot_lock_dir: str = "/tmp/det-airflow-slots"
+    # Pools whose trials may preempt lower-priority ones (``preemption = true``: every pool).
+    preemption_pools: tuple[str, ...] = ()
+    # Pools shared by fair share whatever ``scheduler`` says.
+    fair_share_pools: tuple[str, ...] = ()
     policy: RunnerPolicy = field(default_factory=RunnerPolicy)
     pool_policies: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     # Local and container trials run as one uid per experiment owner, taken from this range.
@@ -119,6 +137,57 @@ class Settings:
     max_long_polls_per_user: int = 64
     max_unmanaged_experiments_per_user: int = 50
     max_creates_per_user: int = 4
+    # The settings read by the properties below, as written: they are checked when read, so that a
+    # bad one fails only what uses it (the job queue, a worker's slots, a runner).
+    checked_on_use: Mapping[str, str | None] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def scheduler(self) -> str:
+        """How a pool's slots are shared: ``priority`` (the default) or ``fair_share``."""
+        value = (self.checked_on_use.get("scheduler") or PRIORITY).strip().lower()
+        if value not in (PRIORITY, FAIR_SHARE):
+            raise SettingsError(
+                f"airflow.cfg [{SECTION}] scheduler: expected {PRIORITY} or {FAIR_SHARE}, got {value!r}"
+            )
+        return value
+
+    @property
+    def preemption(self) -> bool:
+        """Whether waiting trials of every pool may preempt lower-priority ones."""
+        return _bool(self.checked_on_use.get, "preemption", False)
+
+    @property
+    def slots_per_node(self) -> int | None:
+        """Slots of one host (GPUs of a worker, of a Kubernetes node); None: not set."""
+        return _int(self.checked_on_use.get, "slots_per_node", 0) or None
+
+    @property
+    def slot_type(self) -> str:
+        """The kind of slot this installation's trials hold: one of SLOT_TYPES, ``cpu`` by default."""
+        device = (self.checked_on_use.get("slot_type") or "").strip().lower() or SLOT_TYPES[0]
+        if device not in SLOT_TYPES:
+            raise SettingsError(
+                f"airflow.cfg [{SECTION}] slot_type: expected one of {', '.join(SLOT_TYPES)}, got {device!r}"
+            )
+        return device
+
+    @property
+    def kubernetes_delete_pods(self) -> bool:
+        """Whether a Kubernetes trial's pods are deleted when it ends."""
+        return _bool(self.checked_on_use.get, "kubernetes_delete_pods", True)
+
+    @property
+    def kubernetes_startup_timeout(self) -> float:
+        """Seconds a Kubernetes trial's pods may take to start."""
+        text = (self.checked_on_use.get("kubernetes_startup_timeout") or "").strip()
+        if not text:
+            return 600.0
+        try:
+            return float(text)
+        except ValueError:
+            raise SettingsError(
+                f"airflow.cfg [{SECTION}] kubernetes_startup_timeout: expected a number of seconds, got {text!r}"
+            ) from None
 
     def policy_for(self, pool: str | None) -> RunnerPolicy:
         """The cluster's policy with what ``pool_policies`` adds for ``pool``."""
@@ -163,9 +232,14 @@ def load(values: Mapping[str, str | None] | None = None) -> Settings:
         airflow_home=home,
         checkpoint_root=_path(get("checkpoint_storage_path"), home / "det-checkpoints"),
         trial_work_dir=_path(get("trial_work_dir"), home / "det-trials"),
-        namespace=(get("namespace") or "default").strip(),
-        docker_conn_id=(get("docker_conn_id") or "").strip() or None,
-        kubernetes_conn_id=(get("kubernetes_conn_id") or "").strip() or None,
+        namespace=_text(get("namespace")) or Settings.namespace,
+        docker_conn_id=_text(get("docker_conn_id")),
+        kubernetes_conn_id=_text(get("kubernetes_conn_id")),
+        master_url=_text(get("master_url")),
+        docker_url=_text(get("docker_url")),
+        slot_lock_dir=_text(get("slot_lock_dir")) or Settings.slot_lock_dir,
+        preemption_pools=tuple(_list(get("preemption_pools"))),
+        fair_share_pools=tuple(_list(get("fair_share_pools"))),
         policy=policy,
         pool_policies=_pool_policies(get("pool_policies")),
         trial_uid_range=_uid_range(get("trial_uid_range")),
@@ -173,7 +247,33 @@ def load(values: Mapping[str, str | None] | None = None) -> Settings:
         max_long_polls_per_user=_int(get, "max_long_polls_per_user", 64),
         max_unmanaged_experiments_per_user=_int(get, "max_unmanaged_experiments_per_user", 50),
         max_creates_per_user=_int(get, "max_creates_per_user", 4),
+        checked_on_use={key: get(key) for key in _CHECKED_ON_USE},
     )
+
+
+_CHECKED_ON_USE = (
+    "scheduler",
+    "preemption",
+    "slots_per_node",
+    "slot_type",
+    "kubernetes_delete_pods",
+    "kubernetes_startup_timeout",
+)
+
+
+def airflow_defaults(values: Mapping[str, str | None] | None = None) -> dict[str, str]:
+    """Defaults for an experiment's ``airflow:`` section (executor, trial_runner, pool, queue,
+    master_conn_id, docker_conn_id, kubernetes_conn_id, namespace): the ones the admin set.
+
+    Read apart from :func:`load`, which checks every setting: a bad setting elsewhere in ``[det]``
+    must not keep the DAGs of running experiments from being built.
+    """
+    get = _reader(values)
+    found = {key: _text(get(key)) for key in _AIRFLOW_SECTION_KEYS}
+    return {key: value for key, value in found.items() if value is not None}
+
+
+_AIRFLOW_SECTION_KEYS = tuple(f.name for f in dataclasses.fields(AirflowSection))
 
 
 def _reader(values: Mapping[str, str | None] | None) -> Any:
@@ -183,6 +283,10 @@ def _reader(values: Mapping[str, str | None] | None) -> Any:
 
     # conf.get also reads AIRFLOW__DET__* variables, which getsection() misses.
     return lambda key: conf.get(SECTION, key, fallback=None)
+
+
+def _text(value: str | None) -> str | None:
+    return (value or "").strip() or None
 
 
 def _list(value: str | None) -> list[str]:

@@ -24,7 +24,6 @@ from pathlib import Path
 
 from det_airflow.errors import DetError
 
-DEFAULT_LOCK_DIR = "/tmp/det-airflow-slots"
 VISIBLE_DEVICES = {"cuda": "CUDA_VISIBLE_DEVICES", "rocm": "ROCR_VISIBLE_DEVICES"}
 _NVIDIA_DEVICE = re.compile(r"nvidia(\d+)")
 _RENDER_NODE = re.compile(r"renderD(\d+)")
@@ -148,20 +147,18 @@ def _describe(candidates: Sequence[int]) -> str:
 
 
 def _slots_per_node() -> int | None:
-    from airflow.configuration import conf
+    from det_airflow import settings
 
-    raw = (conf.get("det", "slots_per_node", fallback="") or "").strip()
-    if not raw:
-        return None
-    if not raw.isdigit():
-        raise SlotsUnavailable(f"airflow.cfg [det] slots_per_node: expected a whole number, got {raw!r}")
-    return int(raw)
+    try:
+        return settings.load().slots_per_node
+    except settings.SettingsError as exc:
+        raise SlotsUnavailable(str(exc)) from None
 
 
 def _lock_dir() -> str:
-    from airflow.configuration import conf
+    from det_airflow import settings
 
-    return (conf.get("det", "slot_lock_dir", fallback="") or "").strip() or DEFAULT_LOCK_DIR
+    return settings.load().slot_lock_dir
 
 
 def _make_lock_dir(folder: Path) -> None:

@@ -360,6 +360,34 @@ def prepare_checkpoint_root(root: str | os.PathLike[str]) -> Path:
     return root
 
 
+def make_dirs_as(path: str | os.PathLike[str], user: TrialUser | None) -> None:
+    """Create ``path`` and its missing parents as ``user`` (a child process that has dropped to it),
+    so that a folder a trial's config named is made with the trial's own rights, never root's.
+    With no ``user`` (a worker that is not root) this process creates it as itself."""
+    if user is None:
+        Path(path).mkdir(parents=True, exist_ok=True)
+        return
+    made = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import os, sys; os.makedirs(sys.argv[1], mode=0o700, exist_ok=True)",
+            str(path),
+        ],
+        user=user.uid,
+        group=user.gid,
+        extra_groups=[],
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+        cwd="/",
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if made.returncode != 0:
+        reason = (made.stderr.strip().splitlines() or ["no message"])[-1]
+        raise TrialIsolationError(f"trial user {user.name} cannot create {path}: {reason}")
+
+
 def check_can_write(path: str | os.PathLike[str], user: TrialUser) -> None:
     """Fail early, naming the folder and the fix, when ``user`` could not write its checkpoints in
     ``path``. A missing ``path`` is not created here: the trial creates it as its own identity, so

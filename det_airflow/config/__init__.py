@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         LogPolicy,
         ResourcesConfig,
         SearcherConfig,
+        priority_weight,
     )
     from det_airflow.config._yaml import read_yaml
 
@@ -71,6 +72,7 @@ __all__ = [
     "load_config",
     "merge_checkpoint_storage",
     "parse_config",
+    "priority_weight",
     "read_yaml",
 ]
 
@@ -105,6 +107,7 @@ _HOME = {
     "load_config": "det_airflow.config._load",
     "merge_checkpoint_storage": "det_airflow.config._storage",
     "parse_config": "det_airflow.config._load",
+    "priority_weight": "det_airflow.config._types",
     "read_yaml": "det_airflow.config._yaml",
 }
 

@@ -98,6 +98,12 @@ class ResourcesConfig:
     is_single_node: bool | None = None
 
 
+def priority_weight(priority: int) -> int:
+    """Airflow's ``priority_weight`` (and a Kubernetes PriorityClass value) for a Determined
+    ``priority``: Determined runs lower numbers first, Airflow and Kubernetes higher ones."""
+    return 100 - int(priority)
+
+
 @dataclass(frozen=True)
 class EnvironmentConfig:
     image_cpu: str | None = None

@@ -5,35 +5,16 @@ The master runs inside Airflow's API server, which has a database session; task 
 
 from __future__ import annotations
 
-import os
 from datetime import UTC, datetime
 from pathlib import Path
 
+from det_airflow import settings
+from det_airflow.config import priority_weight
 from det_airflow.errors import DetError
 
 # The file Airflow parses; every experiment YAML becomes a DAG through it.
 FACTORY_FILE = "det_experiments.py"
 DEFAULT_BUNDLE = "dags-folder"
-
-
-def conf_get(section: str, key: str, fallback: str | None = None) -> str | None:
-    from airflow.configuration import conf
-
-    return conf.get(section, key, fallback=fallback)
-
-
-def det_defaults() -> dict[str, str]:
-    """The `[det]` section of airflow.cfg (defaults for the experiment's `airflow:` section etc.)."""
-    from airflow.configuration import conf
-
-    values = {key: str(value) for key, value in (conf.getsection("det") or {}).items()}
-    # getsection() misses AIRFLOW__DET__* variables when airflow.cfg has no [det] section.
-    prefix = "AIRFLOW__DET__"
-    for name in os.environ:
-        if name.startswith(prefix):
-            key = name[len(prefix) :].lower().removesuffix("_cmd").removesuffix("_secret")
-            values[key] = str(conf.get("det", key))
-    return values
 
 
 def dags_folder() -> Path:
@@ -46,7 +27,7 @@ def master_url() -> str:
     """The address trials and tasks use to reach the master."""
     from airflow.configuration import conf
 
-    explicit = conf.get("det", "master_url", fallback=None)
+    explicit = settings.load().master_url
     if explicit:
         return explicit.rstrip("/")
     base = conf.get("api", "base_url", fallback=None)
@@ -260,13 +241,6 @@ def existing_dag_runs(runs: list[tuple[str, str]]) -> set[tuple[str, str]]:
         raise AirflowRecordError(f"Airflow's DAG runs: {exc}") from None
 
 
-def trial_work_dir() -> Path:
-    """Where local trials get their working directories (`[det] trial_work_dir`)."""
-    from det_airflow.operators.trial import default_work_dir
-
-    return default_work_dir()
-
-
 def update_waiting_trials(
     dag_id: str, run_id: str, *, priority: int | None = None, pool: str | None = None
 ) -> int:
@@ -280,7 +254,7 @@ def update_waiting_trials(
 
     values: dict[str, object] = {}
     if priority is not None:
-        values["priority_weight"] = 100 - priority
+        values["priority_weight"] = priority_weight(priority)
     if pool is not None:
         values["pool"] = pool
     if not values:

@@ -20,7 +20,6 @@ from det_airflow.config import ExperimentConfig, config_to_dict, merge_checkpoin
 from det_airflow.context_archive import LIMITS, check_archive, format_size
 from det_airflow.dagfactory import (
     FINISHED_SUBDIR,
-    airflow_section_defaults,
     dag_id_for_file,
     experiment_dag_id,
     experiment_file,
@@ -48,29 +47,28 @@ def trial_pool(cfg: ExperimentConfig) -> str:
     return cfg.resources.resource_pool or cfg.airflow.pool
 
 
-def default_checkpoint_storage() -> dict[str, Any]:
-    path = airflow_bridge.det_defaults().get("checkpoint_storage_path") or os.path.join(
-        os.environ.get("AIRFLOW_HOME", os.path.expanduser("~/airflow")), "det-checkpoints"
-    )
-    return {"type": "shared_fs", "host_path": os.path.abspath(os.path.expanduser(path))}
+def default_checkpoint_storage(current: settings.Settings) -> dict[str, Any]:
+    """The storage of an experiment that names none: airflow.cfg ``[det] checkpoint_storage_path``."""
+    return {"type": "shared_fs", "host_path": str(current.checkpoint_root)}
 
 
 def prepare_config(source: str | dict[str, Any], *, source_name: str | None = None) -> ExperimentConfig:
     """Validate a submitted config and fill what the master decides: storage and seed."""
-    cfg = parse_config(source, source_name=source_name, airflow_defaults=airflow_section_defaults())
+    current = settings.load()
+    cfg = parse_config(source, source_name=source_name, airflow_defaults=settings.airflow_defaults())
     raw = dict(cfg.raw)
     # Determined merges an experiment's storage settings over the cluster's default storage.
     raw["checkpoint_storage"] = merge_checkpoint_storage(
-        raw.get("checkpoint_storage"), default_checkpoint_storage()
+        raw.get("checkpoint_storage"), default_checkpoint_storage(current)
     )
     if cfg.experiment_seed is None:
         raw["reproducibility"] = {
             **(raw.get("reproducibility") or {}),
             "experiment_seed": int(time.time()) % 2**31,
         }
-    cfg = parse_config(raw, source_name=source_name, airflow_defaults=airflow_section_defaults())
+    cfg = parse_config(raw, source_name=source_name, airflow_defaults=settings.airflow_defaults())
     check_resources(cfg)
-    runner_policy.enforce(config_to_dict(cfg), settings.load())
+    runner_policy.enforce(config_to_dict(cfg), current)
     return cfg
 
 
@@ -425,7 +423,7 @@ def delete_experiment(db: Database, experiment_id: int) -> list[str]:
 
     with db.begin() as conn:
         identity = file_cleanup.owner_identity(conn, row.owner)
-    work_dir = airflow_bridge.trial_work_dir()
+    work_dir = settings.load().trial_work_dir
     not_removed = [
         *_remove_airflow_records(row),
         *file_cleanup.remove_checkpoints(row, checkpoints, identity),
@@ -636,18 +634,19 @@ def is_unmanaged(row: Row) -> bool:
 
 def unmanaged_config(given: dict[str, Any]) -> ExperimentConfig:
     """The config of an unmanaged run: the program's settings over the unmanaged defaults."""
+    current = settings.load()
     raw = {**_UNMANAGED_DEFAULTS, **given}
     raw["checkpoint_storage"] = merge_checkpoint_storage(
-        raw.get("checkpoint_storage"), default_checkpoint_storage()
+        raw.get("checkpoint_storage"), default_checkpoint_storage(current)
     )
     if raw.get("reproducibility", {}).get("experiment_seed") is None:
         raw["reproducibility"] = {
             **(raw.get("reproducibility") or {}),
             "experiment_seed": int(time.time()) % 2**31,
         }
-    cfg = parse_config(raw, source_name="unmanaged experiment", airflow_defaults=airflow_section_defaults())
+    cfg = parse_config(raw, source_name="unmanaged experiment", airflow_defaults=settings.airflow_defaults())
     # Its checkpoints land in its storage's host path, which the master later reads and deletes.
-    runner_policy.enforce(config_to_dict(cfg), settings.load())
+    runner_policy.enforce(config_to_dict(cfg), current)
     return cfg
 
 

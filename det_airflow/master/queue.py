@@ -18,6 +18,8 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, and_, bindparam, func, select, text
 
+from det_airflow import settings
+from det_airflow.config import ResourcesConfig
 from det_airflow.errors import DetError
 from det_airflow.master import airflow_bridge, schema
 from det_airflow.master.experiments import now
@@ -321,7 +323,9 @@ def effective(row: Row) -> dict[str, Any]:
     """An experiment's queue settings: the override columns, else its config's `resources`."""
     resources = row.config.get("resources", {})
     return {
-        "priority": row.priority if row.priority is not None else int(resources.get("priority", 42)),
+        "priority": row.priority
+        if row.priority is not None
+        else int(resources.get("priority", ResourcesConfig.priority)),
         "weight": row.weight if row.weight is not None else float(resources.get("weight", 1.0)),
         "max_slots": row.max_slots if row.max_slots is not None else resources.get("max_slots"),
         "position": row.queue_position if row.queue_position is not None else float(row.id),
@@ -421,24 +425,24 @@ def snapshot(conn: Connection, pool: str, capacity: int | None = None) -> PoolSn
             counts[exp_id] = (held + number * holds, wait + number * waits)
     jobs = []
     for exp_id, row in rows.items():
-        settings = effective(row)
+        queue_settings = effective(row)
         held, wait = counts.get(exp_id, (0, 0))
         jobs.append(
             Job(
                 id=exp_id,
-                priority=settings["priority"],
-                position=settings["position"],
-                slots_per_trial=settings["slots_per_trial"],
-                held=held * settings["slots_per_trial"],
+                priority=queue_settings["priority"],
+                position=queue_settings["position"],
+                slots_per_trial=queue_settings["slots_per_trial"],
+                held=held * queue_settings["slots_per_trial"],
                 waiting=wait,
-                max_slots=settings["max_slots"],
-                weight=settings["weight"],
+                max_slots=queue_settings["max_slots"],
+                weight=queue_settings["weight"],
             )
         )
     return PoolSnapshot(
         pool=pool,
         capacity=pool_capacity(pool) if capacity is None else capacity,
-        fair_share=scheduler(pool) == FAIR_SHARE,
+        fair_share=scheduler(pool) == settings.FAIR_SHARE,
         rows=rows,
         jobs=jobs,
         trials_held={exp_id: held for exp_id, (held, _) in counts.items()},
@@ -476,48 +480,36 @@ def admit(conn: Connection, exp: Row, trial: Row) -> bool:
 
 # --- preemption ----------------------------------------------------------------------------------
 
-PREEMPTION_KEY = "preemption"  # [det] preemption = true: every pool
-PREEMPTION_POOLS_KEY = "preemption_pools"  # [det] preemption_pools = a,b: these pools as well
-SCHEDULER_KEY = "scheduler"  # [det] scheduler = priority (the default) | fair_share
-FAIR_SHARE_POOLS_KEY = "fair_share_pools"  # [det] fair_share_pools = a,b: these pools by fair share
-PRIORITY, FAIR_SHARE = "priority", "fair_share"
-_TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0", "")
-
 
 class QueueConfigError(DetError):
     """The `[det]` job queue settings of airflow.cfg cannot be read."""
 
 
+def _queue_settings() -> tuple[settings.Settings, str, bool]:
+    """The settings with their checked ``scheduler`` and ``preemption``."""
+    current = settings.load()
+    try:
+        return current, current.scheduler, current.preemption
+    except settings.SettingsError as exc:
+        raise QueueConfigError(str(exc)) from None
+
+
 def scheduler(pool: str) -> str:
     """How the pool's slots are shared (airflow.cfg ``[det] scheduler``, ``fair_share_pools``)."""
-    value = (airflow_bridge.conf_get("det", SCHEDULER_KEY, fallback="") or PRIORITY).strip().lower()
-    if value not in (PRIORITY, FAIR_SHARE):
-        raise QueueConfigError(
-            f"airflow.cfg [det] {SCHEDULER_KEY}: expected {PRIORITY} or {FAIR_SHARE}, got {value!r}"
-        )
-    return FAIR_SHARE if pool in _pool_list(FAIR_SHARE_POOLS_KEY) else value
-
-
-def _pool_list(key: str) -> set[str]:
-    names = (airflow_bridge.conf_get("det", key, fallback="") or "").split(",")
-    return {name.strip() for name in names if name.strip()}
-
-
-def _preempt_everywhere() -> bool:
-    value = (airflow_bridge.conf_get("det", PREEMPTION_KEY, fallback="") or "").strip().lower()
-    if value not in _TRUE + _FALSE:
-        raise QueueConfigError(f"airflow.cfg [det] {PREEMPTION_KEY}: expected true or false, got {value!r}")
-    return value in _TRUE
+    current, value, _ = _queue_settings()
+    return settings.FAIR_SHARE if pool in current.fair_share_pools else value
 
 
 def preemption_enabled(pool: str) -> bool:
     """Whether waiting jobs of ``pool`` may preempt lower-priority trials (airflow.cfg ``[det]``)."""
-    return _preempt_everywhere() or pool in _pool_list(PREEMPTION_POOLS_KEY)
+    current, _, everywhere = _queue_settings()
+    return everywhere or pool in current.preemption_pools
 
 
 def preemption_anywhere() -> bool:
     """Whether any pool preempts: a settings read, no query."""
-    return _preempt_everywhere() or bool(_pool_list(PREEMPTION_POOLS_KEY))
+    current, _, everywhere = _queue_settings()
+    return everywhere or bool(current.preemption_pools)
 
 
 _STARTED = (TrialState.PULLING, TrialState.STARTING, TrialState.RUNNING)

@@ -15,7 +15,6 @@ from typing import Any
 from det_airflow.trial_process import STARTUP_HOOK, TrialSpec
 
 RUNNERS = ("local", "docker", "kubernetes")
-DEVICES = ("cpu", "cuda", "rocm")
 # Labels on every container and pod of a trial, so that what a dead worker left can be found.
 LABEL_PREFIX = "ai.det-airflow"
 LABEL_EXPERIMENT = f"{LABEL_PREFIX}.experiment"

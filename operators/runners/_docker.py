@@ -1,11 +1,15 @@
 """Trials in Docker containers, through the docker provider's client (``DockerHook.api_client``).
 
 A trial's container runs its entrypoint in the trial's work folder (mounted at the same path), on
-the host network (a master on 127.0.0.1 stays reachable), with the checkpoint storage's host path
+the host network (a master on 127.0.0.1 stays reachable), with the checkpoint storage's folder
 mounted at the same path, the user's bind mounts, shared memory, capabilities and devices, and the
 GPUs of exactly the slots the trial holds. Nothing of Airflow's goes in: no environment, no
-configuration, no folders. Its output streams to the caller line by line; the container is removed
-once it has exited and its output is drained.
+configuration, and no host folder but those the cluster's runner policy allows
+(:mod:`det_airflow.runner_policy`, checked again here before anything starts). The container runs
+as the trial owner's uid, never root unless the policy allows it, with ``no-new-privileges``, every
+capability dropped but those the policy allows, and a read-only root file system (a tmpfs on
+``/tmp``; the work folder stays writable). Its output streams to the caller line by line; the
+container is removed once it has exited and its output is drained.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from docker import APIClient
 from docker.errors import APIError, ImageNotFound, NotFound
 from docker.types import DeviceRequest, Mount
 
+from det_airflow import runner_policy
 from det_airflow.errors import DetError
 from det_airflow.operators.runners._base import (
     LABEL_TRIAL,
@@ -29,8 +34,22 @@ from det_airflow.operators.runners._base import (
     OnOutput,
     TrialRunner,
 )
+from det_airflow.settings import RunnerPolicy, Settings
+from det_airflow.settings import load as load_settings
+from det_airflow.trial_process import (
+    TrialIsolationError,
+    TrialUser,
+    check_can_write,
+    hand_over,
+    make_dirs_as,
+    prepare_checkpoint_root,
+)
 
 DEFAULT_DOCKER_URL = "unix:///var/run/docker.sock"
+# Who a trial runs as when the master assigned its owner no uid and the worker itself is root.
+NOBODY = "65534:65534"
+# Enough for data loader workers and their threads, not for a fork bomb.
+PIDS_LIMIT = 16384
 
 
 class ContainerError(DetError):
@@ -65,15 +84,35 @@ class ContainerRequest:
         }
 
 
-def container_request(client: APIClient, trial: ContainerTrial) -> ContainerRequest:
-    """The container for ``trial``, as Docker will be asked for it."""
+def container_user(trial: ContainerTrial, policy: RunnerPolicy) -> str:
+    """``uid:gid`` the container runs as: the owner's identity the master assigned; without one the
+    worker's own user, or nobody when the worker is root. Empty (the image's own user) only where
+    the policy allows root."""
+    if policy.allow_root:
+        return ""
+    if trial.spec.uid is not None:
+        gid = trial.spec.gid if trial.spec.gid is not None else trial.spec.uid
+        return f"{trial.spec.uid}:{gid}"
+    if os.getuid() != 0:
+        # Still the one identity that can write the work folder the worker prepared.
+        return f"{os.getuid()}:{os.getgid()}"
+    return NOBODY
+
+
+def container_request(
+    client: APIClient, trial: ContainerTrial, policy: RunnerPolicy | None = None
+) -> ContainerRequest:
+    """The container for ``trial``, as Docker will be asked for it, under ``policy`` (the runner
+    policy of the trial's pool; the cluster's default when not given)."""
+    policy = policy or RunnerPolicy()
     config = trial.config
     environment = config.get("environment") or {}
     resources = config.get("resources") or {}
     mounts = [Mount(str(trial.workdir), str(trial.workdir), type="bind")]
     storage = config.get("checkpoint_storage") or {}
     if storage.get("type") == "shared_fs" and storage.get("host_path"):
-        mounts.append(Mount(str(storage["host_path"]), str(storage["host_path"]), type="bind"))
+        folder = runner_policy.storage_folder(storage)
+        mounts.append(Mount(folder, folder, type="bind"))
     for mount in config.get("bind_mounts") or []:
         mounts.append(
             Mount(
@@ -95,12 +134,19 @@ def container_request(client: APIClient, trial: ContainerTrial) -> ContainerRequ
                 driver="nvidia", device_ids=[str(s) for s in trial.slot_ids], capabilities=[["gpu"]]
             )
         )
+    added = runner_policy.allowed_added_capabilities(environment.get("add_capabilities") or [], policy)
     host_config = client.create_host_config(
         network_mode="host",
         mounts=mounts,
         shm_size=resources.get("shm_size"),
-        cap_add=list(environment.get("add_capabilities") or []) or None,
-        cap_drop=list(environment.get("drop_capabilities") or []) or None,
+        # Every capability dropped, then only those the policy allows and the config asks for.
+        cap_drop=["ALL"],
+        cap_add=added or None,
+        security_opt=["no-new-privileges"],
+        privileged=False,
+        read_only=policy.read_only_root,
+        tmpfs={"/tmp": "rw,nosuid,nodev"} if policy.read_only_root else None,
+        pids_limit=PIDS_LIMIT,
         devices=devices or None,
         device_requests=device_requests or None,
     )
@@ -111,10 +157,17 @@ def container_request(client: APIClient, trial: ContainerTrial) -> ContainerRequ
         labels=trial.labels,
         name=trial.name,
         working_dir=str(trial.workdir),
-        # The worker's own user: what the trial writes (work folder, checkpoints) stays the worker's.
-        user=f"{os.getuid()}:{os.getgid()}",
+        user=container_user(trial, policy),
         host_config=host_config,
     )
+
+
+def check_trial(trial: ContainerTrial, settings: Settings) -> RunnerPolicy:
+    """The trial's config against this worker's runner policy (host paths resolved here, where they
+    are mounted from; the worker's airflow.cfg may be stricter than the master's); answers the
+    policy of the trial's pool."""
+    runner_policy.enforce(trial.config, settings, resolve=True, runner="docker")
+    return settings.policy_for(runner_policy.pool_of(trial.config))
 
 
 class DockerRunner(TrialRunner):
@@ -136,8 +189,11 @@ class DockerRunner(TrialRunner):
         log: Any = None,
         on_container: Callable[[str], None] | None = None,
         on_phase: Callable[[str, str], None] | None = None,
+        settings: Settings | None = None,
     ) -> None:
         self.client = client
+        # airflow.cfg [det] of this worker (read at each run when not given).
+        self.settings = settings
         self.kill_grace = kill_grace
         self._log = log
         self._on_container = on_container  # told each container's id once it exists
@@ -145,11 +201,14 @@ class DockerRunner(TrialRunner):
         self._on_phase = on_phase or (lambda state, why: None)
 
     def run(self, trial: ContainerTrial, *, on_output: OnOutput, stop: threading.Event) -> int:
-        request = container_request(self.client, trial)
+        settings = self.settings or load_settings()
+        policy = check_trial(trial, settings)
+        request = container_request(self.client, trial, policy)
         storage = trial.config.get("checkpoint_storage") or {}
+        folder = None
         if storage.get("type") == "shared_fs" and storage.get("host_path"):
-            # Docker refuses to bind a missing folder; a local trial would have created it on first save.
-            Path(storage["host_path"]).mkdir(parents=True, exist_ok=True)
+            folder = Path(runner_policy.storage_folder(storage))
+        _hand_over(trial, request.user, folder, settings)
         self.sweep(trial.spec.trial_id)
         self._ensure_image(request.image, trial.config)
         try:
@@ -238,6 +297,31 @@ class DockerRunner(TrialRunner):
                 f"environment.image: cannot pull {image!r} ({_reason(exc)}); build it with `make trial-image` "
                 "or name an image this Docker daemon has"
             ) from exc
+
+
+def _hand_over(trial: ContainerTrial, user: str, storage: Path | None, settings: Settings) -> None:
+    """A root worker gives the work folder to the container's user, and makes sure that user can
+    write its checkpoints (the default storage folder, det's own, is handed over when it cannot)."""
+    root = os.geteuid() == 0 and bool(user)
+    identity = None
+    if root:
+        uid, _, gid = user.partition(":")
+        identity = TrialUser(f"uid {uid}", int(uid), int(gid or uid))
+    try:
+        if identity is not None:
+            hand_over(trial.workdir, identity)
+        if storage is None:
+            return
+        if root and (storage == settings.checkpoint_root or settings.checkpoint_root in storage.parents):
+            prepare_checkpoint_root(settings.checkpoint_root)
+        # Docker refuses to bind a missing folder: made here as the trial's user (a local trial makes
+        # it itself on its first checkpoint), never as root.
+        if not storage.exists():
+            make_dirs_as(storage, identity)
+        if identity is not None:
+            check_can_write(storage, identity)
+    except TrialIsolationError as exc:
+        raise ContainerError(str(exc)) from exc
 
 
 def _drain(output: Iterator[tuple[bytes | None, bytes | None]], emit: OnOutput) -> None:

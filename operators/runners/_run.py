@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from det_airflow.errors import DetError
 from det_airflow.operators._logs import LogShipper
-from det_airflow.operators.runners._base import DEVICES, ContainerTrial, TrialRunner, container_environment
+from det_airflow.operators.runners._base import ContainerTrial, TrialRunner, container_environment
 from det_airflow.slots import SlotLease, lease
 
 if TYPE_CHECKING:
@@ -32,8 +32,6 @@ def build_runner(
 ) -> TrialRunner:
     """The runner called ``name`` (``airflow.trial_runner``), set up from the experiment's ``airflow``
     section and ``airflow.cfg [det]``."""
-    from airflow.configuration import conf
-
     from det_airflow import runner_policy, settings
 
     section = config.get("airflow") or {}
@@ -47,11 +45,7 @@ def build_runner(
 
         from det_airflow.operators.runners._docker import DEFAULT_DOCKER_URL, DockerRunner
 
-        base_url = (
-            conf.get("det", "docker_url", fallback=None)
-            or os.environ.get("DOCKER_HOST")
-            or DEFAULT_DOCKER_URL
-        )
+        base_url = worker_settings.docker_url or os.environ.get("DOCKER_HOST") or DEFAULT_DOCKER_URL
         hook = DockerHook(docker_conn_id=section.get("docker_conn_id") or None, base_url=base_url)
         return DockerRunner(
             hook.api_client,
@@ -63,41 +57,31 @@ def build_runner(
     if name == "kubernetes":
         from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 
-        from det_airflow.operators.runners._kubernetes import KubernetesCluster, KubernetesRunner
+        from det_airflow.operators.runners._kubernetes import (
+            DEFAULT_SLOTS_PER_NODE,
+            KubernetesCluster,
+            KubernetesRunner,
+        )
 
         hook = KubernetesHook(conn_id=section.get("kubernetes_conn_id") or None)
         return KubernetesRunner(
             KubernetesCluster(hook),
             namespace=section.get("namespace") or "default",
-            slots_per_node=_slots_per_node(conf.get("det", "slots_per_node", fallback="")),
-            delete_pods=conf.getboolean("det", "kubernetes_delete_pods", fallback=True),
-            startup_timeout=conf.getfloat("det", "kubernetes_startup_timeout", fallback=600.0),
+            # Left empty, a node of 8.
+            slots_per_node=worker_settings.slots_per_node or DEFAULT_SLOTS_PER_NODE,
+            delete_pods=worker_settings.kubernetes_delete_pods,
+            startup_timeout=worker_settings.kubernetes_startup_timeout,
             log=log,
             settings=worker_settings,
         )
     raise DetError(f"airflow.trial_runner: {name!r} cannot run trials on this worker yet")
 
 
-def _slots_per_node(value: str | None) -> int:
-    """``[det] slots_per_node`` for Kubernetes trials: left empty, a node of 8."""
-    from det_airflow.operators.runners._kubernetes import DEFAULT_SLOTS_PER_NODE
-
-    text = (value or "").strip()
-    if not text:
-        return DEFAULT_SLOTS_PER_NODE
-    if not text.isdigit() or int(text) < 1:
-        raise DetError(f"airflow.cfg [det] slots_per_node: expected an integer >= 1, got {text!r}")
-    return int(text)
-
-
 def slot_device() -> str:
     """The kind of slot this installation's trials hold: ``[det] slot_type`` (cpu, cuda or rocm)."""
-    from airflow.configuration import conf
+    from det_airflow import settings
 
-    device = (conf.get("det", "slot_type", fallback="") or "cpu").strip().lower()
-    if device not in DEVICES:
-        raise DetError(f"airflow.cfg [det] slot_type: expected one of {', '.join(DEVICES)}, got {device!r}")
-    return device
+    return settings.load().slot_type
 
 
 def held_slots(spec_dict: Mapping[str, Any]) -> tuple[int, ...]:

@@ -30,6 +30,7 @@ from kubernetes.client import models as k8s
 
 from det_airflow import runner_policy
 from det_airflow.api._http import API_PREFIX
+from det_airflow.config import priority_weight
 from det_airflow.operators.runners._base import ContainerTrial
 from det_airflow.settings import RunnerPolicy
 
@@ -77,7 +78,7 @@ def priority_class(priority: int) -> k8s.V1PriorityClass:
     """The PriorityClass object for ``priority``, preempting nothing (as Determined's)."""
     return k8s.V1PriorityClass(
         metadata=k8s.V1ObjectMeta(name=priority_class_name(priority)),
-        value=100 - int(priority),
+        value=priority_weight(priority),
         preemption_policy="Never",
         description=f"det-airflow trials of priority {priority}",
     )

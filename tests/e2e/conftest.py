@@ -18,7 +18,7 @@ import pytest
 from docker.errors import DockerException
 
 from det_airflow.operators.runners import DEFAULT_IMAGES
-from tests.integration.conftest import airflow, airflow_config_extra, postgres_url  # noqa: F401
+from tests.integration.conftest import airflow, default_config_extra, postgres_url  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[2]
 TRIAL_IMAGE = DEFAULT_IMAGES["cpu"]
@@ -33,6 +33,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def docker_url() -> str:
     return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+
+
+@pytest.fixture(scope="session")
+def host_share(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A host folder the test Airflow's runner policy lets trials bind-mount (``[det]
+    allowed_host_paths``); writable by every trial uid, as an admin would share one."""
+    share = tmp_path_factory.mktemp("host-share")
+    share.chmod(0o1777)
+    return share
+
+
+@pytest.fixture(scope="session")
+def airflow_config_extra(host_share: Path) -> dict[str, dict[str, str]]:
+    """tests/integration's sections, with ``host_share`` allowed to trials' bind mounts."""
+    extra = default_config_extra()
+    extra["det"]["allowed_host_paths"] = str(host_share)
+    return extra
 
 
 @pytest.fixture(scope="session")

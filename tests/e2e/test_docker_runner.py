@@ -4,7 +4,10 @@ comes out of it, and what is left of it afterwards."""
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +19,20 @@ from det_airflow.operators.runners._docker import ContainerError, DockerRunner
 from det_airflow.trial_process import TrialSpec
 
 _next_trial = iter(range(900_000, 1_000_000))
+# The uid:gid the master would have assigned to the experiment's owner (in [det] trial_uid_range).
+TRIAL_UID = 61_999
+
+
+@pytest.fixture(autouse=True)
+def host_share(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A host folder the runner policy of this worker lets trials mount (checkpoints, data), as
+    an admin would share one: in [det] allowed_host_paths, and reachable by the trial's uid (pytest's
+    own temporary folders are not)."""
+    share = Path(tempfile.mkdtemp(prefix="det-docker-runner-"))
+    share.chmod(0o711)
+    monkeypatch.setenv("AIRFLOW__DET__ALLOWED_HOST_PATHS", str(share))
+    yield share
+    shutil.rmtree(share, ignore_errors=True)
 
 
 class Lines:
@@ -42,6 +59,8 @@ def make_trial(tmp_path: Path, image: str, argv: list[str], **config: Any) -> Co
         trial_seed=1,
         config={"environment": {"image": image}, **config},
         run_id=1,
+        uid=TRIAL_UID,
+        gid=TRIAL_UID,
     )
     return ContainerTrial(spec=spec, workdir=workdir, argv=tuple(argv), env={"GREETING": "hello"})
 
@@ -75,10 +94,11 @@ def test_output_lines_stream_by_kind_and_the_container_is_removed(
 
 
 def test_workdir_checkpoints_and_bind_mounts_are_shared_with_the_host(
-    docker_client: docker.APIClient, trial_image: str, tmp_path: Path
+    docker_client: docker.APIClient, trial_image: str, tmp_path: Path, host_share: Path
 ) -> None:
-    storage, data = tmp_path / "ckpt", tmp_path / "data"
+    storage, data = host_share / "ckpt", host_share / "data"
     storage.mkdir()
+    os.chown(storage, TRIAL_UID, TRIAL_UID)  # the owner's own checkpoint folder
     data.mkdir()
     (data / "input.txt").write_text("42\n")
     script = (
@@ -99,7 +119,9 @@ def test_workdir_checkpoints_and_bind_mounts_are_shared_with_the_host(
 
     assert code == 0, out.lines
     assert (storage / "saved.txt").read_text() == "42\n"
-    assert (trial.workdir / "checkpoint-seen.txt").stat().st_uid == os.getuid()
+    # Written as the owner's uid, not root: the container ran as the identity the master assigned.
+    assert (trial.workdir / "checkpoint-seen.txt").stat().st_uid == TRIAL_UID
+    assert (storage / "saved.txt").stat().st_uid == TRIAL_UID
     assert ("data-read-only", "stdout") in out.lines
 
 

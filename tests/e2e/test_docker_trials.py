@@ -117,9 +117,13 @@ def test_two_slots_run_two_gloo_ranks_in_one_container(det: DetEnv, tmp_path: Pa
         assert f"rank {rank} of 2 on gloo: all-reduced sum 3" in logs, logs[-2000:]
 
 
-def test_a_container_that_fails_once_resumes_from_its_checkpoint(det: DetEnv, tmp_path: Path) -> None:
-    markers = tmp_path / "markers"
+def test_a_container_that_fails_once_resumes_from_its_checkpoint(
+    det: DetEnv, tmp_path: Path, host_share: Path
+) -> None:
+    # A folder under [det] allowed_host_paths, writable by the trial's own uid.
+    markers = host_share / "markers"
     markers.mkdir()
+    markers.chmod(0o1777)
     config = docker_config(
         tmp_path,
         name="docker fail once",

@@ -239,6 +239,11 @@ TEST_USERS = {"admin": "admin", "viewer": "viewer", "alice": "user", "bob": "use
 @pytest.fixture(scope="session")
 def airflow_config_extra() -> dict[str, dict[str, str]]:
     """Sections added to the test Airflows' ``airflow.cfg`` (e.g. ``[det]``); override to change."""
+    return default_config_extra()
+
+
+def default_config_extra() -> dict[str, dict[str, str]]:
+    """What :func:`airflow_config_extra` gives, for overrides that add to it."""
     users = ",".join(f"{name}:{role}" for name, role in TEST_USERS.items())
     # Only the pools of test_preemption.py preempt or share fairly; every other test keeps the defaults.
     det = {

@@ -599,3 +599,29 @@ def test_a_trial_runs_as_its_owners_numeric_uid_without_a_passwd_entry(passable:
     )
     assert code == 0, out.lines
     assert out.lines == [("61190 61190 [] det-61190", "stdout")]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="creating folders as another user needs root")
+def test_a_folder_a_config_names_is_made_as_the_trial_user_never_as_root() -> None:
+    import tempfile
+
+    from det_airflow.trial_process import TrialIsolationError, TrialUser, make_dirs_as
+
+    user = TrialUser("det-61190", 61190, 61190)
+    # Under /tmp itself: pytest's own tmp_path lies in a folder only root may pass through.
+    with tempfile.TemporaryDirectory(prefix="det-make-dirs-") as folder:
+        base = Path(folder)
+        base.chmod(0o711)
+        share = base / "share"
+        share.mkdir()
+        share.chmod(0o1777)
+        make_dirs_as(share / "a" / "b", user)
+        made = (share / "a" / "b").stat()
+        assert (made.st_uid, made.st_gid) == (61190, 61190)
+        private = base / "private"
+        private.mkdir(mode=0o700)
+        with pytest.raises(
+            TrialIsolationError, match=r"trial user det-61190 cannot create .*private/x: .*denied"
+        ):
+            make_dirs_as(private / "x", user)
+        assert not (private / "x").exists()

@@ -7,7 +7,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from det_airflow.dagfactory import airflow_section_defaults, experiment_file, load_experiment
+from det_airflow import settings
+from det_airflow.dagfactory import experiment_file, load_experiment
 from det_airflow.master import airflow_bridge
 from tests.unit.master.creating import SECRETS, Creator
 from tests.unit.master.people_app import People
@@ -79,7 +80,7 @@ def test_the_dags_folder_file_masks_secrets_and_still_compiles(creator: Creator,
     assert [s for s in SECRETS if s in text] == []
     assert "WANDB_API_KEY=********" in text
 
-    cfg = load_experiment(path, airflow_section_defaults())
+    cfg = load_experiment(path, settings.airflow_defaults())
     assert cfg is not None
     assert (cfg.resources.priority, cfg.max_restarts, cfg.airflow.pool) == (7, 3, "default_pool")
     assert cfg.searcher.name == "single"
