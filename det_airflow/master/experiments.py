@@ -7,6 +7,7 @@ import binascii
 import functools
 import os
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -137,15 +138,23 @@ def create_once(
     paused: bool = False,
     parent_id: int | None = None,
     request_id: str | None = None,
+    check_source: Callable[[Row], None] | None = None,
 ) -> tuple[Row, bool]:
     """Validate and store a submitted experiment; returns it and whether it is new.
 
     The config is parsed before the context is even decoded, the cheap refusals first. With a
     ``request_id``, a retry (or a concurrent duplicate) answers the experiment the first one made.
+    ``check_source`` is given the experiment a warm start reads from (``searcher.source_trial_id``
+    or ``source_checkpoint_uuid``) and raises when the submitter may not read it: its trials will.
     """
     if request_id is not None and (existing := _created_for(db, request_id, owner)) is not None:
         return existing, False
     cfg = prepare_config(config_yaml)
+    if check_source is not None:
+        with db.read() as conn:
+            source = warm_start_source(conn, cfg)
+        if source is not None:
+            check_source(source)
     archive = decode_context(context)
     # Under FAB, the role the experiment's DAG names must exist before a parse of its file; made
     # outside the experiment's transaction, which holds SQLite's one writer lock.
@@ -167,6 +176,21 @@ def create_once(
         if request_id is None or (existing := _created_for(db, request_id, owner)) is None:
             raise
         return existing, False
+
+
+def warm_start_source(conn: Connection, cfg: ExperimentConfig) -> Row | None:
+    """The experiment whose checkpoint every trial of ``cfg`` starts from; None without a warm
+    start, or when the source does not exist (its trials then start from scratch)."""
+    searcher = cfg.searcher
+    if searcher.source_checkpoint_uuid:
+        c = schema.checkpoints.c
+        query = select(c.experiment_id).where(c.uuid == searcher.source_checkpoint_uuid)
+    elif searcher.source_trial_id is not None:
+        query = select(schema.trials.c.experiment_id).where(schema.trials.c.id == searcher.source_trial_id)
+    else:
+        return None
+    experiment_id = conn.execute(query).scalar()
+    return None if experiment_id is None else get_experiment(conn, experiment_id)
 
 
 def _created_for(db: Database, request_id: str, owner: str) -> Row | None:

@@ -98,6 +98,7 @@ def create_experiment(body: CreateExperiment, caller: CallerDep) -> dict:
             paused=body.paused,
             parent_id=body.parent_id,
             request_id=body.request_id,
+            check_source=lambda source: check_read(caller, source, "warm-start from"),
         )
     # Fields accepted but not acted on: one line the CLI prints, never silently dropped.
     warnings = list(experiments.experiment_config(row).warnings)

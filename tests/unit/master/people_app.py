@@ -31,7 +31,14 @@ NOW = datetime(2026, 1, 1, tzinfo=UTC)
 ORIGIN = "http://testserver"
 
 # name → simple auth manager role; "carol" may read only DAG det_1 (see PerDagAuthManager).
-ROLES = {"viewer": "viewer", "alice": "user", "bob": "user", "admin": "admin", "carol": "viewer"}
+ROLES = {
+    "viewer": "viewer",
+    "alice": "user",
+    "bob": "user",
+    "admin": "admin",
+    "carol": "viewer",
+    "dave": "user",
+}
 
 
 class PerDagAuthManager(SimpleAuthManager):
@@ -43,6 +50,8 @@ class PerDagAuthManager(SimpleAuthManager):
     ) -> bool:
         if user.username == "carol":
             return isinstance(details, DagDetails) and details.id == "det_1" and method == "GET"
+        if user.username == "dave" and isinstance(details, DagDetails) and details.id == "det_1":
+            return False  # a user who may create experiments, but not read experiment 1
         return bool(
             super().is_authorized_dag(method=method, user=user, access_entity=access_entity, details=details)
         )
