@@ -57,16 +57,7 @@ def body_limit(method: str, path: str, *, logged_in: bool = True) -> int:
 
 def carries_credentials(headers: dict[bytes, bytes]) -> bool:
     """Whether a request sends a bearer token or Airflow's login cookie (valid or not)."""
-    scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
-    if scheme.lower() == b"bearer" and token.strip():
-        return True
-    cookies = SimpleCookie()
-    try:
-        cookies.load(headers.get(b"cookie", b"").decode("latin-1"))
-    except CookieError:
-        return False
-    morsel = cookies.get(_LOGIN_COOKIE)
-    return morsel is not None and bool(morsel.value)
+    return _bearer_token(headers) is not None or _login_cookie(headers) is not None
 
 
 class BodyTooLarge(HTTPException):
