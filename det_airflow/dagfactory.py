@@ -154,6 +154,14 @@ def experiment_file(dags_folder: Path, experiment_id: int) -> Path:
     return dags_folder / EXPERIMENTS_SUBDIR / f"exp_{experiment_id}.yaml"
 
 
+def staged_experiment_file(dags_folder: Path, experiment_id: int) -> Path:
+    """Where a new experiment's config waits, hidden from parses, until the master has written its
+    DAG into Airflow's tables (``experiment_yamls`` skips dot files): the DAG processor and the
+    master then never both insert the same new DAG."""
+    final = experiment_file(dags_folder, experiment_id)
+    return final.with_name("." + final.name)
+
+
 def retire_experiment_file(dags_folder: Path, experiment_id: int) -> Path | None:
     """Moves a finished experiment's config where the DAG processor no longer builds it; returns
     the new path, or None when there was nothing to move.
@@ -400,13 +408,14 @@ def run_due(submitted: datetime) -> datetime:
     return submitted.replace(microsecond=0) - timedelta(seconds=1)
 
 
-def build_submitted_dag(dags_folder: Path, experiment_id: int):  # type: ignore[no-untyped-def]
-    """The DAG of the master-written experiment_file(), as a parse of the factory builds it.
+def build_submitted_dag(dags_folder: Path, experiment_id: int, source: Path | None = None):  # type: ignore[no-untyped-def]
+    """The DAG of the master-written experiment_file() (read from ``source``, its staged copy, when
+    given), as a parse of the factory builds it.
 
     Raises DetError when the file is gone or cannot be built (a parse would list the problem under
     INVALID_DAG_ID)."""
-    path = experiment_file(dags_folder, experiment_id)
-    file = dag_id_for_file(path, dags_folder)
+    file = dag_id_for_file(experiment_file(dags_folder, experiment_id), dags_folder)
+    path = source or file.path
     try:
         text = read_config_text(path)
     except OSError as exc:

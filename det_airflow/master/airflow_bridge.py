@@ -73,15 +73,15 @@ def request_reparse() -> None:
         )
 
 
-def publish_experiment_dag(experiment_id: int) -> bool:
+def publish_experiment_dag(experiment_id: int, source: Path | None = None) -> bool:
     """Write a submitted experiment's DAG into Airflow's tables now, as the DAG processor writes it
     when it next parses the factory, so the scheduler can start its run at its next loop.
 
     The DAG processor would find it within about two of its one-second loops, plus the parse; this
     takes a few hundredths of a second. Its later parse writes the same DAG, so no second DAG
-    version is made. Best effort, after the experiment is committed: on any failure the parse is
-    requested instead (and reports a config it cannot build, as for every YAML). Answers whether
-    the DAG was written.
+    version is made. Best effort, after the experiment is committed: on any failure it logs why and
+    answers False, and the caller asks for a parse (which reports a config it cannot build, as for
+    every YAML). ``source``: the experiment's staged file, not yet where parses look.
     """
     import logging
 
@@ -95,7 +95,7 @@ def publish_experiment_dag(experiment_id: int) -> bool:
     try:
         if not factory.is_file():
             raise DetError(f"{factory}: no such file")
-        dag = build_submitted_dag(folder, experiment_id)
+        dag = build_submitted_dag(folder, experiment_id, source)
         # The DAG processor names the factory as the DAG's file; the DAG must be the same.
         dag.fileloc = str(factory)
         dag.relative_fileloc = FACTORY_FILE
@@ -111,7 +111,6 @@ def publish_experiment_dag(experiment_id: int) -> bool:
             experiment_id,
             exc_info=True,
         )
-        request_reparse()
         return False
     return True
 

@@ -25,6 +25,7 @@ from det_airflow.dagfactory import (
     experiment_dag_id,
     experiment_file,
     retire_experiment_file,
+    staged_experiment_file,
     submission_header,
     trial_slots_problem,
 )
@@ -171,11 +172,47 @@ def create_once(
                 parent_id=parent_id,
                 request_id=request_id,
             )
-            return get_experiment(conn, experiment_id), True
+            row = get_experiment(conn, experiment_id)
     except IntegrityError:
         if request_id is None or (existing := _created_for(db, request_id, owner)) is None:
             raise
         return existing, False
+    if row.dag_id is not None:
+        publish_submitted(experiment_id)
+    return row, True
+
+
+# A staged file older than this was left by an API server that stopped between a create's commit
+# and its publication (which takes well under a second).
+_STAGED_LEFT_AFTER_SECONDS = 60.0
+
+
+def publish_left_staged() -> list[int]:
+    """Publish experiments whose staged file an API server left behind; answers their ids."""
+    folder = airflow_bridge.dags_folder()
+    published = []
+    for staged in experiment_file(folder, 0).parent.glob(".exp_*.yaml"):
+        file = dag_id_for_file(staged.with_name(staged.name[1:]), folder)
+        try:
+            left = time.time() - staged.stat().st_mtime > _STAGED_LEFT_AFTER_SECONDS
+        except FileNotFoundError:
+            continue  # published meanwhile
+        if file.experiment_id is not None and left:
+            publish_submitted(file.experiment_id)
+            published.append(file.experiment_id)
+    return published
+
+
+def publish_submitted(experiment_id: int) -> None:
+    """Once a created experiment is committed: its DAG into Airflow's tables, then its staged file
+    where parses find it. In that order, the DAG processor only ever updates the DAG the master
+    wrote; the two never race to insert it (a lost race stops Airflow's DAG processor)."""
+    folder = airflow_bridge.dags_folder()
+    staged = staged_experiment_file(folder, experiment_id)
+    published = airflow_bridge.publish_experiment_dag(experiment_id, staged)
+    os.replace(staged, experiment_file(folder, experiment_id))
+    if not published:
+        airflow_bridge.request_reparse()
 
 
 def warm_start_source(conn: Connection, cfg: ExperimentConfig) -> Row | None:
@@ -270,8 +307,14 @@ def create_experiment(
             .where(schema.experiments.c.id == experiment_id)
             .values(dag_id=experiment_dag_id(experiment_id))
         )
-        # Written inside the transaction: if the file cannot be written, nothing is stored.
-        write_experiment_file(experiment_id, config_to_dict(cfg), submission=(owner, now(), trial_slots(cfg)))
+        # Written inside the transaction (if the file cannot be written, nothing is stored), staged:
+        # parses see it once its DAG is in Airflow's tables (publish_submitted).
+        write_experiment_file(
+            experiment_id,
+            config_to_dict(cfg),
+            staged_experiment_file(airflow_bridge.dags_folder(), experiment_id),
+            submission=(owner, now(), trial_slots(cfg)),
+        )
         if not paused:
             _start_search(conn, experiment_id)  # its trials are ready when its trial slots first ask
     return experiment_id

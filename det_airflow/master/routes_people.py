@@ -16,7 +16,6 @@ from sqlalchemy import ColumnElement, Connection, Row, func, select
 
 from det_airflow.errors import ContextError, DetError
 from det_airflow.master import (
-    airflow_bridge,
     caps,
     experiments,
     file_cleanup,
@@ -105,7 +104,6 @@ def create_experiment(body: CreateExperiment, caller: CallerDep) -> dict:
     if created:
         trials.make_room_for_submitted(db, row.id, row.resource_pool)
         _retire_finished(db)
-        airflow_bridge.publish_experiment_dag(row.id)
         return {"experiment": serialize.experiment(row, num_trials=0), "warnings": warnings}
     with db.read() as conn:
         return {**_experiment_answer(conn, row), "warnings": warnings}
@@ -434,5 +432,6 @@ def _retire_finished(db: Database) -> None:
         with db.read() as conn:
             experiments.retire_finished_experiment_files(conn)
             experiments.forget_deleted_experiment_dags(conn)
+        experiments.publish_left_staged()
     except Exception:  # noqa: BLE001 - logged; the next create tries again
         logging.getLogger(__name__).exception("could not retire finished experiments' configs")

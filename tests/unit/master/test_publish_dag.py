@@ -115,3 +115,50 @@ def test_without_the_factory_the_experiment_stands_and_a_parse_is_asked_for(
         f"could not write experiment {experiment_id}'s DAG to Airflow now; asking for a parse" in caplog.text
     )
     assert f"{airflow_bridge.FACTORY_FILE}: no such file" in caplog.text
+
+
+def test_no_parse_sees_a_new_experiment_before_its_dag_is_written(
+    airflow_db: Creator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The DAG processor and the master must never both insert a new DAG: a parse that loses that
+    race stops Airflow's DAG processor. So parses find the file only after the master wrote the DAG."""
+    from det_airflow.dagfactory import build_dags, experiment_file, staged_experiment_file
+
+    seen_while_publishing: list[set[str]] = []
+    publish = airflow_bridge.publish_experiment_dag
+
+    def watched(experiment_id: int, source: Path | None = None) -> bool:
+        seen_while_publishing.append(set(build_dags(airflow_bridge.dags_folder())))
+        return publish(experiment_id, source)
+
+    monkeypatch.setattr(airflow_bridge, "publish_experiment_dag", watched)
+    answer = airflow_db.create()
+    assert answer.status_code == 200, answer.text
+    experiment_id = answer.json()["experiment"]["id"]
+    dag_id = experiment_dag_id(experiment_id)
+    assert [dag_id in dags for dags in seen_while_publishing] == [False]
+    folder = airflow_bridge.dags_folder()
+    assert experiment_file(folder, experiment_id).is_file()
+    assert not staged_experiment_file(folder, experiment_id).exists()
+    assert dag_id in build_dags(folder)
+    assert _serialized(dag_id) is not None
+
+
+def test_a_staged_file_left_by_a_stopped_api_server_is_published_by_a_later_create(
+    airflow_db: Creator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    from det_airflow.dagfactory import experiment_file, staged_experiment_file
+    from det_airflow.master import experiments
+
+    first = airflow_db.create().json()["experiment"]["id"]
+    folder = airflow_bridge.dags_folder()
+    # As if the API server had stopped after the commit, before publishing: the file still staged.
+    os.replace(experiment_file(folder, first), staged_experiment_file(folder, first))
+    assert experiments.publish_left_staged() == []  # a create in flight elsewhere: left to it
+    old = staged_experiment_file(folder, first).stat().st_mtime - 120
+    os.utime(staged_experiment_file(folder, first), (old, old))
+    assert airflow_db.create().status_code == 200
+    assert experiment_file(folder, first).is_file()
+    assert not staged_experiment_file(folder, first).exists()
