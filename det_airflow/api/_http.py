@@ -21,6 +21,10 @@ DEFAULT_MASTER = "localhost:8080"
 # People (the CLI) want a quick answer; tasks and trials would rather wait out a restart.
 DEFAULT_RETRY_SECONDS = 3.0
 UNAVAILABLE = 503
+TOO_MANY = 429
+# A 429 with Retry-After (the user's cap on work that ends by itself, such as creates in flight) is
+# waited out this long before it is shown: a burst of creates is spread out, not refused.
+BUSY_RETRY_SECONDS = 120.0
 SERVICE_RETRY_SECONDS = 180.0
 # Airflow's answer (403) to a bearer token it cannot verify.
 AIRFLOW_INVALID_TOKEN = "Invalid JWT token"
@@ -72,6 +76,21 @@ class _Backoff:
         return True
 
 
+def _busy_wait(retry_after: str | None, deadline: float) -> bool:
+    """Sleeps as a 429's ``Retry-After`` asks (at most 5 s at a time); False when the answer named
+    no wait, or the wait would end past ``deadline``: the 429 is then the answer."""
+    if retry_after is None:
+        return False
+    try:
+        delay = min(max(float(retry_after), 0.05), 5.0)
+    except ValueError:
+        return False
+    if time.monotonic() + delay > deadline:
+        return False
+    time.sleep(delay)
+    return True
+
+
 class Session:
     """Synchronous session against the master's API, authenticated with one bearer token."""
 
@@ -121,6 +140,7 @@ class Session:
             httpx.TransportError if resend_on_failure else (httpx.ConnectError, httpx.RemoteProtocolError)
         )
         backoff = _Backoff(self.retry_seconds)
+        busy_deadline = time.monotonic() + BUSY_RETRY_SECONDS
         while True:
             try:
                 response = self._client.request(method, path, **kwargs)
@@ -132,6 +152,11 @@ class Session:
                 raise APIError(f"cannot reach the master at {self.master}: {exc}") from None
             # 503: the master's database is away and nothing was stored; it is worth another try.
             if response.status_code == UNAVAILABLE and backoff.wait():
+                continue
+            # 429 with Retry-After: refused before any work was done; the same request may go again.
+            if response.status_code == TOO_MANY and _busy_wait(
+                response.headers.get("Retry-After"), busy_deadline
+            ):
                 continue
             break
         if response.status_code >= 400:

@@ -31,6 +31,7 @@ def test_unmanaged_experiments_still_running_are_capped_per_user(
     first, second = _unmanaged(people).json(), _unmanaged(people).json()
     refused = _unmanaged(people)
     assert refused.status_code == 429
+    assert "Retry-After" not in refused.headers, "a running experiment does not end by itself soon"
     assert refused.json()["detail"] == (
         "user 'alice' already has 2 unmanaged experiments running: the cap is 2 per user "
         "(airflow.cfg [det] max_unmanaged_experiments_per_user); wait for one to finish"
@@ -83,6 +84,7 @@ def test_creates_in_flight_are_capped_per_user(creator: Creator, monkeypatch: py
         refused = creator.create("alice")
         assert creator.create("bob").status_code == 200, "another user's creates do not count"
     assert refused.status_code == 429
+    assert refused.headers["Retry-After"] == "1", "a create in flight ends by itself: clients wait and resend"
     assert refused.json()["detail"] == (
         "user 'alice' already has 1 experiment creates in flight: the cap is 1 per user "
         "(airflow.cfg [det] max_creates_per_user); wait for one to finish"
