@@ -18,7 +18,7 @@ ADMIN_PASSWORD = $$($(PY) -c 'import json, sys; print(json.load(open(sys.argv[1]
 QUICKSTART_EXPERIMENT = DET_USER=admin DET_PASS="$(ADMIN_PASSWORD)" \
 	$(DET) experiment create examples/mnist_pytorch/const.yaml examples/mnist_pytorch -f
 
-.PHONY: venv ui wheel airflow-up stop test lint mutation quickstart quickstart-experiment trial-image
+.PHONY: venv ui api-types wheel airflow-up stop test lint mutation quickstart quickstart-experiment trial-image
 
 # The venv comes with the web UI's bundle, so that `make quickstart` and `make test` serve the pages.
 venv: $(VENV)/.installed ui
@@ -53,6 +53,13 @@ $(UI)/node_modules/.installed: $(UI)/package-lock.json $(VENV)/.installed
 plugins/webui/static/index.html: $(UI)/node_modules/.installed $(UI_SOURCES)
 	cd $(UI) && $(NPM) run build
 	touch $@
+
+# The master's OpenAPI document and the UI's TypeScript types generated from it, both committed
+# under $(UI)/src/generated/: run after changing a route or a model of the master's API. The UI
+# build fails while the types are stale, tests/unit/master/test_openapi_doc.py while either is.
+api-types: $(UI)/node_modules/.installed
+	$(PY) -m det_airflow.master.openapi_doc
+	cd $(UI) && $(NPM) run gen:api
 
 # A wheel that carries the built pages (pyproject.toml's package-data takes plugins/webui/static).
 wheel: venv

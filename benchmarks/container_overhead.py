@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO))
 import docker  # noqa: E402
 
 from det_airflow.operators.runners import DEFAULT_IMAGES, ContainerTrial  # noqa: E402
-from det_airflow.operators.runners._docker import DockerRunner  # noqa: E402
+from det_airflow.operators.runners.docker import DockerRunner  # noqa: E402
 from det_airflow.trial_process import TrialSpec, run_trial_process  # noqa: E402
 
 FIRST_STEP = """\

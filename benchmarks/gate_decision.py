@@ -3,7 +3,7 @@
 A pool of 64 slots holds 20 jobs (a mix of priorities and gang sizes) with 1,000 waiting trials
 between them. Timed, each as the median of many repetitions in this one run:
 
-- the pure decision (:func:`det_airflow.master.queue.plan` over the pool's 20 jobs), against a
+- the pure decision (:func:`det_airflow.master.queue_policy.plan` over the pool's 20 jobs), against a
   trivial baseline over the same input (sorting the 20 jobs and summing what they hold);
 - the decision as the master makes it on its tables (SQLite): the pool snapshot query plus the
   plan, against a trivial baseline query (reading the asking experiment's row by id, which the
@@ -29,16 +29,16 @@ sys.path.insert(0, str(REPO))
 
 from sqlalchemy import create_engine, select  # noqa: E402
 
-from det_airflow.master import queue, schema  # noqa: E402
+from det_airflow.master import queue, queue_policy, schema  # noqa: E402
 
 CAPACITY = 64
 TARGET_MS = 5.0
 
 
-def _jobs(jobs: int, trials: int) -> list[queue.Job]:
+def _jobs(jobs: int, trials: int) -> list[queue_policy.Job]:
     per_job = trials // jobs
     return [
-        queue.Job(
+        queue_policy.Job(
             id=i + 1,
             priority=(10, 42, 42, 70)[i % 4],
             position=float(i + 1),
@@ -63,7 +63,7 @@ def _timed_ms(fn: Callable[[], object], repeat: int) -> tuple[float, float]:
     return statistics.median(samples) * 1000, min(samples) * 1000
 
 
-def _fill(conn, jobs: list[queue.Job]) -> None:  # type: ignore[no-untyped-def]
+def _fill(conn, jobs: list[queue_policy.Job]) -> None:  # type: ignore[no-untyped-def]
     now = datetime.now(UTC)
     for job in jobs:
         conn.execute(
@@ -108,8 +108,8 @@ def main() -> None:
     args = parser.parse_args()
     jobs = _jobs(args.jobs, args.trials)
 
-    pure = _timed_ms(lambda: queue.plan(CAPACITY, jobs).admits(jobs[-1].id), 5000)
-    trivial = _timed_ms(lambda: (sorted(jobs, key=queue.order_key), sum(j.held for j in jobs)), 5000)
+    pure = _timed_ms(lambda: queue_policy.plan(CAPACITY, jobs).admits(jobs[-1].id), 5000)
+    trivial = _timed_ms(lambda: (sorted(jobs, key=queue_policy.order_key), sum(j.held for j in jobs)), 5000)
 
     with tempfile.TemporaryDirectory() as folder:
         engine = create_engine(f"sqlite:///{folder}/det.db")

@@ -88,7 +88,7 @@ def owner_role(owner: str) -> str:
 
 def uses_fab() -> bool:
     """Whether Airflow's auth manager is FAB's, the one with per-DAG permissions."""
-    from airflow.configuration import conf
+    from airflow.sdk import conf
 
     return "FabAuthManager" in (conf.get("core", "auth_manager", fallback="") or "")
 
@@ -136,7 +136,7 @@ def experiment_page(experiment_id: int) -> str:
     """The experiment's page in the det web UI, under Airflow's base URL."""
     from urllib.parse import urlsplit
 
-    from airflow.configuration import conf
+    from airflow.sdk import conf
 
     base = urlsplit(conf.get("api", "base_url", fallback="") or "").path.rstrip("/")
     return f"{base}/det/ui/#/experiments/{experiment_id}"
@@ -209,7 +209,7 @@ def experiment_yamls(dags_folder: Path) -> Iterator[Path]:
 
 def trial_slots_problem(cfg: ExperimentConfig) -> tuple[str, str] | None:
     """A mapped task cannot expand past `[core] max_map_length`: Airflow would fail the run."""
-    from airflow.configuration import conf
+    from airflow.sdk import conf
 
     needed, limit = concurrent_slot_count(cfg), conf.getint("core", "max_map_length", fallback=1024)
     if needed > limit:
@@ -388,6 +388,7 @@ def _invalid_dag(dag_id: str, message: str):  # type: ignore[no-untyped-def]
     import error of the factory file while every valid experiment still loads."""
     from airflow.sdk import DAG
 
+    # Public ground: airflow.sdk.DAG documents validate() as called before a parse keeps the DAG.
     class _InvalidExperiments(DAG):
         def validate(self) -> None:
             raise InvalidExperimentYAML(message)

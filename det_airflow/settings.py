@@ -279,7 +279,7 @@ _AIRFLOW_SECTION_KEYS = tuple(f.name for f in dataclasses.fields(AirflowSection)
 def _reader(values: Mapping[str, str | None] | None) -> Any:
     if values is not None:
         return lambda key: values.get(key)
-    from airflow.configuration import conf
+    from airflow.sdk import conf
 
     # conf.get also reads AIRFLOW__DET__* variables, which getsection() misses.
     return lambda key: conf.get(SECTION, key, fallback=None)

@@ -8,8 +8,9 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, BaseSensorOperator, Context
 
+from det_airflow.api.models import SearcherStatus
 from det_airflow.errors import DetError
-from det_airflow.operators._master import internal_client, master_credentials
+from det_airflow.operators.hooks import DetHook
 from det_airflow.operators.triggers import ExperimentReadyTrigger
 from det_airflow.states import ExperimentState
 
@@ -59,7 +60,7 @@ class RegisterExperimentOperator(BaseOperator):
                 f"experiment {self.experiment_id} was created with `det experiment create`; a run's conf "
                 f"cannot change it (got keys: {', '.join(map(str, run_conf))})"
             )
-        client = internal_client(self.master_conn_id)
+        client = DetHook(self.master_conn_id).get_conn()
         try:
             answer = client.register(
                 dag_id=dag_run.dag_id,
@@ -71,8 +72,8 @@ class RegisterExperimentOperator(BaseOperator):
             )
         finally:
             client.close()
-        self.log.info("Experiment %s (%s)", answer["experiment_id"], answer["state"])
-        return int(answer["experiment_id"])
+        self.log.info("Experiment %s (%s)", answer.experiment_id, answer.state)
+        return answer.experiment_id
 
 
 def with_run_conf(path: Path, run_conf: dict[str, Any]) -> str:
@@ -114,27 +115,25 @@ class SearcherSensor(BaseSensorOperator):
         self.master_conn_id = master_conn_id
         self.deferrable = deferrable
 
-    def _status(self) -> dict[str, Any]:
-        client = internal_client(self.master_conn_id)
+    def _status(self) -> SearcherStatus:
+        client = DetHook(self.master_conn_id).get_conn()
         try:
             return client.searcher_status(int(self.experiment_id))
         finally:
             client.close()
 
     def poke(self, context: Context) -> bool:
-        return bool(self._status()["ready"])
+        return self._status().ready
 
     def execute(self, context: Context) -> list[int]:
         status = self._status()
-        if status["ready"]:
+        if status.ready:
             return self._slots(status)
         if not self.deferrable:
             super().execute(context)
             return self._slots(self._status())
-        self.log.info(
-            "Experiment %s is %s; waiting until it is activated", self.experiment_id, status["state"]
-        )
-        master, token = master_credentials(self.master_conn_id)
+        self.log.info("Experiment %s is %s; waiting until it is activated", self.experiment_id, status.state)
+        master, token = DetHook(self.master_conn_id).credentials
         self.defer(
             trigger=ExperimentReadyTrigger(master, token, int(self.experiment_id)),
             method_name="execute_complete",
@@ -145,11 +144,11 @@ class SearcherSensor(BaseSensorOperator):
             raise RuntimeError(event["message"])
         return self._slots(self._status())
 
-    def _slots(self, status: dict[str, Any]) -> list[int]:
-        if ExperimentState(status["state"]).is_terminal:
-            self.log.info("Experiment %s is already %s", self.experiment_id, status["state"])
+    def _slots(self, status: SearcherStatus) -> list[int]:
+        if status.state.is_terminal:
+            self.log.info("Experiment %s is already %s", self.experiment_id, status.state)
             return []
-        return list(range(int(status["slots"])))
+        return list(range(status.slots))
 
 
 class FinalizeExperimentOperator(BaseOperator):
@@ -171,28 +170,28 @@ class FinalizeExperimentOperator(BaseOperator):
 
         if self.experiment_id is None:
             raise AirflowFailException("no experiment to finalize: the register task did not create one")
-        client = internal_client(self.master_conn_id)
+        client = DetHook(self.master_conn_id).get_conn()
         try:
             answer = client.finalize(int(self.experiment_id))
         finally:
             client.close()
-        experiment = answer["experiment"]
+        experiment = answer.experiment
         self.log.info(
             "Experiment %s ended %s; best checkpoint %s",
-            experiment["id"],
-            experiment["state"],
-            answer["best_checkpoint"],
+            experiment.id,
+            experiment.state,
+            answer.best_checkpoint,
         )
-        if experiment["state"] != ExperimentState.COMPLETED:
-            detail = f": {experiment['error']}" if experiment.get("error") else ""
-            raise AirflowFailException(f"experiment {experiment['id']} ended {experiment['state']}{detail}")
+        if experiment.state != ExperimentState.COMPLETED:
+            detail = f": {experiment.error}" if experiment.error else ""
+            raise AirflowFailException(f"experiment {experiment.id} ended {experiment.state}{detail}")
         for outlet in self.outlets:
             context["outlet_events"][outlet].extra = {
-                "experiment_id": experiment["id"],
-                "best_checkpoint": answer["best_checkpoint"],
+                "experiment_id": experiment.id,
+                "best_checkpoint": answer.best_checkpoint,
             }
         return {
-            "experiment_id": experiment["id"],
-            "state": experiment["state"],
-            "best_checkpoint": answer["best_checkpoint"],
+            "experiment_id": experiment.id,
+            "state": experiment.state.value,
+            "best_checkpoint": answer.best_checkpoint,
         }

@@ -13,15 +13,23 @@ from typing import TYPE_CHECKING, Any, cast
 from airflow.sdk import BaseOperator, Context
 
 from det_airflow.api.internal import InternalClient
+from det_airflow.api.models import SlotAnswer, SlotStatus, TaskRef
 from det_airflow.errors import APIError, DetError
 from det_airflow.operators._logs import LogShipper
-from det_airflow.operators._master import master_credentials
+from det_airflow.operators.hooks import DetHook
 from det_airflow.operators.triggers import KubernetesTrialTrigger, TrialSlotTrigger, stop_reason
 from det_airflow.states import TrialState
 
 if TYPE_CHECKING:
-    from det_airflow.operators.runners._kubernetes import KubernetesRunner
-    from det_airflow.trial_process import TrialSpec, TrialUser
+    from det_airflow.operators.runners import TrialLaunch
+    from det_airflow.operators.runners.kubernetes import KubernetesRunner
+
+
+def _trial_to_run(answer: SlotAnswer) -> tuple[int, dict[str, Any], str]:
+    """The trial id, spec (as the runners take it) and token of a ``run`` answer."""
+    if answer.trial is None or answer.spec is None or answer.token is None:
+        raise DetError(f"the master answered a trial slot '{answer.status}' without the trial to run")
+    return answer.trial.id, answer.spec.model_dump(), answer.token
 
 
 def default_work_dir() -> Path:
@@ -36,8 +44,8 @@ class TrialOperator(BaseOperator):
     search has no trial left for it. A failed run raises, so Airflow's retries (`max_restarts`)
     start it again from its latest checkpoint.
 
-    Subclasses say where the trial's process runs (`_run_trial`); this one runs it as a local process,
-    or through the runner that ``airflow.trial_runner`` names. A Kubernetes trial holds no worker
+    The trial runs through the runner that ``airflow.trial_runner`` names (a local process, a Docker
+    container: :mod:`det_airflow.operators.runners`). A Kubernetes trial holds no worker
     while its pods run: the task submits them and defers to a `KubernetesTrialTrigger`, then
     collects their output and exit code (`resume_kubernetes`).
     """
@@ -89,8 +97,8 @@ class TrialOperator(BaseOperator):
     ) -> dict[str, Any] | None:
         """The trial's pods ended (or were stopped): pass on their output, report how the trial
         ended, and go on serving the slot."""
-        from det_airflow.operators.runners._kubernetes import SubmittedWorkload
-        from det_airflow.operators.runners._run import CONTAINER_FAILED
+        from det_airflow.operators.runners import CONTAINER_FAILED
+        from det_airflow.operators.runners.kubernetes import SubmittedWorkload
 
         submitted = SubmittedWorkload.from_dict(workload)
         runner = self._kubernetes_runner(runner_config)
@@ -125,12 +133,16 @@ class TrialOperator(BaseOperator):
         self._stop.set()
 
     @cached_property
+    def hook(self) -> DetHook:
+        """The master's connection, looked up once for the task's life."""
+        return DetHook(self.master_conn_id)
+
+    @property
     def _credentials(self) -> tuple[str, str]:
-        """(master URL, service token), read once: each connection lookup is a round trip."""
-        return master_credentials(self.master_conn_id)
+        return self.hook.credentials
 
     def _client(self) -> InternalClient:
-        return InternalClient(*self._credentials)
+        return self.hook.get_conn()
 
     def trial_context(self, client: InternalClient, experiment_id: int) -> bytes:
         """The experiment's context archive, fetched once per task: its slot runs trial after trial
@@ -148,32 +160,32 @@ class TrialOperator(BaseOperator):
 
         experiment_id = int(self.experiment_id)
         ti = context["ti"]
-        task_ref = {
-            "try_number": ti.try_number,
-            "dag_id": ti.dag_id,
-            "run_id": ti.run_id,
-            "task_id": ti.task_id,
-            "map_index": ti.map_index,
-        }
+        task_ref = TaskRef(
+            try_number=ti.try_number,
+            dag_id=ti.dag_id,
+            run_id=ti.run_id,
+            task_id=ti.task_id,
+            map_index=ti.map_index,
+        )
         client = self._client()
         try:
             while True:
                 answer = client.acquire(experiment_id, self.slot, task_ref)
-                if answer["status"] == "refused":
-                    raise AirflowFailException(answer["message"])  # a retry would be refused too
-                if answer["status"] == "done":
+                if answer.status == SlotStatus.REFUSED:
+                    raise AirflowFailException(answer.message)  # a retry would be refused too
+                if answer.status == SlotStatus.DONE:
                     # An earlier try of this task may have run some (an activation starts a new try).
-                    ran = sorted({*ran, *answer.get("ran", ())})
+                    ran = sorted({*ran, *(answer.ran or ())})
                     if ran:
                         return {"trials": ran}
                     raise AirflowSkipException(f"the search needs no trial in slot {self.slot}")
-                if answer["status"] == "wait":
+                if answer.status == SlotStatus.WAIT:
                     self._defer(TrialSlotTrigger, ran, slot=self.slot)
-                trial_id = answer["trial"]["id"]
-                if runner_name(answer["spec"].get("config") or {}) == "kubernetes":
+                trial_id, spec_dict, token = _trial_to_run(answer)
+                if runner_name(spec_dict.get("config") or {}) == "kubernetes":
                     exit_code = self._submit_to_kubernetes(client, answer, ran)  # defers once submitted
                 else:
-                    exit_code = self._run_trial(client, answer["spec"], answer["token"])
+                    exit_code = self._run_trial(client, spec_dict, token)
                 self._report_exit(client, context, trial_id, exit_code, ran)
                 # The slot goes on with the search's next trial: no Airflow task start between trials.
         finally:
@@ -189,13 +201,13 @@ class TrialOperator(BaseOperator):
 
         ti = context["ti"]
         max_tries = int(getattr(ti, "max_tries", 0) or 0)
-        result = client.exit_trial(trial_id, exit_code, try_number=ti.try_number, max_tries=max_tries)
-        trial = result["trial"]
-        state = TrialState(trial["state"])
-        if result["retry"]:
+        result = client.exit_trial(trial_id, exit_code)
+        trial = result.trial
+        state = trial.state
+        if result.retry:
             why = (
                 f"trial {trial_id} exited with code {exit_code}; it restarts from its latest checkpoint "
-                f"(restart {trial['restarts']})"
+                f"(restart {trial.restarts})"
             )
             if ti.try_number <= max_tries:
                 raise AirflowException(why)
@@ -207,7 +219,7 @@ class TrialOperator(BaseOperator):
                 f"trial {trial_id} failed (exit code {exit_code}) after its last restart"
             )
         if state in (TrialState.PAUSED, TrialState.QUEUED):
-            if trial["slot"] is None:
+            if trial.slot is None:
                 self.log.info("Trial %s waits at its rung; this slot goes on to other trials", trial_id)
                 return
             # Paused, or preempted by the job queue for a higher-priority job.
@@ -233,16 +245,16 @@ class TrialOperator(BaseOperator):
     # --- running one trial ---
 
     def _kubernetes_runner(self, config: dict[str, Any]) -> KubernetesRunner:
-        from det_airflow.operators.runners._run import build_runner
+        from det_airflow.operators.runners import build_runner
 
         return cast("KubernetesRunner", build_runner("kubernetes", config, log=self.log))
 
-    def _submit_to_kubernetes(self, client: InternalClient, answer: dict[str, Any], ran: list[int]) -> int:
+    def _submit_to_kubernetes(self, client: InternalClient, answer: SlotAnswer, ran: list[int]) -> int:
         """Creates the trial's pods and defers until they end; answers an exit code only when they
         could not be created (the reason in the trial's logs)."""
-        from det_airflow.operators.runners._run import CONTAINER_FAILED, container_trial
+        from det_airflow.operators.runners import CONTAINER_FAILED
 
-        spec_dict, trial_id = answer["spec"], int(answer["trial"]["id"])
+        trial_id, spec_dict, token = _trial_to_run(answer)
         # Only the settings the runner is built from travel with the deferral, not the trial's token.
         runner_config = {"airflow": dict((spec_dict.get("config") or {}).get("airflow") or {})}
         shipper = LogShipper(self._client(), trial_id, log=self.log)
@@ -252,12 +264,16 @@ class TrialOperator(BaseOperator):
             shipper.add(line, stream)
 
         try:
-            prepared = container_trial("kubernetes", self, client, spec_dict, answer["token"], on_output)
+            try:
+                runner = self._kubernetes_runner(runner_config)
+            except DetError as exc:
+                on_output(f"ERROR: {exc}", "stderr")
+                return CONTAINER_FAILED
+            prepared = runner.prepare(self._launch(client, spec_dict, token), on_output=on_output)
             if prepared is None:
                 return CONTAINER_FAILED
             trial, held = prepared
             try:
-                runner = self._kubernetes_runner(runner_config)
                 workload = runner.submit(trial)
             except DetError as exc:
                 on_output(f"ERROR: {exc}", "stderr")
@@ -299,85 +315,60 @@ class TrialOperator(BaseOperator):
         )
 
     def _run_trial(self, client: InternalClient, spec_dict: dict[str, Any], token: str) -> int:
-        from det_airflow.operators.runners import run_with, runner_name
-        from det_airflow.operators.runners._run import lease_slots
-        from det_airflow.slots import SlotsUnavailable
+        """Runs one trial to its end through the runner its config names, its output going to the
+        task log and ``det trial logs``; answers its exit code."""
+        from det_airflow.operators.runners import CONTAINER_FAILED, build_runner, runner_name
 
-        where = runner_name(spec_dict.get("config") or {})
-        if where != "local":
-            return run_with(where, self, client, spec_dict, token)
-        from det_airflow.trial_process import (
-            TrialIsolationError,
-            TrialSpec,
-            check_trial_access,
-            entrypoint_argv,
-            hand_over,
-            prepare_workdir,
-            run_trial_process,
-            trial_environment,
-            write_trial_files,
-        )
-
-        spec = TrialSpec.from_dict(spec_dict)
-        master, _ = self._credentials
-        workdir = (
-            Path(self.work_dir or default_work_dir()) / f"exp_{spec.experiment_id}" / f"trial_{spec.trial_id}"
-        )
-        shutil.rmtree(workdir, ignore_errors=True)
+        launch = self._launch(client, spec_dict, token)
+        spec = launch.spec
         shipper = LogShipper(self._client(), spec.trial_id, log=self.log)
-        from det_airflow.compat import determined_notice
-
-        self.log.info("%s", determined_notice())
-        shipper.add(determined_notice(), "stdout")
 
         def on_output(line: str, stream: str) -> None:
             self.log.info("%s", line)
             shipper.add(line, stream)
 
-        try:
-            user = self._trial_user(spec, workdir)
-            prepare_workdir(self.trial_context(client, spec.experiment_id), workdir)
-            write_trial_files(spec, workdir)
-            if user is not None:
-                hand_over(workdir, user)
-                check_trial_access(user, read=[workdir])
-            slots = lease_slots(spec_dict)
-        except (TrialIsolationError, SlotsUnavailable) as exc:
-            # Into the trial's logs, where its owner looks, not only the Airflow task log.
-            on_output(f"error: {exc}", "stderr")
-            shipper.close()
-            shipper.client.close()
-            shutil.rmtree(workdir, ignore_errors=True)
-            return 126
-        env = trial_environment(
-            spec, master_url=master, token=token, workdir=workdir, slot_ids=slots.slot_ids
-        )
-        env.update(slots.visible_devices())  # the trial sees exactly the GPUs it leased
-        argv = entrypoint_argv(spec.config["entrypoint"])
-        runs_as = user.name if user is not None else "the worker's user"
-        self.log.info(
-            "Trial %s (experiment %s, run %s) starting in %s as %s: %s",
-            spec.trial_id,
-            spec.experiment_id,
-            spec.run_id,
-            workdir,
-            runs_as,
-            " ".join(argv),
-        )
+        def on_phase(state: str, why: str) -> None:
+            self.report_phase(client, spec.trial_id, spec.run_id, state, why)
+
         self._stop.clear()
         watcher = threading.Thread(target=self._watch, args=(spec.trial_id,), daemon=True)
         watcher.start()
-        self.report_phase(client, spec.trial_id, spec.run_id, "RUNNING", f"its process starts as {runs_as}")
         try:
-            code = run_trial_process(workdir, argv, env, on_output=on_output, stop=self._stop, user=user)
+            try:
+                runner = build_runner(
+                    runner_name(spec.config),
+                    spec.config,
+                    log=self.log,
+                    # `det trial logs` names the container each line came from, as Determined's does.
+                    on_container=lambda cid: setattr(shipper, "container_id", cid[:12]),
+                    on_phase=on_phase,
+                )
+            except DetError as exc:
+                # A runner this worker refuses for the trial (its policy): said where the user looks.
+                on_output(f"ERROR: {exc}", "stderr")
+                return CONTAINER_FAILED
+            code = runner.run_trial(launch, on_output=on_output, stop=self._stop)
         finally:
-            slots.release()
             self._stop.set()
             shipper.close()
             shipper.client.close()
         self.log.info("Trial %s exited with code %s", spec.trial_id, code)
-        shutil.rmtree(workdir, ignore_errors=True)
         return code
+
+    def _launch(self, client: InternalClient, spec_dict: dict[str, Any], token: str) -> TrialLaunch:
+        """The run of the trial the master answered, as a runner takes it: its work folder under
+        this task's ``work_dir`` and the experiment's context fetched through ``client``."""
+        from det_airflow.operators.runners import TrialLaunch
+
+        experiment_id, trial_id = int(spec_dict["experiment_id"]), int(spec_dict["trial_id"])
+        master, _ = self._credentials
+        return TrialLaunch.from_answer(
+            spec_dict,
+            token=token,
+            master_url=master,
+            workdir=Path(self.work_dir or default_work_dir()) / f"exp_{experiment_id}" / f"trial_{trial_id}",
+            fetch_context=lambda: self.trial_context(client, experiment_id),
+        )
 
     def report_phase(self, client: InternalClient, trial_id: int, run_id: int, state: str, why: str) -> None:
         """Tells the master where the run's start is (PULLING, STARTING, RUNNING); the run goes on
@@ -386,35 +377,6 @@ class TrialOperator(BaseOperator):
             client.trial_phase(trial_id, run_id, state, why)
         except APIError as exc:
             self.log.warning("Could not tell the master trial %s is %s: %s", trial_id, state, exc)
-
-    def _trial_user(self, spec: TrialSpec, workdir: Path) -> TrialUser | None:
-        """The user the trial runs as (None: the worker's own): the uid the master assigned to the
-        experiment's owner, unless the admin's ``[det] trial_user`` puts every user's trials under
-        one identity. When it is another user, make sure it can run this Python, pass through to
-        its work folder and write its checkpoints."""
-        from det_airflow import settings
-        from det_airflow.core._storage import CheckpointStorage
-        from det_airflow.trial_process import (
-            check_can_write,
-            check_trial_access,
-            interpreter_paths,
-            make_passable_dirs,
-            prepare_checkpoint_root,
-            trial_user,
-        )
-
-        current = settings.load()
-        user = trial_user(current.trial_user, uid=spec.uid, gid=spec.gid)
-        if user is None:
-            return None
-        check_trial_access(user, read=interpreter_paths())
-        make_passable_dirs(workdir.parent)
-        storage = spec.config.get("checkpoint_storage")
-        if storage and storage.get("type", "shared_fs") == "shared_fs":
-            # Only the checkpoint root is the platform's to make; folders in it are the trial's.
-            prepare_checkpoint_root(current.checkpoint_root)
-            check_can_write(CheckpointStorage.from_config(storage).base, user)
-        return user
 
     def _watch(self, trial_id: int) -> None:
         """Kill the trial's process when its experiment is killed, or when it ignores a preemption."""

@@ -11,11 +11,13 @@ from typing import TYPE_CHECKING, Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from det_airflow.api.internal import AsyncInternalClient
+from det_airflow.api.models import SlotStatus, TrialStatus
 from det_airflow.errors import APIError
+from det_airflow.operators.hooks import DetHook
 from det_airflow.states import ExperimentState, TrialState
 
 if TYPE_CHECKING:
-    from det_airflow.operators.runners._kubernetes import AsyncKubernetesCluster, SubmittedWorkload
+    from det_airflow.operators.runners.kubernetes import AsyncKubernetesCluster, SubmittedWorkload
 
 # A trigger that fires within moments of its task deferring can make the scheduler fail the
 # resumed task: the executor's report that the deferring process exited may be handled only after
@@ -55,7 +57,7 @@ class _PollingTrigger(BaseTrigger):
         raise NotImplementedError
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        client = AsyncInternalClient(self.master, self.token)
+        client = DetHook(credentials=(self.master, self.token)).get_async_conn()
         await asyncio.sleep(self.min_wait)
         while True:
             try:
@@ -79,7 +81,7 @@ class ExperimentReadyTrigger(_PollingTrigger):
 
     async def _check(self, client: AsyncInternalClient) -> dict[str, Any] | None:
         status = await client.searcher_status(self.experiment_id)
-        return {"status": "ready", **status} if status["ready"] else None
+        return {"status": "ready", **status.model_dump(mode="json")} if status.ready else None
 
 
 class TrialSlotTrigger(_PollingTrigger):
@@ -102,23 +104,21 @@ class TrialSlotTrigger(_PollingTrigger):
 
     async def _check(self, client: AsyncInternalClient) -> dict[str, Any] | None:
         status = await client.slot_status(self.experiment_id, self.slot)
-        return None if status == "wait" else {"status": status}
+        return None if status == SlotStatus.WAIT else {"status": status.value}
 
 
 def stop_reason(
-    status: dict[str, Any], asked_at: float | None, now: float, preemption_timeout: float
+    status: TrialStatus, asked_at: float | None, now: float, preemption_timeout: float
 ) -> tuple[str | None, float | None]:
     """Whether a running trial must be stopped now, from the master's ``trial_status`` answer: its
     experiment or itself was killed, or it was asked to stop (pause, preemption) more than
     ``preemption_timeout`` seconds ago (``asked_at``, on the ``now`` clock) and still runs.
     Answers (why, or None; when it was first asked, or None when it is not)."""
-    exp_state, trial = ExperimentState(status["experiment_state"]), status["trial"]
-    if exp_state == ExperimentState.STOPPING_KILLED or trial["state"] == TrialState.STOPPING_KILLED:
+    exp_state, trial = status.experiment_state, status.trial
+    if exp_state == ExperimentState.STOPPING_KILLED or trial.state == TrialState.STOPPING_KILLED:
         return "killed", asked_at
     preempting = (
-        exp_state != ExperimentState.ACTIVE
-        or trial.get("stop_requested")
-        or trial.get("preempt_requested_at") is not None
+        exp_state != ExperimentState.ACTIVE or trial.stop_requested or trial.preempt_requested_at is not None
     )
     if not preempting:
         return None, None
@@ -132,7 +132,7 @@ class KubernetesTrialTrigger(_PollingTrigger):
     """Watches a trial's pods from the triggerer while its task holds no worker: fires when they
     ended (``ended``), or after deleting them when the trial was killed or ignored a preemption for
     ``preemption_timeout`` seconds (``stopped``). ``workload`` is the runner's
-    :class:`~det_airflow.operators.runners._kubernetes.SubmittedWorkload` as a dict.
+    :class:`~det_airflow.operators.runners.kubernetes.SubmittedWorkload` as a dict.
 
     Polling the trial's status also lets the master preempt it for a higher-priority job, as it
     does for the trials whose task polls while it runs.
@@ -180,12 +180,12 @@ class KubernetesTrialTrigger(_PollingTrigger):
     def cluster(self) -> AsyncKubernetesCluster:
         from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
 
-        from det_airflow.operators.runners._kubernetes import AsyncKubernetesCluster
+        from det_airflow.operators.runners.kubernetes import AsyncKubernetesCluster
 
         return AsyncKubernetesCluster(AsyncKubernetesHook(conn_id=self.kubernetes_conn_id))
 
     async def _check(self, client: AsyncInternalClient) -> dict[str, Any] | None:
-        from det_airflow.operators.runners._kubernetes import SubmittedWorkload
+        from det_airflow.operators.runners.kubernetes import SubmittedWorkload
 
         workload = SubmittedWorkload.from_dict(self.workload)
         pods = await self._pods(workload)

@@ -6,6 +6,17 @@ import base64
 from typing import Any
 
 from det_airflow.api._http import SERVICE_RETRY_SECONDS, AsyncSession, Session
+from det_airflow.api.models import (
+    Finalized,
+    Registered,
+    SearcherStatus,
+    SlotAnswer,
+    SlotStatus,
+    TaskRef,
+    TrialAnswer,
+    TrialExitAnswer,
+    TrialStatus,
+)
 
 
 class InternalClient:
@@ -26,8 +37,8 @@ class InternalClient:
         config: str | None = None,
         context: bytes | None = None,
         owner: str | None = None,
-    ) -> dict[str, Any]:
-        return self.session.post(
+    ) -> Registered:
+        answer = self.session.post(
             "/internal/experiments/register",
             {
                 "dag_id": dag_id,
@@ -38,35 +49,40 @@ class InternalClient:
                 "owner": owner,
             },
         )
+        return Registered.model_validate(answer)
 
-    def searcher_status(self, experiment_id: int) -> dict[str, Any]:
-        return self.session.get(f"/internal/experiments/{experiment_id}/searcher")
+    def searcher_status(self, experiment_id: int) -> SearcherStatus:
+        return SearcherStatus.model_validate(
+            self.session.get(f"/internal/experiments/{experiment_id}/searcher")
+        )
 
-    def acquire(self, experiment_id: int, slot: int, task: dict[str, Any]) -> dict[str, Any]:
-        return self.session.post(f"/internal/experiments/{experiment_id}/slots/{slot}/acquire", task)
+    def acquire(self, experiment_id: int, slot: int, task: TaskRef) -> SlotAnswer:
+        answer = self.session.post(
+            f"/internal/experiments/{experiment_id}/slots/{slot}/acquire", task.model_dump()
+        )
+        return SlotAnswer.model_validate(answer)
 
     def context(self, experiment_id: int) -> bytes:
         return self.session.request("GET", f"/internal/experiments/{experiment_id}/context").content
 
-    def trial_status(self, trial_id: int) -> dict[str, Any]:
-        return self.session.get(f"/internal/trials/{trial_id}")
+    def trial_status(self, trial_id: int) -> TrialStatus:
+        return TrialStatus.model_validate(self.session.get(f"/internal/trials/{trial_id}"))
 
-    def exit_trial(self, trial_id: int, exit_code: int, *, try_number: int, max_tries: int) -> dict[str, Any]:
-        return self.session.post(
-            f"/internal/trials/{trial_id}/exit",
-            {"exit_code": exit_code, "try_number": try_number, "max_tries": max_tries},
-        )
+    def exit_trial(self, trial_id: int, exit_code: int) -> TrialExitAnswer:
+        answer = self.session.post(f"/internal/trials/{trial_id}/exit", {"exit_code": exit_code})
+        return TrialExitAnswer.model_validate(answer)
 
-    def trial_phase(self, trial_id: int, run_id: int, state: str, reason: str) -> dict[str, Any]:
-        return self.session.post(
+    def trial_phase(self, trial_id: int, run_id: int, state: str, reason: str) -> TrialAnswer:
+        answer = self.session.post(
             f"/internal/trials/{trial_id}/phase", {"run_id": run_id, "state": state, "reason": reason}
         )
+        return TrialAnswer.model_validate(answer)
 
     def ship_logs(self, trial_id: int, lines: list[dict[str, Any]]) -> None:
         self.session.post(f"/internal/trials/{trial_id}/logs", {"logs": lines})
 
-    def finalize(self, experiment_id: int) -> dict[str, Any]:
-        return self.session.post(f"/internal/experiments/{experiment_id}/finalize")
+    def finalize(self, experiment_id: int) -> Finalized:
+        return Finalized.model_validate(self.session.post(f"/internal/experiments/{experiment_id}/finalize"))
 
 
 class AsyncInternalClient:
@@ -75,17 +91,20 @@ class AsyncInternalClient:
     def __init__(self, master: str, token: str) -> None:
         self.master, self.token = master, token
 
-    async def searcher_status(self, experiment_id: int) -> dict[str, Any]:
+    async def searcher_status(self, experiment_id: int) -> SearcherStatus:
         async with AsyncSession(self.master, self.token) as session:
-            return await session.request("GET", f"/internal/experiments/{experiment_id}/searcher")
+            answer = await session.request("GET", f"/internal/experiments/{experiment_id}/searcher")
+        return SearcherStatus.model_validate(answer)
 
-    async def trial_status(self, trial_id: int) -> dict[str, Any]:
+    async def trial_status(self, trial_id: int) -> TrialStatus:
         async with AsyncSession(self.master, self.token) as session:
-            return await session.request("GET", f"/internal/trials/{trial_id}")
+            answer = await session.request("GET", f"/internal/trials/{trial_id}")
+        return TrialStatus.model_validate(answer)
 
-    async def slot_status(self, experiment_id: int, slot: int) -> str:
+    async def slot_status(self, experiment_id: int, slot: int) -> SlotStatus:
+        """What the slot would be told now, without taking a trial (a dry run)."""
         async with AsyncSession(self.master, self.token) as session:
             answer = await session.request(
                 "POST", f"/internal/experiments/{experiment_id}/slots/{slot}/acquire?dry_run=true", json={}
             )
-        return answer["status"]
+        return SlotAnswer.model_validate(answer).status

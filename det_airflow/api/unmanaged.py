@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from det_airflow.api._http import TrialSession
+from det_airflow.api.models import Experiment, ExperimentAnswer, UnmanagedRunAnswer
 from det_airflow.api.runtime import RuntimeClient
 from det_airflow.api.user import connect
 
@@ -40,11 +41,11 @@ class UnmanagedRun:
 
         return send
 
-    def report_exit(self, error: str | None = None) -> dict[str, Any]:
+    def report_exit(self, error: str | None = None) -> Experiment:
         """Tell the master the program ended: COMPLETED, or ERROR with ``error``. Answers the experiment."""
         with TrialSession(self.master, self.token) as session:
             answer = session.post(f"/runtime/trials/{self.trial_id}/unmanaged/exit", {"error": error})
-        return dict(answer["experiment"])
+        return ExperimentAnswer.model_validate(answer).experiment
 
 
 def start_unmanaged(
@@ -60,16 +61,17 @@ def start_unmanaged(
         APIError: Not logged in, not allowed to create experiments, or an invalid ``config``.
     """
     with connect(master) as client:
-        answer = client._json(
+        answer = client._answer(
+            UnmanagedRunAnswer,
             "POST",
             "/experiments/unmanaged",
             json={"config": config, "hparams": hparams, "command": command},
         )
         return UnmanagedRun(
             master=client.master,
-            experiment_id=int(answer["experiment"]["id"]),
-            trial_id=int(answer["trial"]["id"]),
-            token=str(answer["token"]),
-            config=dict(answer["config"]),
-            hparams=dict(answer["trial"]["hparams"]),
+            experiment_id=answer.experiment.id,
+            trial_id=answer.trial.id,
+            token=answer.token,
+            config=answer.config,
+            hparams=answer.trial.hparams,
         )

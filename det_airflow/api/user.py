@@ -6,7 +6,7 @@ As with Determined's CLI, ``DET_USER`` / ``DET_PASS`` log in automatically when 
 
 Example:
     >>> client = connect("localhost:8080")
-    >>> [e["id"] for e in client.list_experiments()]
+    >>> [e.id for e in client.list_experiments()]
 """
 
 from __future__ import annotations
@@ -17,103 +17,46 @@ import uuid as uuid_module
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import httpx
+from pydantic import BaseModel, ValidationError
 
 from det_airflow.api._http import Session, _error_message, normalize_master_url
+from det_airflow.api.models import (
+    Checkpoint,
+    CheckpointAnswer,
+    CheckpointList,
+    ConfigAnswer,
+    CreatedExperiment,
+    Deleted,
+    Experiment,
+    ExperimentAnswer,
+    ExperimentDetail,
+    ExperimentList,
+    Job,
+    JobList,
+    JobSettings,
+    LogLine,
+    LogsPage,
+    Me,
+    Metrics,
+    MetricsList,
+    StateChange,
+    StateChanges,
+    Trial,
+    TrialAnswer,
+    TrialList,
+    UpdatedJobs,
+)
 from det_airflow.errors import APIError, DetError
 
 CONFIG_DIR_ENV = "DET_AIRFLOW_CONFIG_DIR"
 USER_ENV = "DET_USER"
 PASSWORD_ENV = "DET_PASS"
 _AUTH_FILE = "auth.json"
-
-
-# --- the objects the People routes answer (docs/master-api.md, "Objects") ------------------------
-
-
-class Experiment(TypedDict, total=False):
-    id: int
-    name: str
-    owner: str | None
-    description: str | None
-    labels: list[str]
-    state: str
-    progress: float | None
-    start_time: str | None
-    end_time: str | None
-    parent_id: int | None
-    resource_pool: str | None
-    searcher: str
-    archived: bool
-    dag_id: str | None
-    dag_run_id: str | None
-    error: str | None
-    num_trials: int | None
-
-
-class Trial(TypedDict, total=False):
-    id: int
-    experiment_id: int
-    request_id: int
-    slot: int | None
-    state: str
-    hparams: dict[str, Any]
-    trial_seed: int
-    start_time: str | None
-    end_time: str | None
-    total_batches: int
-    restarts: int
-    progress: float | None
-    latest_checkpoint: str | None
-    best_validation: dict[str, Any] | None
-    summary_metrics: dict[str, dict[str, Any]]
-
-
-class Metrics(TypedDict, total=False):
-    trial_id: int
-    group: str
-    steps_completed: int
-    metrics: dict[str, Any]
-    report_time: str | None
-
-
-class Checkpoint(TypedDict, total=False):
-    uuid: str
-    trial_id: int
-    experiment_id: int
-    steps_completed: int
-    state: str
-    metadata: dict[str, Any]
-    resources: dict[str, int]
-    size: int
-    storage: dict[str, Any]
-    report_time: str | None
-    validation_metric: float | None
-
-
-class LogLine(TypedDict, total=False):
-    id: int
-    trial_id: int
-    timestamp: str | None
-    container_id: str | None
-    rank: int | None
-    level: str | None
-    stdtype: str | None
-    message: str
-
-
-class LogsPage(TypedDict):
-    logs: list[LogLine]
-    trial_state: str
-
-
-class ExperimentDetail(TypedDict):
-    experiment: Experiment
-    trials: list[Trial]
-    config: dict[str, Any]
+AnswerT = TypeVar("AnswerT", bound=BaseModel)
 
 
 def new_request_id() -> str:
@@ -324,6 +267,19 @@ class UserClient:
                 f"the master at {self.master} answered {path} with something other than JSON"
             ) from None
 
+    def _answer(self, model: type[AnswerT], method: str, path: str, **kwargs: Any) -> AnswerT:
+        """The master's answer to ``path``, read as ``model``."""
+        answer = self._json(method, path, **kwargs)
+        try:
+            return model.model_validate(answer)
+        except ValidationError as exc:
+            problem = exc.errors()[0]
+            where = ".".join(str(part) for part in problem["loc"]) or "the answer"
+            raise APIError(
+                f"the master at {self.master} answered {path} with what this client cannot read as "
+                f"{model.__name__} ({where}: {problem['msg']}); is it another version of det-airflow?"
+            ) from None
+
     # --- experiments ---
 
     def create_experiment(
@@ -349,30 +305,32 @@ class UserClient:
         }
         if parent_id is not None:
             body["parent_id"] = parent_id
-        return self._json("POST", "/experiments", json=body, resend_on_failure=True)["experiment"]
+        return self._answer(
+            CreatedExperiment, "POST", "/experiments", json=body, resend_on_failure=True
+        ).experiment
 
     def list_experiments(self, *, all: bool = False) -> list[Experiment]:  # noqa: A002 - the route's own name
         params = {"all": "true"} if all else {}
-        return self._json("GET", "/experiments", params=params)["experiments"]
+        return self._answer(ExperimentList, "GET", "/experiments", params=params).experiments
 
     def get_experiment(self, experiment_id: int) -> ExperimentDetail:
-        return self._json("GET", f"/experiments/{experiment_id}")
+        return self._answer(ExperimentDetail, "GET", f"/experiments/{experiment_id}")
 
     def get_experiment_config(self, experiment_id: int) -> dict[str, Any]:
-        return self._json("GET", f"/experiments/{experiment_id}/config")["config"]
+        return self._answer(ConfigAnswer, "GET", f"/experiments/{experiment_id}/config").config
 
     def list_trials(self, experiment_id: int) -> list[Trial]:
-        return self._json("GET", f"/experiments/{experiment_id}/trials")["trials"]
+        return self._answer(TrialList, "GET", f"/experiments/{experiment_id}/trials").trials
 
     def list_checkpoints(self, experiment_id: int) -> list[Checkpoint]:
-        return self._json("GET", f"/experiments/{experiment_id}/checkpoints")["checkpoints"]
+        return self._answer(CheckpointList, "GET", f"/experiments/{experiment_id}/checkpoints").checkpoints
 
     def get_experiment_context(self, experiment_id: int) -> bytes:
         """The context tar.gz the experiment was created with."""
         return self._request("GET", f"/experiments/{experiment_id}/context").content
 
     def _experiment_action(self, experiment_id: int, action: str) -> Experiment:
-        return self._json("POST", f"/experiments/{experiment_id}/{action}")["experiment"]
+        return self._answer(ExperimentAnswer, "POST", f"/experiments/{experiment_id}/{action}").experiment
 
     def pause_experiment(self, experiment_id: int) -> Experiment:
         return self._experiment_action(experiment_id, "pause")
@@ -394,54 +352,54 @@ class UserClient:
 
     def delete_experiment(self, experiment_id: int) -> list[str]:
         """Delete an ended experiment; returns what the master could not remove (empty when all is gone)."""
-        return list(self._json("DELETE", f"/experiments/{experiment_id}").get("not_removed", []))
+        return self._answer(Deleted, "DELETE", f"/experiments/{experiment_id}").not_removed
 
     def add_label(self, experiment_id: int, label: str) -> Experiment:
-        return self._json("POST", f"/experiments/{experiment_id}/labels", json={"label": label})["experiment"]
+        return self._answer(
+            ExperimentAnswer, "POST", f"/experiments/{experiment_id}/labels", json={"label": label}
+        ).experiment
 
     def remove_label(self, experiment_id: int, label: str) -> Experiment:
         path = f"/experiments/{experiment_id}/labels/{quote(label, safe='')}"
-        return self._json("DELETE", path)["experiment"]
+        return self._answer(ExperimentAnswer, "DELETE", path).experiment
 
     def update_experiment(
         self, experiment_id: int, *, name: str | None = None, description: str | None = None
     ) -> Experiment:
         """Changes the name and/or the description; fields left None are kept."""
         body = {k: v for k, v in (("name", name), ("description", description)) if v is not None}
-        return self._json("PATCH", f"/experiments/{experiment_id}", json=body)["experiment"]
+        return self._answer(ExperimentAnswer, "PATCH", f"/experiments/{experiment_id}", json=body).experiment
 
     # --- trials ---
 
     def get_trial(self, trial_id: int) -> Trial:
-        return self._json("GET", f"/trials/{trial_id}")["trial"]
+        return self._answer(TrialAnswer, "GET", f"/trials/{trial_id}").trial
 
     def kill_trial(self, trial_id: int) -> Trial:
-        return self._json("POST", f"/trials/{trial_id}/kill")["trial"]
+        return self._answer(TrialAnswer, "POST", f"/trials/{trial_id}/kill").trial
 
     # --- the job queue ---
 
-    def list_jobs(
-        self, *, resource_pool: str | None = None, limit: int | None = None
-    ) -> list[dict[str, Any]]:
+    def list_jobs(self, *, resource_pool: str | None = None, limit: int | None = None) -> list[Job]:
         params: dict[str, Any] = {}
         if resource_pool:
             params["resource_pool"] = resource_pool
         if limit is not None:
             params["limit"] = limit
-        return self._json("GET", "/jobs", params=params)["jobs"]
+        return self._answer(JobList, "GET", "/jobs", params=params).jobs
 
-    def update_jobs(self, updates: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def update_jobs(self, updates: list[dict[str, Any]]) -> list[JobSettings]:
         """Each update: ``job_id`` and one of priority, weight, max_slots, resource_pool, ahead_of,
         behind_of; all are applied together or none."""
-        return self._json("POST", "/jobs/update", json={"updates": updates})["jobs"]
+        return self._answer(UpdatedJobs, "POST", "/jobs/update", json={"updates": updates}).jobs
 
-    def state_changes(self, kind: str, object_id: int) -> list[dict[str, Any]]:
+    def state_changes(self, kind: str, object_id: int) -> list[StateChange]:
         """Every state an experiment or trial (``kind``) took, oldest first: from, to, time, reason."""
-        return self._json("GET", f"/{kind}s/{object_id}/state-changes")["state_changes"]
+        return self._answer(StateChanges, "GET", f"/{kind}s/{object_id}/state-changes").state_changes
 
     def trial_metrics(self, trial_id: int, *, group: str | None = None) -> list[Metrics]:
         params = {"group": group} if group else {}
-        return self._json("GET", f"/trials/{trial_id}/metrics", params=params)["metrics"]
+        return self._answer(MetricsList, "GET", f"/trials/{trial_id}/metrics", params=params).metrics
 
     def trial_logs(
         self,
@@ -457,19 +415,19 @@ class UserClient:
         ``tail``; only lines of these ``rank`` ids and of ``level`` or higher, when given."""
         given = (("after", after), ("limit", limit), ("tail", tail), ("rank", rank), ("level", level))
         params = {k: v for k, v in given if v is not None}
-        return self._json("GET", f"/trials/{trial_id}/logs", params=params)
+        return self._answer(LogsPage, "GET", f"/trials/{trial_id}/logs", params=params)
 
     # --- checkpoints and identity ---
 
     def get_checkpoint(self, uuid: str) -> Checkpoint:
-        return self._json("GET", f"/checkpoints/{quote(uuid, safe='')}")["checkpoint"]
+        return self._answer(CheckpointAnswer, "GET", f"/checkpoints/{quote(uuid, safe='')}").checkpoint
 
     def delete_checkpoint(self, uuid: str) -> None:
         self._request("DELETE", f"/checkpoints/{quote(uuid, safe='')}")
 
     def whoami(self) -> str:
         """The username the master knows this client's token as (``GET /me``)."""
-        return str(self._json("GET", "/me")["username"])
+        return self._answer(Me, "GET", "/me").username
 
     # --- users, where Airflow's auth manager is FAB's (its API is outside the master's prefix) ---
 
@@ -488,9 +446,12 @@ __all__ = [
     "Checkpoint",
     "Experiment",
     "ExperimentDetail",
+    "Job",
+    "JobSettings",
     "LogLine",
     "LogsPage",
     "Metrics",
+    "StateChange",
     "StoredLogin",
     "Trial",
     "UserClient",

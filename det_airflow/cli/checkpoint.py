@@ -84,9 +84,9 @@ def _connect(args: argparse.Namespace) -> UserClient:
 def _size(checkpoint: Checkpoint) -> str:
     from det_airflow.context_archive import format_size
 
-    size = checkpoint.get("size")
+    size = checkpoint.size
     if size is None:
-        size = sum((checkpoint.get("resources") or {}).values())
+        size = sum((checkpoint.resources or {}).values())
     return format_size(size)
 
 
@@ -97,12 +97,12 @@ def _list(args: argparse.Namespace) -> None:
         return
     rows = [
         [
-            c.get("trial_id"),
-            c.get("steps_completed"),
-            render.format_state(c.get("state")),
-            c.get("validation_metric"),
-            c.get("uuid"),
-            "\n".join(sorted(c.get("resources") or {})),
+            c.trial_id,
+            c.steps_completed,
+            render.format_state(c.state),
+            c.validation_metric,
+            c.uuid,
+            "\n".join(sorted(c.resources or {})),
             _size(c),
         ]
         for c in checkpoints
@@ -121,27 +121,27 @@ def _describe(args: argparse.Namespace) -> None:
         DESCRIBE_HEADERS,
         [
             [
-                c.get("uuid"),
-                c.get("experiment_id"),
-                c.get("trial_id"),
-                c.get("steps_completed"),
-                render.format_state(c.get("state")),
-                c.get("validation_metric"),
-                render.format_time(c.get("report_time")),
+                c.uuid,
+                c.experiment_id,
+                c.trial_id,
+                c.steps_completed,
+                render.format_state(c.state),
+                c.validation_metric,
+                render.format_time(c.report_time),
                 _size(c),
-                (c.get("storage") or {}).get("path"),
+                (c.storage or {}).get("path"),
             ]
         ],
     )
-    resources = c.get("resources") or {}
+    resources = c.resources or {}
     if resources:
         print("\nResources:")
         render.print_table(
             RESOURCE_HEADERS, [[path, format_size(size)] for path, size in sorted(resources.items())]
         )
-    if c.get("metadata"):
+    if c.metadata:
         print("\nMetadata:")
-        render.print_json(c["metadata"])
+        render.print_json(c.metadata)
 
 
 def _download(args: argparse.Namespace) -> None:
@@ -163,10 +163,10 @@ def copy_checkpoint(checkpoint: Checkpoint, target: Path) -> None:
     """
     import shutil
 
-    uuid = checkpoint.get("uuid")
-    if render.format_state(checkpoint.get("state")) == "DELETED":
+    uuid = checkpoint.uuid
+    if render.format_state(checkpoint.state) == "DELETED":
         raise DetError(f"checkpoint {uuid} was deleted; its files are gone")
-    storage = checkpoint.get("storage") or {}
+    storage = checkpoint.storage or {}
     kind, path = storage.get("type"), storage.get("path")
     if kind not in FOLDER_STORAGE or not path:
         raise DetError(f"checkpoint {uuid} is in {kind} storage, which det cannot download from")
@@ -176,7 +176,7 @@ def copy_checkpoint(checkpoint: Checkpoint, target: Path) -> None:
             f"checkpoint {uuid} is stored in {path} ({kind} storage), which is not reachable "
             "from this machine: mount that storage here, or download on a machine that has it"
         )
-    missing = sorted(name for name in checkpoint.get("resources") or {} if not (source / name).exists())
+    missing = sorted(name for name in checkpoint.resources or {} if not (source / name).exists())
     if missing:
         raise DetError(f"checkpoint {uuid} in {path} is incomplete: missing {', '.join(missing[:5])}")
     if target.exists() and not target.is_dir():

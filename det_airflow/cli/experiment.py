@@ -235,9 +235,9 @@ def _create(args: argparse.Namespace) -> int:
     experiment = client.create_experiment(
         config_text, context, paused=args.paused, request_id=new_request_id()
     )
-    print(f"Created experiment {experiment['id']}", flush=True)
+    print(f"Created experiment {experiment.id}", flush=True)
     if args.follow_first_trial:
-        return follow_first_trial(client, experiment["id"])
+        return follow_first_trial(client, experiment.id)
     return 0
 
 
@@ -249,12 +249,12 @@ def follow_first_trial(client: UserClient, experiment_id: int) -> int:
     print("Waiting for first trial to begin...", flush=True)
     while True:
         detail = client.get_experiment(experiment_id)
-        if detail["trials"]:
+        if detail.trials:
             break
-        if detail["experiment"]["state"] in TERMINAL_EXPERIMENT_STATES:
-            return _report_end(detail["experiment"])
+        if detail.experiment.state in TERMINAL_EXPERIMENT_STATES:
+            return _report_end(detail.experiment)
         time.sleep(POLL_INTERVAL)
-    first = min(trial["id"] for trial in detail["trials"])
+    first = min(trial.id for trial in detail.trials)
     print(f"Following first trial with ID {first}", flush=True)
     show_trial_logs(client, first, follow=True)
     return _report_end(wait_for_experiment(client, experiment_id, POLL_INTERVAL))
@@ -263,19 +263,19 @@ def follow_first_trial(client: UserClient, experiment_id: int) -> int:
 def wait_for_experiment(client: UserClient, experiment_id: int, interval: float) -> Experiment:
     """Polls until the experiment reaches a terminal state; returns it."""
     while True:
-        experiment = client.get_experiment(experiment_id)["experiment"]
-        if experiment["state"] in TERMINAL_EXPERIMENT_STATES:
+        experiment = client.get_experiment(experiment_id).experiment
+        if experiment.state in TERMINAL_EXPERIMENT_STATES:
             return experiment
         time.sleep(interval)
 
 
 def _report_end(experiment: Experiment) -> int:
-    state = render.format_state(experiment["state"])
-    print(render.clean(f"Experiment {experiment['id']} ended in state {state}"), flush=True)
+    state = render.format_state(experiment.state)
+    print(render.clean(f"Experiment {experiment.id} ended in state {state}"), flush=True)
     if state == ExperimentState.COMPLETED:
         return 0
-    if experiment.get("error"):
-        print(render.clean(f"Error: {experiment['error']}"), file=sys.stderr)
+    if experiment.error:
+        print(render.clean(f"Error: {experiment.error}"), file=sys.stderr)
     return 1
 
 
@@ -283,7 +283,7 @@ def _report_end(experiment: Experiment) -> int:
 
 
 def _list(args: argparse.Namespace) -> None:
-    experiments = sorted(_connect(args).list_experiments(all=args.all), key=lambda e: e["id"])
+    experiments = sorted(_connect(args).list_experiments(all=args.all), key=lambda e: e.id)
     if args.json:
         render.print_json(experiments)
         return
@@ -293,18 +293,18 @@ def _list(args: argparse.Namespace) -> None:
     rows = []
     for e in experiments:
         row: list[Any] = [
-            e["id"],
-            e.get("owner"),
-            e.get("name"),
-            e.get("parent_id"),
-            render.format_state(e.get("state")),
-            render.format_percent(e.get("progress")),
-            render.format_time(e.get("start_time")),
-            render.format_time(e.get("end_time")),
-            e.get("resource_pool"),
+            e.id,
+            e.owner,
+            e.name,
+            e.parent_id,
+            render.format_state(e.state),
+            render.format_percent(e.progress),
+            render.format_time(e.start_time),
+            render.format_time(e.end_time),
+            e.resource_pool,
         ]
         if args.all:
-            row.append(e.get("archived"))
+            row.append(e.archived)
         rows.append(row)
     render.print_table(headers, rows, csv=args.csv)
 
@@ -312,21 +312,21 @@ def _list(args: argparse.Namespace) -> None:
 def _trial_rows(trials: list[Trial]) -> list[list[Any]]:
     return [
         [
-            t["id"],
-            render.format_state(t.get("state")),
-            render.format_json_cell(t.get("hparams") or {}),
-            render.format_time(t.get("start_time")),
-            render.format_time(t.get("end_time")),
-            t.get("total_batches"),
+            t.id,
+            render.format_state(t.state),
+            render.format_json_cell(t.hparams or {}),
+            render.format_time(t.start_time),
+            render.format_time(t.end_time),
+            t.total_batches,
         ]
-        for t in sorted(trials, key=lambda t: t["id"])
+        for t in sorted(trials, key=lambda t: t.id)
     ]
 
 
 def _list_trials(args: argparse.Namespace) -> None:
     trials = _connect(args).list_trials(args.experiment_id)
     if args.json:
-        render.print_json(sorted(trials, key=lambda t: t["id"]))
+        render.print_json(sorted(trials, key=lambda t: t.id))
         return
     render.print_table(LIST_TRIALS_HEADERS, _trial_rows(trials), csv=args.csv)
 
@@ -336,31 +336,33 @@ def _describe(args: argparse.Namespace) -> None:
     detail = client.get_experiment(args.experiment_id)
     changes = client.state_changes("experiment", args.experiment_id) if args.states else None
     if args.json:
-        render.print_json(detail if changes is None else {**detail, "state_changes": changes})
+        render.print_json(
+            detail if changes is None else {**detail.model_dump(mode="json"), "state_changes": changes}
+        )
         return
-    e = detail["experiment"]
+    e = detail.experiment
     if not args.csv:
         print("Experiment:")
     render.print_table(
         DESCRIBE_HEADERS,
         [
             [
-                e["id"],
-                render.format_state(e.get("state")),
-                render.format_percent(e.get("progress")),
-                render.format_time(e.get("start_time")),
-                render.format_time(e.get("end_time")),
-                e.get("name"),
-                e.get("description"),
-                e.get("archived"),
-                e.get("resource_pool"),
-                ", ".join(sorted(e.get("labels") or [])),
+                e.id,
+                render.format_state(e.state),
+                render.format_percent(e.progress),
+                render.format_time(e.start_time),
+                render.format_time(e.end_time),
+                e.name,
+                e.description,
+                e.archived,
+                e.resource_pool,
+                ", ".join(sorted(e.labels or [])),
             ]
         ],
         csv=args.csv,
     )
 
-    trials = sorted(detail["trials"], key=lambda t: t["id"])
+    trials = sorted(detail.trials, key=lambda t: t.id)
     headers = list(DESCRIBE_TRIAL_HEADERS)
     training_names: list[str] = []
     validation_names: list[str] = []
@@ -372,13 +374,13 @@ def _describe(args: argparse.Namespace) -> None:
     rows = []
     for t in trials:
         row: list[Any] = [
-            t["id"],
-            t.get("experiment_id", e["id"]),
-            render.format_state(t.get("state")),
-            render.format_time(t.get("start_time")),
-            render.format_time(t.get("end_time")),
-            render.format_json_cell(t.get("hparams") or {}),
-            t.get("total_batches"),
+            t.id,
+            t.experiment_id,
+            render.format_state(t.state),
+            render.format_time(t.start_time),
+            render.format_time(t.end_time),
+            render.format_json_cell(t.hparams or {}),
+            t.total_batches,
         ]
         row += [_summary_value(t, "training", name) for name in training_names]
         row += [_summary_value(t, "validation", name) for name in validation_names]
@@ -393,14 +395,14 @@ def _describe(args: argparse.Namespace) -> None:
 def _metric_names(trials: list[Trial], group: str) -> list[str]:
     names: set[str] = set()
     for t in trials:
-        names.update((t.get("summary_metrics") or {}).get(group) or {})
+        names.update((t.summary_metrics or {}).get(group) or {})
     # The master's summary of a group is {steps_completed, **latest metrics}.
     names.discard("steps_completed")
     return sorted(names)
 
 
 def _summary_value(trial: Trial, group: str, name: str) -> Any:
-    value = ((trial.get("summary_metrics") or {}).get(group) or {}).get(name)
+    value = ((trial.summary_metrics or {}).get(group) or {}).get(name)
     # Determined-style summaries hold {min, max, last, ...}; ours may hold the latest value only.
     if isinstance(value, dict):
         return value.get("last")
@@ -423,7 +425,7 @@ def _logs(args: argparse.Namespace) -> None:
     trials = client.list_trials(args.experiment_id)
     if not trials:
         raise DetError(f"experiment {args.experiment_id} has no trials yet")
-    show_logs_from_args(client, min(t["id"] for t in trials), args)
+    show_logs_from_args(client, min(t.id for t in trials), args)
 
 
 # --- changing --------------------------------------------------------------------------------------

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from det_airflow.cli import render
 from det_airflow.errors import DetError
+
+if TYPE_CHECKING:
+    from det_airflow.api.models import Job
 
 LIST_HEADERS = (
     "#",
@@ -115,21 +118,21 @@ def _list(args: argparse.Namespace) -> None:
     render.print_table(LIST_HEADERS, [list_row(job) for job in jobs], csv=args.csv)
 
 
-def list_row(job: dict[str, Any]) -> list[Any]:
+def list_row(job: Job) -> list[Any]:
     """One `det job list` line; a job whose gang can never fit its pool says so in its slots."""
-    slots = f"{job['acquired_slots']}/{job['needed_slots']}"
-    if not job.get("fits_pool", True):
-        slots += f" (needs {job['slots_per_trial']} per trial: never fits pool '{job['resource_pool']}')"
+    slots = f"{job.acquired_slots}/{job.needed_slots}"
+    if not job.fits_pool:
+        slots += f" (needs {job.slots_per_trial} per trial: never fits pool '{job.resource_pool}')"
     return [
-        job["jobs_ahead"],
-        job["id"],
-        job["type"],
-        job["name"] if job.get("name") is not None else HIDDEN,
-        job["priority"],
-        render.format_time(job.get("submitted")),
+        job.jobs_ahead,
+        job.id,
+        job.type,
+        job.name if job.name is not None else HIDDEN,
+        job.priority,
+        render.format_time(job.submitted),
         slots,
-        job["state"] + (f" ({job['preempting_trials']} preempting)" if job.get("preempting_trials") else ""),
-        job["user"] if job.get("user") is not None else HIDDEN,
+        job.state + (f" ({job.preempting_trials} preempting)" if job.preempting_trials else ""),
+        job.user if job.user is not None else HIDDEN,
     ]
 
 

@@ -72,14 +72,14 @@ def _level_name(level: str | None) -> str:
 def format_log_line(line: LogLine) -> str:
     """``[timestamp] <container-id> [rank=N] || LEVEL: message``; parts that are unknown are left out."""
     parts = []
-    if line.get("timestamp"):
-        parts.append(f"[{line['timestamp']}]")
-    if line.get("container_id"):
-        parts.append(str(line["container_id"]))
-    if line.get("rank") is not None:
-        parts.append(f"[rank={line['rank']}]")
-    level = _level_name(line.get("level"))
-    message = (line.get("message") or "").rstrip("\r\n")
+    if line.timestamp:
+        parts.append(f"[{line.timestamp}]")
+    if line.container_id:
+        parts.append(str(line.container_id))
+    if line.rank is not None:
+        parts.append(f"[rank={line.rank}]")
+    level = _level_name(line.level)
+    message = (line.message or "").rstrip("\r\n")
     parts.append(f"|| {level}: {message}" if level else f"|| {message}")
     return render.clean(" ".join(parts))
 
@@ -90,7 +90,11 @@ class _Printer:
         self.out = out or sys.stdout
 
     def __call__(self, line: LogLine) -> None:
-        text = json.dumps(line, sort_keys=True) if self.as_json else format_log_line(line)
+        text = (
+            json.dumps(line.model_dump(mode="json"), sort_keys=True)
+            if self.as_json
+            else format_log_line(line)
+        )
         self.out.write(text + "\n")
         self.out.flush()
 
@@ -100,9 +104,9 @@ def _pages(client: UserClient, trial_id: int, after: int | None, query: dict[str
     while True:
         page = client.trial_logs(trial_id, after=after, limit=PAGE_SIZE, **query)
         yield page
-        if not page["logs"]:
+        if not page.logs:
             return
-        after = page["logs"][-1]["id"]
+        after = page.logs[-1].id
 
 
 def show_trial_logs(
@@ -129,28 +133,28 @@ def show_trial_logs(
         if remaining == 0:
             return
         for page in _pages(client, trial_id, None, query):
-            for line in page["logs"][:remaining]:
+            for line in page.logs[:remaining]:
                 emit(line)
-            remaining -= min(remaining, len(page["logs"]))
+            remaining -= min(remaining, len(page.logs))
             if remaining == 0:
                 return
         return
 
     if tail is not None:
-        lines = client.trial_logs(trial_id, tail=tail, **query)["logs"] if tail else []
+        lines = client.trial_logs(trial_id, tail=tail, **query).logs if tail else []
         for line in lines:
             emit(line)
-        after = lines[-1]["id"] if lines else None
+        after = lines[-1].id if lines else None
         if follow and after is None:
             # Nothing printed (tail 0 or no matching line): follow from the current end.
-            last = client.trial_logs(trial_id, tail=1)["logs"]
-            after = last[-1]["id"] if last else None
+            last = client.trial_logs(trial_id, tail=1).logs
+            after = last[-1].id if last else None
     else:
         for page in _pages(client, trial_id, None, query):
-            for line in page["logs"]:
+            for line in page.logs:
                 emit(line)
-            if page["logs"]:
-                after = page["logs"][-1]["id"]
+            if page.logs:
+                after = page.logs[-1].id
 
     if follow:
         _follow(client, trial_id, after, query, emit)
@@ -162,15 +166,15 @@ def _follow(
     ended_and_quiet = False
     while True:
         page = client.trial_logs(trial_id, after=after, limit=PAGE_SIZE, **query)
-        lines = page["logs"]
+        lines = page.logs
         for line in lines:
             emit(line)
         if lines:
-            after = lines[-1]["id"]
+            after = lines[-1].id
             ended_and_quiet = False
             if len(lines) >= PAGE_SIZE:
                 continue
-        elif page.get("trial_state") in TERMINAL_TRIAL_STATES:
+        elif page.trial_state in TERMINAL_TRIAL_STATES:
             # One more look after the trial ended: lines written just before its state changed.
             if ended_and_quiet:
                 return

@@ -7,7 +7,10 @@ import re
 import sys
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from det_airflow.api.models import StateChange
 
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S%z"
 
@@ -66,16 +69,16 @@ def format_state(state: str | None) -> str:
 STATE_CHANGE_HEADERS = ("Time", "From", "To", "Reason")
 
 
-def print_state_changes(changes: list[dict[str, Any]], *, csv: bool) -> None:
+def print_state_changes(changes: list[StateChange], *, csv: bool) -> None:
     """The `--states` table of `det e describe` and `det t describe`."""
     if not csv:
         print("\nState changes:")
     rows = [
         [
-            format_time(c.get("time")),
-            format_state(c.get("from")) if c.get("from") else "",
-            format_state(c.get("to")),
-            c.get("reason"),
+            format_time(c.time),
+            format_state(c.from_) if c.from_ else "",
+            format_state(c.to),
+            c.reason,
         ]
         for c in changes
     ]
@@ -101,4 +104,12 @@ def print_table(
 
 
 def print_json(value: Any, *, out: TextIO | None = None) -> None:
-    (out or sys.stdout).write(json.dumps(value, indent=4, sort_keys=True) + "\n")
+    """``value`` as indented JSON; the master's answers (``api.models``) as the JSON it sent."""
+    (out or sys.stdout).write(json.dumps(value, indent=4, sort_keys=True, default=_wire_json) + "\n")
+
+
+def _wire_json(value: Any) -> Any:
+    dump = getattr(value, "model_dump", None)
+    if dump is None:
+        raise TypeError(f"{type(value).__name__} is not JSON serializable")
+    return dump(mode="json")

@@ -83,15 +83,15 @@ def _describe(args: argparse.Namespace) -> None:
         render.print_json(answer)
         return
     row: list[Any] = [
-        trial["id"],
-        trial.get("experiment_id"),
-        render.format_state(trial.get("state")),
-        render.format_json_cell(trial.get("hparams") or {}),
-        render.format_time(trial.get("start_time")),
-        render.format_time(trial.get("end_time")),
-        trial.get("total_batches"),
-        trial.get("restarts"),
-        trial.get("latest_checkpoint"),
+        trial.id,
+        trial.experiment_id,
+        render.format_state(trial.state),
+        render.format_json_cell(trial.hparams or {}),
+        render.format_time(trial.start_time),
+        render.format_time(trial.end_time),
+        trial.total_batches,
+        trial.restarts,
+        trial.latest_checkpoint,
     ]
     render.print_table(DESCRIBE_HEADERS, [row], csv=args.csv)
     if changes is not None:
@@ -104,10 +104,10 @@ def _describe(args: argparse.Namespace) -> None:
         METRICS_HEADERS,
         [
             [
-                m.get("steps_completed"),
-                m.get("group"),
-                render.format_time(m.get("report_time")),
-                render.format_json_cell(m.get("metrics") or {}),
+                m.steps_completed,
+                m.group,
+                render.format_time(m.report_time),
+                render.format_json_cell(m.metrics or {}),
             ]
             for m in metrics
         ],

@@ -170,7 +170,7 @@ def _close(error: str | None) -> None:
             _stop_shipping_output()
             # Any rank that fails ends the run in ERROR, as a failing worker fails a trial.
             experiment = run.report_exit(error)
-            logger.info("core_v2: unmanaged experiment %s is %s", run.experiment_id, experiment["state"])
+            logger.info("core_v2: unmanaged experiment %s is %s", run.experiment_id, experiment.state)
         finally:
             if context is not None:
                 context.close()
@@ -195,7 +195,7 @@ def _close_rank(context: core.Context, run: UnmanagedRun) -> None:
     context.close()
     if dist.is_chief:
         experiment = run.report_exit(None)
-        logger.info("core_v2: unmanaged experiment %s is %s", run.experiment_id, experiment["state"])
+        logger.info("core_v2: unmanaged experiment %s is %s", run.experiment_id, experiment.state)
 
 
 def _wait_for_every_rank(dist: DistributedContext) -> None:

@@ -64,9 +64,9 @@ def migration_summary(before: int | None, after: int) -> str:
 
 def ensure_service_connection(db: Database, conn_id: str, master_url: str) -> str:
     """Keep a working service token, or issue a new one into the Airflow connection `conn_id`."""
-    from airflow.models.connection import Connection
-    from airflow.utils.session import create_session
     from sqlalchemy import select
+
+    from det_airflow.airflow_compat import Connection, create_session
 
     with create_session() as session:
         existing = session.scalars(select(Connection).where(Connection.conn_id == conn_id)).one_or_none()
@@ -99,7 +99,7 @@ def mask_experiment_files(db: Database) -> tuple[int, int]:
 
     from det_airflow.dagfactory import FINISHED_SUBDIR, experiment_file, read_submission
     from det_airflow.master import schema
-    from det_airflow.master.experiments import write_experiment_file
+    from det_airflow.master.experiment_files import write_experiment_file
 
     folder = airflow_bridge.dags_folder()
     rewritten = found = 0

@@ -1,6 +1,7 @@
 """The only place the master reads or changes Airflow's own configuration and tables.
 
 The master runs inside Airflow's API server, which has a database session; task code does not.
+The non-public Airflow names used here come from `det_airflow.airflow_compat`, which says why each.
 """
 
 from __future__ import annotations
@@ -18,14 +19,14 @@ DEFAULT_BUNDLE = "dags-folder"
 
 
 def dags_folder() -> Path:
-    from airflow.configuration import conf
+    from airflow.sdk import conf
 
     return Path(conf.get("core", "dags_folder")).expanduser()
 
 
 def master_url() -> str:
     """The address trials and tasks use to reach the master."""
-    from airflow.configuration import conf
+    from airflow.sdk import conf
 
     explicit = settings.load().master_url
     if explicit:
@@ -40,8 +41,7 @@ def master_url() -> str:
 
 def pool_slots(name: str) -> int | None:
     """Slots of an Airflow pool (-1 = unlimited), or None when it does not exist."""
-    from airflow.models.pool import Pool
-    from airflow.utils.session import create_session
+    from det_airflow.airflow_compat import Pool, create_session
 
     with create_session() as session:
         pool = Pool.get_pool(name, session=session)
@@ -56,9 +56,9 @@ def request_reparse() -> None:
     """
     import logging
 
-    from airflow.models.dagbag import DagPriorityParsingRequest
-    from airflow.utils.session import create_session
     from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+
+    from det_airflow.airflow_compat import DagPriorityParsingRequest, create_session
 
     try:
         with create_session() as session:
@@ -85,9 +85,7 @@ def publish_experiment_dag(experiment_id: int, source: Path | None = None) -> bo
     """
     import logging
 
-    from airflow.dag_processing.dagbag import DagBag, sync_bag_to_db
-    from airflow.utils.session import create_session
-
+    from det_airflow.airflow_compat import DagBag, create_session, sync_bag_to_db
     from det_airflow.dagfactory import build_submitted_dag
 
     folder = dags_folder()
@@ -121,10 +119,10 @@ class AirflowRecordError(DetError):
 
 def running_dag_runs(dag_id: str, run_id: str | None = None) -> list[str]:
     """Run ids of the DAG's runs that are still running (only `run_id`'s, when given)."""
-    from airflow.models import DagRun
-    from airflow.utils.session import create_session
     from airflow.utils.state import DagRunState
     from sqlalchemy import select
+
+    from det_airflow.airflow_compat import DagRun, create_session
 
     query = select(DagRun.run_id).where(DagRun.dag_id == dag_id, DagRun.state == DagRunState.RUNNING)
     if run_id is not None:
@@ -135,9 +133,10 @@ def running_dag_runs(dag_id: str, run_id: str | None = None) -> list[str]:
 
 def delete_dag(dag_id: str) -> None:
     """Remove a DAG with its runs and task instances from Airflow (its file must be gone already)."""
-    from airflow.api.common.delete_dag import delete_dag as airflow_delete_dag
     from airflow.exceptions import AirflowException, DagNotFound
     from sqlalchemy.exc import SQLAlchemyError
+
+    from det_airflow.airflow_compat import delete_dag as airflow_delete_dag
 
     try:
         airflow_delete_dag(dag_id)
@@ -153,9 +152,9 @@ def delete_dag(dag_id: str) -> None:
 def stale_dags_without_runs(prefix: str) -> list[str]:
     """DAG ids starting with `prefix` that Airflow marks stale (no file builds them) and that have
     no run: such a DAG holds nothing, unlike a stale DAG that keeps a user's history."""
-    from airflow.models import DagModel, DagRun
-    from airflow.utils.session import create_session
     from sqlalchemy import exists, select
+
+    from det_airflow.airflow_compat import DagModel, DagRun, create_session
 
     query = select(DagModel.dag_id).where(
         DagModel.dag_id.startswith(prefix, autoescape=True),
@@ -168,10 +167,10 @@ def stale_dags_without_runs(prefix: str) -> list[str]:
 
 def delete_dag_run(dag_id: str, run_id: str) -> None:
     """Remove one DAG run and its task instances, keeping the DAG."""
-    from airflow.models import DagRun
-    from airflow.utils.session import create_session
     from sqlalchemy import select
     from sqlalchemy.exc import SQLAlchemyError
+
+    from det_airflow.airflow_compat import DagRun, create_session
 
     try:
         with create_session() as session:
@@ -190,10 +189,10 @@ def task_instance_states(
         return {}
     import logging
 
-    from airflow.models.taskinstance import TaskInstance
-    from airflow.utils.session import create_session
     from sqlalchemy import select, tuple_
     from sqlalchemy.exc import SQLAlchemyError
+
+    from det_airflow.airflow_compat import TaskInstance, create_session
 
     query = select(
         TaskInstance.dag_id,
@@ -227,10 +226,10 @@ def existing_dag_runs(runs: list[tuple[str, str]]) -> set[tuple[str, str]]:
     may have been deleted through Airflow's API or UI)."""
     if not runs:
         return set()
-    from airflow.models import DagRun
-    from airflow.utils.session import create_session
     from sqlalchemy import select, tuple_
     from sqlalchemy.exc import SQLAlchemyError
+
+    from det_airflow.airflow_compat import DagRun, create_session
 
     query = select(DagRun.dag_id, DagRun.run_id).where(tuple_(DagRun.dag_id, DagRun.run_id).in_(runs))
     try:
@@ -245,11 +244,11 @@ def update_waiting_trials(
 ) -> int:
     """Rewrite Airflow's view of an experiment's trial task instances that have not started:
     ``priority_weight = 100 - priority`` and the pool; returns how many were changed."""
-    from airflow.models.taskinstance import TaskInstance
-    from airflow.utils.session import create_session
     from airflow.utils.state import TaskInstanceState
     from sqlalchemy import or_, update
     from sqlalchemy.exc import SQLAlchemyError
+
+    from det_airflow.airflow_compat import TaskInstance, create_session
 
     values: dict[str, object] = {}
     if priority is not None:
@@ -299,12 +298,11 @@ def start_deferred_slots_anew(dag_id: str, run_id: str, map_indexes: list[int]) 
     """
     if not map_indexes:
         return []
-    from airflow.models.taskinstance import TaskInstance, clear_task_instances
-    from airflow.utils.session import create_session
-    from airflow.utils.sqlalchemy import with_row_locks
     from airflow.utils.state import TaskInstanceState
     from sqlalchemy import select
     from sqlalchemy.exc import SQLAlchemyError
+
+    from det_airflow.airflow_compat import TaskInstance, clear_task_instances, create_session, with_row_locks
 
     query = select(TaskInstance).where(
         TaskInstance.dag_id == dag_id,
@@ -338,10 +336,10 @@ def finished_dag_runs(runs: list[tuple[str, str]]) -> set[tuple[str, str]]:
     """The (dag_id, run_id) pairs among `runs` whose DAG run has ended (success or failed)."""
     if not runs:
         return set()
-    from airflow.models import DagRun
-    from airflow.utils.session import create_session
     from airflow.utils.state import DagRunState
     from sqlalchemy import select, tuple_
+
+    from det_airflow.airflow_compat import DagRun, create_session
 
     query = select(DagRun.dag_id, DagRun.run_id).where(
         tuple_(DagRun.dag_id, DagRun.run_id).in_(runs),
@@ -370,8 +368,7 @@ def ensure_owner_role(owner: str) -> str | None:
 
     if not uses_fab():
         return None
-    from airflow.providers.fab.www.security_appless import ApplessAirflowSecurityManager
-    from airflow.utils.session import create_session
+    from det_airflow.airflow_compat import ApplessAirflowSecurityManager, create_session
 
     name = owner_role(owner)
     with create_session() as session:
@@ -388,7 +385,7 @@ def forget_cached_logins() -> None:
     """FAB keeps each logged-in user, with their permissions, for `[fab] cache_ttl` seconds: drop
     them in this process so that a new role or DAG permission holds at the next request."""
     try:
-        from airflow.providers.fab.auth_manager.fab_auth_manager import FabAuthManager
+        from det_airflow.airflow_compat import FabAuthManager
     except ImportError:
         return
     FabAuthManager.cache.clear()
@@ -401,9 +398,9 @@ def restrict_plain_users() -> list[str]:
 
     if not uses_fab():
         return []
-    from airflow.configuration import conf
-    from airflow.providers.fab.www.security_appless import ApplessAirflowSecurityManager
-    from airflow.utils.session import create_session
+    from airflow.sdk import conf
+
+    from det_airflow.airflow_compat import ApplessAirflowSecurityManager, create_session
 
     with create_session() as session:
         manager = ApplessAirflowSecurityManager(session=session)

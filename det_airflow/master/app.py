@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from airflow.api_fastapi.core_api.security import requires_authenticated
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import OperationalError
 
+from det_airflow.airflow_compat import requires_authenticated
 from det_airflow.api._http import API_PREFIX
 from det_airflow.errors import DetError
 
@@ -14,7 +14,7 @@ from det_airflow.errors import DetError
 def _status_for(exc: DetError) -> int:
     from det_airflow.master.authz import PermissionDenied
     from det_airflow.master.db import SchemaError
-    from det_airflow.master.experiments import NotFound, StateError
+    from det_airflow.master.lifecycle import NotFound, StateError
 
     if isinstance(exc, PermissionDenied):
         return 403
@@ -27,8 +27,10 @@ def _status_for(exc: DetError) -> int:
     return 400  # bad input: ConfigError, ContextError, SubmissionError
 
 
-def create_app() -> FastAPI:
+def create_app(*, background_jobs: bool = True) -> FastAPI:
+    """The master app; ``background_jobs``: run housekeeping (master/housekeeping.py) while it serves."""
     from det_airflow.master import (
+        housekeeping,
         limits,
         routes_internal,
         routes_jobs,
@@ -39,7 +41,14 @@ def create_app() -> FastAPI:
     )
 
     # The API document is served below, behind a login, instead of at FastAPI's public default.
-    app = FastAPI(title="det-airflow master", docs_url=None, redoc_url=None, openapi_url=None)
+    # Airflow's API server runs the lifespan of the apps that plugins mount.
+    app = FastAPI(
+        title="det-airflow master",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        lifespan=housekeeping.lifespan if background_jobs else None,
+    )
     prefix = API_PREFIX.removeprefix("/det")
     for module in (routes_unmanaged, routes_people, routes_ui, routes_jobs, routes_internal, routes_runtime):
         app.include_router(module.router, prefix=prefix)

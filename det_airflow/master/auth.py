@@ -103,7 +103,7 @@ _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 def _own_origins(request: Request) -> set[str]:
-    from airflow.configuration import conf
+    from airflow.sdk import conf
 
     origins = {f"{request.url.scheme}://{request.url.netloc}"}
     if base_url := conf.get("api", "base_url", fallback=None):

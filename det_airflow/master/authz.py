@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Literal
 
 from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
-from airflow.api_fastapi.core_api.security import get_user
 from fastapi import Depends
 from sqlalchemy import Row
 
+from det_airflow.airflow_compat import get_user
 from det_airflow.errors import DetError
 
 if TYPE_CHECKING:
@@ -32,17 +32,18 @@ class PermissionDenied(DetError):
 
 
 def _auth_manager() -> BaseAuthManager:
-    from airflow.api_fastapi.app import get_auth_manager
+    from det_airflow.airflow_compat import get_auth_manager
 
     return get_auth_manager()
 
 
 def _team_of(dag_id: str) -> str | None:
-    from airflow.configuration import conf
+    from airflow.sdk import conf
 
     if not conf.getboolean("core", "multi_team", fallback=False):
         return None
-    from airflow.models.dag import DagModel
+    # No auth-manager method names a DAG's team; Airflow's own routes ask the DAG's row.
+    from det_airflow.airflow_compat import DagModel
 
     return DagModel.get_team_name(dag_id)
 
@@ -154,7 +155,7 @@ def readable(caller: Caller, experiments: Sequence[Row]) -> list[Row]:
 
 
 def _readable_dag_ids(caller: Caller, dag_ids: Iterable[str]) -> set[str]:
-    from airflow.configuration import conf
+    from airflow.sdk import conf
 
     manager = _auth_manager()
     ids = set(dag_ids)

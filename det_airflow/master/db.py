@@ -87,6 +87,6 @@ def set_setting(conn: Connection, key: str, value: str) -> None:
 @functools.cache
 def get_database() -> Database:
     """The database Airflow is configured with (`[database] sql_alchemy_conn`)."""
-    from airflow.configuration import conf
+    from det_airflow.airflow_compat import conf
 
     return Database(conf.get("database", "sql_alchemy_conn"))

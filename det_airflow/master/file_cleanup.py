@@ -36,7 +36,8 @@ from det_airflow.master import identities
 _DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 # Python's fd-based rmtree is what makes the last step link-safe; refuse to run without it.
-assert shutil.rmtree.avoids_symlink_attacks, "this platform's shutil.rmtree may follow links"
+if not shutil.rmtree.avoids_symlink_attacks:
+    raise ImportError("det_airflow.master.file_cleanup needs a shutil.rmtree that does not follow links")
 
 
 class Identity(NamedTuple):

@@ -18,14 +18,10 @@ from sqlalchemy.exc import DataError, IntegrityError
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from det_airflow.api.models import CONFIG_LIMIT_CHARS
 from det_airflow.context_archive import LIMITS, format_size
 
 log = logging.getLogger(__name__)
-
-# An experiment YAML: real ones are a few KB, big hyperparameter grids tens of KB. Each trial gets
-# the config and the master keeps it twice (as sent and normalized), so 1 MiB is generous headroom
-# that still keeps one experiment from costing the database and every trial megabytes.
-CONFIG_LIMIT_CHARS = 1024**2
 
 
 def base64_length(raw_bytes: int) -> int:
@@ -124,9 +120,9 @@ def _det_token_sender(token: str) -> str | None:
 async def _airflow_user(scope: Scope, token: str | None) -> str | None:
     """The name of the Airflow user whose login ``token`` is, as the routes' ``get_user`` resolves it
     (or what the app overrides ``get_user`` with)."""
-    from airflow.api_fastapi.app import get_auth_manager
-    from airflow.api_fastapi.core_api.security import get_user
     from jwt import InvalidTokenError
+
+    from det_airflow.airflow_compat import get_auth_manager, get_user
 
     app = scope.get("app")
     override = getattr(app, "dependency_overrides", {}).get(get_user)

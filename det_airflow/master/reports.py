@@ -1,5 +1,5 @@
-"""What training code reports about its trial: metrics, progress, early exits, checkpoints, the
-searcher operation it works on, and its logs."""
+"""What training code reports about its trial: metrics, progress, early exits, checkpoints and the
+searcher operation it works on (its logs are in master/trial_logs.py)."""
 
 from __future__ import annotations
 
@@ -7,17 +7,16 @@ import functools
 import math
 import os
 import uuid
-from collections.abc import Sequence
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Row, select
+from sqlalchemy import Connection, Row, select
 
+from det_airflow.api.models import MAX_STEPS
 from det_airflow.errors import DetError
 from det_airflow.master import experiments, file_cleanup, lifecycle, metric_points, schema, search, trials
-from det_airflow.master.bodies import MAX_STEPS
-from det_airflow.master.experiments import NotFound, now
+from det_airflow.master.lifecycle import NotFound, now
+from det_airflow.master.trial_logs import reported_time
 from det_airflow.searcher import SearchMethod
 
 
@@ -57,7 +56,7 @@ def report_metrics(conn: Connection, trial_id: int, reports: list[dict[str, Any]
                 "group": group,
                 "steps_completed": steps,
                 "metrics": values,
-                "report_time": _parse_time(report.get("report_time")),
+                "report_time": reported_time(report.get("report_time")),
                 "trial_run_id": trial.run_id,
             }
         )
@@ -107,15 +106,6 @@ def _validation_event(request_id: int, values: dict[str, Any], steps: int, metho
     return list(method.validation_completed(request_id, values, steps))
 
 
-def _parse_time(value: Any) -> datetime:
-    if isinstance(value, str):
-        try:
-            return datetime.fromisoformat(value)
-        except ValueError:
-            pass
-    return now()
-
-
 def report_progress(conn: Connection, trial_id: int, progress: float) -> None:
     trials.update_trial(conn, trial_id, progress=max(0.0, min(1.0, float(progress))))
 
@@ -124,7 +114,7 @@ def report_early_exit(conn: Connection, trial_id: int, reason: str) -> None:
     trials.update_trial(conn, trial_id, early_exit=reason)
 
 
-class CheckpointConflict(experiments.StateError):
+class CheckpointConflict(lifecycle.StateError):
     """A checkpoint UUID is already registered for other files (HTTP 409)."""
 
 
@@ -263,45 +253,3 @@ def searcher_operation(conn: Connection, trial_id: int) -> dict[str, Any]:
 
 def searcher_completed(conn: Connection, trial_id: int) -> None:
     trials.update_trial(conn, trial_id, op_completed=True)
-
-
-def append_logs(conn: Connection, trial_id: int, lines: list[dict[str, Any]]) -> None:
-    if not lines:
-        return
-    conn.execute(
-        schema.trial_logs.insert(),
-        [
-            {
-                "trial_id": trial_id,
-                "timestamp": _parse_time(line.get("timestamp")),
-                "container_id": line.get("container_id"),
-                "rank": line.get("rank"),
-                "level": line.get("level") or "INFO",
-                "stdtype": line.get("stdtype") or "stdout",
-                "message": str(line.get("message", "")),
-            }
-            for line in lines
-        ],
-    )
-
-
-def read_logs(
-    conn: Connection,
-    trial_id: int,
-    *,
-    after: int | None,
-    limit: int | None,
-    tail: int | None,
-    where: Sequence[ColumnElement[bool]] = (),
-) -> list[Row]:
-    table = schema.trial_logs
-    query = select(table).where(table.c.trial_id == trial_id, *where)
-    if after is not None:
-        query = query.where(table.c.id > after)
-    if tail is not None:
-        rows = conn.execute(query.order_by(table.c.id.desc()).limit(tail)).all()
-        return list(reversed(rows))
-    query = query.order_by(table.c.id)
-    if limit is not None:
-        query = query.limit(limit)
-    return list(conn.execute(query).all())

@@ -4,24 +4,47 @@ from __future__ import annotations
 
 import logging
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Response
 from sqlalchemy.exc import SQLAlchemyError
 
+from det_airflow.api.models import (
+    Empty,
+    Finalized,
+    LogBatch,
+    Registered,
+    RegisterRun,
+    SearcherStatus,
+    SlotAnswer,
+    TaskRef,
+    TrialAnswer,
+    TrialExit,
+    TrialExitAnswer,
+    TrialPhase,
+    TrialStatus,
+)
 from det_airflow.errors import DetError
-from det_airflow.master import checkpoint_gc, experiments, reports, routes_people, search, serialize, trials
+from det_airflow.master import (
+    checkpoint_gc,
+    experiments,
+    routes_people,
+    search,
+    serialize,
+    submission,
+    trials,
+)
 from det_airflow.master.auth import ServiceAuth
-from det_airflow.master.bodies import LogBatch, RegisterRun, TaskRef, TrialExit, TrialPhase
 from det_airflow.master.db import get_database
 from det_airflow.master.routes_people import decode_context
+from det_airflow.master.trial_logs import append_logs
 from det_airflow.states import ExperimentState, TrialState
 
 router = APIRouter(prefix="/internal", dependencies=[ServiceAuth])
 
 
-@router.post("/experiments/register")
+@router.post("/experiments/register", response_model=Registered)
 def register(body: RegisterRun) -> dict:
     with get_database().begin() as conn:
-        row = experiments.register_run(
+        row = submission.register_run(
             conn,
             dag_id=body.dag_id,
             run_id=body.run_id,
@@ -33,7 +56,7 @@ def register(body: RegisterRun) -> dict:
     return {"experiment_id": row.id, "state": row.state}
 
 
-@router.get("/experiments/{experiment_id}/searcher")
+@router.get("/experiments/{experiment_id}/searcher", response_model=SearcherStatus)
 def searcher_status(experiment_id: int) -> dict:
     with get_database().begin() as conn:
         row = experiments.get_experiment(conn, experiment_id, lock=True)
@@ -43,10 +66,15 @@ def searcher_status(experiment_id: int) -> dict:
             search.start(conn, row)
             row = experiments.get_experiment(conn, experiment_id)
         ready = ExperimentState(row.state) != ExperimentState.PAUSED
-        return {"ready": ready, "state": row.state, "slots": experiments.trial_slots(cfg)}
+        return {"ready": ready, "state": row.state, "slots": submission.trial_slots(cfg)}
 
 
-@router.post("/experiments/{experiment_id}/slots/{slot}/acquire")
+# Only the fields of the answer's status are sent (SlotAnswer).
+@router.post(
+    "/experiments/{experiment_id}/slots/{slot}/acquire",
+    response_model=SlotAnswer,
+    response_model_exclude_unset=True,
+)
 def acquire(experiment_id: int, slot: int, body: TaskRef, dry_run: bool = False) -> dict:
     with get_database().begin() as conn:
         answer = trials.acquire(conn, experiment_id, slot, body.model_dump(), dry_run=dry_run)
@@ -55,7 +83,7 @@ def acquire(experiment_id: int, slot: int, body: TaskRef, dry_run: bool = False)
     return answer
 
 
-@router.post("/trials/{trial_id}/exit")
+@router.post("/trials/{trial_id}/exit", response_model=TrialExitAnswer)
 def trial_exit(trial_id: int, body: TrialExit) -> dict:
     with get_database().begin() as conn:
         trial, retry = trials.exit_run(conn, trial_id, body.exit_code)
@@ -64,7 +92,7 @@ def trial_exit(trial_id: int, body: TrialExit) -> dict:
     return {"trial": serialize.trial(trial), "retry": retry}
 
 
-@router.post("/trials/{trial_id}/phase")
+@router.post("/trials/{trial_id}/phase", response_model=TrialAnswer)
 def trial_phase(trial_id: int, body: TrialPhase) -> dict:
     with get_database().begin() as conn:
         trial = trials.report_phase(conn, trial_id, body.run_id, TrialState(body.state), body.reason)
@@ -80,24 +108,23 @@ def _collect_checkpoints(experiment_id: int) -> None:
         logging.getLogger(__name__).exception("checkpoint garbage collection of experiment %s", experiment_id)
 
 
-@router.get("/trials/{trial_id}")
+@router.get("/trials/{trial_id}", response_model=TrialStatus)
 def trial_status(trial_id: int) -> dict:
-    trials.make_room_if_due(get_database(), trial_id)  # every running trial's task polls here
     with get_database().read() as conn:
         trial = trials.get_trial(conn, trial_id)
         exp = experiments.get_experiment(conn, trial.experiment_id)
     return {"trial": serialize.trial(trial), "experiment_state": exp.state}
 
 
-@router.post("/trials/{trial_id}/logs")
+@router.post("/trials/{trial_id}/logs", response_model=Empty)
 def trial_logs(trial_id: int, body: LogBatch) -> dict:
     with get_database().begin() as conn:
         trials.get_trial(conn, trial_id)
-        reports.append_logs(conn, trial_id, [line.model_dump() for line in body.logs])
+        append_logs(conn, trial_id, [line.model_dump() for line in body.logs])
     return {}
 
 
-@router.post("/experiments/{experiment_id}/finalize")
+@router.post("/experiments/{experiment_id}/finalize", response_model=Finalized)
 def finalize(experiment_id: int) -> dict:
     with get_database().begin() as conn:
         row, best = experiments.finalize(conn, experiment_id)
@@ -108,5 +135,9 @@ def finalize(experiment_id: int) -> dict:
 
 # The context tar.gz, for trial tasks: the same answer people get.
 router.add_api_route(
-    "/experiments/{experiment_id}/context", routes_people.experiment_context, methods=["GET"]
+    "/experiments/{experiment_id}/context",
+    routes_people.experiment_context,
+    methods=["GET"],
+    response_class=Response,
+    responses=routes_people.CONTEXT_ANSWER,
 )

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from airflow.api_fastapi.core_api.security import requires_authenticated
 from fastapi import APIRouter, Depends, Query
-from pydantic import BaseModel, Field, model_validator
 from sqlalchemy import Connection, Row
 
-from det_airflow.master import airflow_bridge, experiments, queue, schema
+from det_airflow.airflow_compat import requires_authenticated
+from det_airflow.api.models import JobList, JobUpdate, JobUpdates, UpdatedJobs
+from det_airflow.master import airflow_bridge, experiments, queue, queue_policy, schema
 from det_airflow.master.auth import CrossSiteGuard
 from det_airflow.master.authz import Caller, CallerDep, check_change, readable
 from det_airflow.master.db import get_database
@@ -17,34 +17,8 @@ from det_airflow.master.queue import QueueError
 
 router = APIRouter(dependencies=[Depends(requires_authenticated()), CrossSiteGuard])
 
-MAX_POOL_NAME = 256
-CHANGES = ("priority", "weight", "max_slots", "resource_pool", "ahead_of", "behind_of")
 
-
-class JobUpdate(BaseModel):
-    job_id: int
-    priority: int | None = Field(None, ge=1, le=99)
-    weight: float | None = Field(None, gt=0)
-    max_slots: int | None = Field(None, ge=1)
-    resource_pool: str | None = Field(None, min_length=1, max_length=MAX_POOL_NAME)
-    ahead_of: int | None = None
-    behind_of: int | None = None
-
-    @model_validator(mode="after")
-    def _exactly_one(self) -> JobUpdate:
-        given = [name for name in CHANGES if getattr(self, name) is not None]
-        if len(given) != 1:
-            raise ValueError(
-                f"job {self.job_id}: give exactly one of {', '.join(CHANGES)}; got {given or 'none'}"
-            )
-        return self
-
-
-class JobUpdates(BaseModel):
-    updates: list[JobUpdate] = Field(min_length=1, max_length=1000)
-
-
-@router.get("/jobs")
+@router.get("/jobs", response_model=JobList)
 def list_jobs(
     caller: CallerDep,
     resource_pool: str | None = None,
@@ -67,7 +41,7 @@ def list_jobs(
     return {"jobs": jobs[:limit] if limit is not None else jobs}
 
 
-@router.post("/jobs/update")
+@router.post("/jobs/update", response_model=UpdatedJobs)
 def update_jobs(body: JobUpdates, caller: CallerDep) -> dict:
     """Apply every update in one transaction: all of them or, on the first error, none."""
     airflow_changes: list[tuple[Row, dict[str, Any]]] = []
@@ -88,7 +62,7 @@ def update_jobs(body: JobUpdates, caller: CallerDep) -> dict:
 
 def _job(conn: Connection, job_id: int, *, lock: bool = False) -> Row:
     row = experiments.get_experiment(conn, job_id, lock=lock)
-    if row.state in {s.value for s in queue.FINISHED_EXPERIMENTS}:
+    if row.state in {s.value for s in queue_policy.FINISHED_EXPERIMENTS}:
         raise QueueError(f"job {job_id} has finished ({row.state}); only unfinished jobs can be changed")
     return row
 
@@ -151,10 +125,10 @@ def _move_near(conn: Connection, row: Row, anchor_id: int, *, ahead: bool) -> di
     snap = queue.snapshot(conn, row.resource_pool, capacity=-1)
     priority = queue.effective(anchor)["priority"]
     moved = [
-        job if job.id != row.id else queue.Job(job.id, priority, job.position, job.slots_per_trial)
+        job if job.id != row.id else queue_policy.Job(job.id, priority, job.position, job.slots_per_trial)
         for job in snap.jobs
     ]
-    position = queue.position_near(moved, anchor_id, ahead=ahead, moving_id=row.id)
+    position = queue_policy.position_near(moved, anchor_id, ahead=ahead, moving_id=row.id)
     changes: dict[str, Any] = {"queue_position": position}
     if priority != queue.effective(row)["priority"]:
         changes["priority"] = priority  # ahead of a job of another priority means taking its priority

@@ -4,25 +4,47 @@ from __future__ import annotations
 
 import base64
 import binascii
-import logging
 import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from airflow.api_fastapi.core_api.security import requires_authenticated
 from fastapi import APIRouter, Depends, Query, Response
-from pydantic import BaseModel, Field
 from sqlalchemy import ColumnElement, Connection, Row, func, select
 
+from det_airflow.airflow_compat import requires_authenticated
+from det_airflow.api.models import (
+    MAX_LABELS,
+    CheckpointAnswer,
+    CheckpointList,
+    ConfigAnswer,
+    CreatedExperiment,
+    CreateExperiment,
+    Deleted,
+    Empty,
+    ExperimentAnswer,
+    ExperimentDetail,
+    ExperimentList,
+    ExperimentPatch,
+    LabelBody,
+    LogsPage,
+    Me,
+    MetricsList,
+    StateChanges,
+    TrialAnswer,
+    TrialList,
+)
 from det_airflow.errors import ContextError, DetError
 from det_airflow.master import (
     caps,
+    experiment_deletion,
+    experiment_state,
     experiments,
     file_cleanup,
     lifecycle,
     reports,
     schema,
     serialize,
+    submission,
     trials,
 )
 from det_airflow.master.auth import CrossSiteGuard
@@ -35,29 +57,21 @@ from det_airflow.master.authz import (
     check_read,
     readable,
 )
-from det_airflow.master.bodies import CreateExperiment
-from det_airflow.master.db import Database, get_database
+from det_airflow.master.db import get_database
+from det_airflow.master.trial_logs import read_logs
 from det_airflow.states import LOG_LEVELS, TrialState
 
 # Every route needs an Airflow login (the master runs inside Airflow's API server), and no change
 # may come from another site's page riding on the login cookie.
 router = APIRouter(dependencies=[Depends(requires_authenticated()), CrossSiteGuard])
 
-MAX_NAME = 256
-MAX_LABEL = 255
-MAX_LABELS = 100
-MAX_DESCRIPTION = 10_000
-# No control characters: names and labels are printed to terminals.
-_PRINTABLE = r"^[^\x00-\x1f\x7f]*$"
-
-
-class LabelBody(BaseModel):
-    label: str = Field(min_length=1, max_length=MAX_LABEL, pattern=_PRINTABLE)
-
-
-class ExperimentPatch(BaseModel):
-    name: str | None = Field(None, min_length=1, max_length=MAX_NAME, pattern=_PRINTABLE)
-    description: str | None = Field(None, max_length=MAX_DESCRIPTION)
+# The answer of the context routes: the tar.gz the experiment was created with.
+CONTEXT_ANSWER: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "the context tar.gz",
+        "content": {"application/gzip": {"schema": {"type": "string", "format": "binary"}}},
+    }
+}
 
 
 def decode_context(data: str | None) -> bytes | None:
@@ -83,13 +97,13 @@ def _readable_trial(conn: Connection, caller: Caller, trial_id: int, what: str) 
     return trial
 
 
-@router.post("/experiments")
+@router.post("/experiments", response_model=CreatedExperiment)
 def create_experiment(body: CreateExperiment, caller: CallerDep) -> dict:
     check_create(caller)
     db = get_database()
     # Each create in flight holds its context and config in memory and checks them: capped per user.
     with caps.creates.hold(caller.name):
-        row, created = experiments.create_once(
+        row, created = submission.create_once(
             db,
             config_yaml=body.config,
             context=body.context,
@@ -103,13 +117,12 @@ def create_experiment(body: CreateExperiment, caller: CallerDep) -> dict:
     warnings = list(experiments.experiment_config(row).warnings)
     if created:
         trials.make_room_for_submitted(db, row.id, row.resource_pool)
-        _retire_finished(db)
         return {"experiment": serialize.experiment(row, num_trials=0), "warnings": warnings}
     with db.read() as conn:
         return {**_experiment_answer(conn, row), "warnings": warnings}
 
 
-@router.get("/experiments")
+@router.get("/experiments", response_model=ExperimentList)
 def list_experiments(caller: CallerDep, all: bool = False) -> dict:  # noqa: A002 - the CLI's flag name
     table = schema.experiments
     query = select(table).order_by(table.c.id)
@@ -164,13 +177,11 @@ def _trials_of(conn: Connection, experiment_id: int, caller: Caller, row: Row) -
     return [serialize.trial(r, masked=masked) for r in rows]
 
 
-@router.get("/experiments/{experiment_id}")
+@router.get("/experiments/{experiment_id}", response_model=ExperimentDetail)
 def describe_experiment(experiment_id: int, caller: CallerDep) -> dict:
     with get_database().read() as conn:
-        check_read(caller, experiments.get_experiment(conn, experiment_id), "describe")
-    trials.reconcile_experiment(get_database(), experiment_id)  # changed through Airflow's API?
-    with get_database().read() as conn:
         row = experiments.get_experiment(conn, experiment_id)
+        check_read(caller, row, "describe")
         trial_list = _trials_of(conn, experiment_id, caller, row)
     return {
         "experiment": serialize.experiment(row, num_trials=len(trial_list)),
@@ -179,7 +190,7 @@ def describe_experiment(experiment_id: int, caller: CallerDep) -> dict:
     }
 
 
-@router.get("/experiments/{experiment_id}/config")
+@router.get("/experiments/{experiment_id}/config", response_model=ConfigAnswer)
 def experiment_config(experiment_id: int, caller: CallerDep) -> dict:
     with get_database().read() as conn:
         row = experiments.get_experiment(conn, experiment_id)
@@ -187,7 +198,7 @@ def experiment_config(experiment_id: int, caller: CallerDep) -> dict:
     return {"config": _config_for(caller, row)}
 
 
-@router.get("/experiments/{experiment_id}/trials")
+@router.get("/experiments/{experiment_id}/trials", response_model=TrialList)
 def experiment_trials(experiment_id: int, caller: CallerDep) -> dict:
     with get_database().read() as conn:
         row = experiments.get_experiment(conn, experiment_id)
@@ -195,7 +206,7 @@ def experiment_trials(experiment_id: int, caller: CallerDep) -> dict:
         return {"trials": _trials_of(conn, experiment_id, caller, row)}
 
 
-@router.get("/experiments/{experiment_id}/checkpoints")
+@router.get("/experiments/{experiment_id}/checkpoints", response_model=CheckpointList)
 def experiment_checkpoints(experiment_id: int, caller: CallerDep) -> dict:
     table = schema.checkpoints
     with get_database().read() as conn:
@@ -208,7 +219,7 @@ def experiment_checkpoints(experiment_id: int, caller: CallerDep) -> dict:
     return {"checkpoints": [serialize.checkpoint(r) for r in rows]}
 
 
-@router.get("/experiments/{experiment_id}/state-changes")
+@router.get("/experiments/{experiment_id}/state-changes", response_model=StateChanges)
 def experiment_state_changes(experiment_id: int, caller: CallerDep) -> dict:
     """Every state the experiment took, oldest first, with its time and reason."""
     with get_database().read() as conn:
@@ -223,7 +234,7 @@ def experiment_context(experiment_id: int) -> Response:
     return Response(row.context or b"", media_type="application/gzip")
 
 
-@router.get("/experiments/{experiment_id}/context")
+@router.get("/experiments/{experiment_id}/context", response_class=Response, responses=CONTEXT_ANSWER)
 def people_experiment_context(experiment_id: int, caller: CallerDep) -> Response:
     """The context's files for its owner or an admin: they may hold secrets (the CLI packs the
     config's own folder), which readers of the experiment do not see."""
@@ -239,7 +250,7 @@ def people_experiment_context(experiment_id: int, caller: CallerDep) -> Response
 
 
 # Registered before the `/{action}` route below, which would otherwise take `labels` for an action.
-@router.post("/experiments/{experiment_id}/labels")
+@router.post("/experiments/{experiment_id}/labels", response_model=ExperimentAnswer)
 def add_label(experiment_id: int, body: LabelBody, caller: CallerDep) -> dict:
     table = schema.experiments
     with get_database().begin() as conn:
@@ -256,7 +267,7 @@ def add_label(experiment_id: int, body: LabelBody, caller: CallerDep) -> dict:
         return _experiment_answer(conn, experiments.get_experiment(conn, experiment_id))
 
 
-@router.delete("/experiments/{experiment_id}/labels/{label:path}")
+@router.delete("/experiments/{experiment_id}/labels/{label:path}", response_model=ExperimentAnswer)
 def remove_label(experiment_id: int, label: str, caller: CallerDep) -> dict:
     table = schema.experiments
     with get_database().begin() as conn:
@@ -269,7 +280,7 @@ def remove_label(experiment_id: int, label: str, caller: CallerDep) -> dict:
         return _experiment_answer(conn, experiments.get_experiment(conn, experiment_id))
 
 
-@router.patch("/experiments/{experiment_id}")
+@router.patch("/experiments/{experiment_id}", response_model=ExperimentAnswer)
 def patch_experiment(experiment_id: int, body: ExperimentPatch, caller: CallerDep) -> dict:
     values = body.model_dump(exclude_none=True)
     if not values:
@@ -282,39 +293,36 @@ def patch_experiment(experiment_id: int, body: ExperimentPatch, caller: CallerDe
         return _experiment_answer(conn, experiments.get_experiment(conn, experiment_id))
 
 
-@router.post("/experiments/{experiment_id}/{action}")
+@router.post("/experiments/{experiment_id}/{action}", response_model=ExperimentAnswer)
 def change_experiment(experiment_id: int, action: str, caller: CallerDep) -> dict:
     if action not in ("pause", "activate", "cancel", "kill", "archive", "unarchive"):
         raise experiments.NotFound(f"unknown experiment action '{action}'")
     with get_database().begin() as conn:
         check_change(caller, experiments.get_experiment(conn, experiment_id), action)
-        experiments.change_state(conn, experiment_id, action)
+        experiment_state.change_state(conn, experiment_id, action)
         answer = _experiment_answer(conn, experiments.get_experiment(conn, experiment_id))
     if action == "activate":
         trials.start_resumed_slots(get_database(), experiment_id)  # once the activation is committed
     return answer
 
 
-@router.delete("/experiments/{experiment_id}")
+@router.delete("/experiments/{experiment_id}", response_model=Deleted)
 def delete_experiment(experiment_id: int, caller: CallerDep) -> dict:
     db = get_database()
     with db.read() as conn:
         check_change(caller, experiments.get_experiment(conn, experiment_id), "delete")
-    return {"not_removed": experiments.delete_experiment(db, experiment_id)}
+    return {"not_removed": experiment_deletion.delete_experiment(db, experiment_id)}
 
 
-@router.get("/trials/{trial_id}")
+@router.get("/trials/{trial_id}", response_model=TrialAnswer)
 def describe_trial(trial_id: int, caller: CallerDep) -> dict:
     with get_database().read() as conn:
         trial = _readable_trial(conn, caller, trial_id, "describe a trial of")
-    trials.reconcile_experiment(get_database(), trial.experiment_id)  # changed through Airflow's API?
-    with get_database().read() as conn:
-        trial = trials.get_trial(conn, trial_id)
         masked = not caller.sees_secrets_of(experiments.get_experiment(conn, trial.experiment_id))
     return {"trial": serialize.trial(trial, masked=masked)}
 
 
-@router.get("/trials/{trial_id}/state-changes")
+@router.get("/trials/{trial_id}/state-changes", response_model=StateChanges)
 def trial_state_changes(trial_id: int, caller: CallerDep) -> dict:
     """Every state the trial took (each run it started and why it ended), oldest first."""
     with get_database().read() as conn:
@@ -322,7 +330,7 @@ def trial_state_changes(trial_id: int, caller: CallerDep) -> dict:
         return {"state_changes": lifecycle.history(conn, "trial", trial_id)}
 
 
-@router.post("/trials/{trial_id}/kill")
+@router.post("/trials/{trial_id}/kill", response_model=TrialAnswer)
 def kill_trial(trial_id: int, caller: CallerDep) -> dict:
     with get_database().begin() as conn:
         trial = trials.get_trial(conn, trial_id)
@@ -332,7 +340,7 @@ def kill_trial(trial_id: int, caller: CallerDep) -> dict:
         return {"trial": serialize.trial(trials.kill_trial(conn, trial_id))}
 
 
-@router.get("/trials/{trial_id}/metrics")
+@router.get("/trials/{trial_id}/metrics", response_model=MetricsList)
 def trial_metrics(trial_id: int, caller: CallerDep, group: str | None = None) -> dict:
     table = schema.metrics
     query = select(table).where(table.c.trial_id == trial_id)
@@ -344,7 +352,7 @@ def trial_metrics(trial_id: int, caller: CallerDep, group: str | None = None) ->
     return {"metrics": [serialize.metrics(r) for r in rows]}
 
 
-@router.get("/trials/{trial_id}/logs")
+@router.get("/trials/{trial_id}/logs", response_model=LogsPage)
 def trial_logs(
     trial_id: int,
     caller: CallerDep,
@@ -368,11 +376,11 @@ def trial_logs(
         where.append(table.c.message.icontains(search, autoescape=True))
     with get_database().read() as conn:
         trial = _readable_trial(conn, caller, trial_id, "read the logs of")
-        rows = reports.read_logs(conn, trial_id, after=after, limit=limit, tail=tail, where=where)
+        rows = read_logs(conn, trial_id, after=after, limit=limit, tail=tail, where=where)
     return {"logs": [serialize.log_line(r) for r in rows], "trial_state": trial.state}
 
 
-@router.get("/checkpoints/{uuid}")
+@router.get("/checkpoints/{uuid}", response_model=CheckpointAnswer)
 def describe_checkpoint(uuid: str, caller: CallerDep) -> dict:
     with get_database().read() as conn:
         row = reports.get_checkpoint(conn, uuid)
@@ -380,7 +388,7 @@ def describe_checkpoint(uuid: str, caller: CallerDep) -> dict:
     return {"checkpoint": serialize.checkpoint(row)}
 
 
-@router.delete("/checkpoints/{uuid}")
+@router.delete("/checkpoints/{uuid}", response_model=Empty)
 def delete_checkpoint(uuid: str, caller: CallerDep) -> dict:
     with get_database().begin() as conn:
         row = reports.get_checkpoint(conn, uuid)
@@ -390,7 +398,7 @@ def delete_checkpoint(uuid: str, caller: CallerDep) -> dict:
             return {}
         trial = trials.get_trial(conn, row.trial_id)
         if trial.latest_checkpoint == uuid and not TrialState(trial.state).is_terminal:
-            raise experiments.StateError(
+            raise lifecycle.StateError(
                 f"checkpoint {uuid} is the latest of trial {trial.id}, which is {trial.state} "
                 "and would resume from it; delete it once the trial has ended"
             )
@@ -421,17 +429,6 @@ def _checkpoint_folder(exp: Row, checkpoint: Row) -> Path | None:
     return folder
 
 
-@router.get("/me")
+@router.get("/me", response_model=Me)
 def whoami(caller: CallerDep) -> dict:
     return {"username": caller.name}
-
-
-def _retire_finished(db: Database) -> None:
-    """Best effort: a stored experiment is never failed by housekeeping of older ones."""
-    try:
-        with db.read() as conn:
-            experiments.retire_finished_experiment_files(conn)
-            experiments.forget_deleted_experiment_dags(conn)
-        experiments.publish_left_staged()
-    except Exception:  # noqa: BLE001 - logged; the next create tries again
-        logging.getLogger(__name__).exception("could not retire finished experiments' configs")

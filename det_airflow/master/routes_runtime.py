@@ -12,16 +12,27 @@ import anyio
 import anyio.to_thread
 from fastapi import APIRouter, HTTPException, Query, Response
 
+from det_airflow.api.models import (
+    BestValidationAnswer,
+    CheckpointAnswer,
+    CheckpointIn,
+    EarlyExit,
+    Empty,
+    MetricBatch,
+    Preemption,
+    Progress,
+    SearcherCompleted,
+    SearcherOperation,
+)
 from det_airflow.master import caps, experiments, reports, routes_people, serialize, trials
 from det_airflow.master.auth import AnyTrialAuth, TrialAuth
-from det_airflow.master.bodies import CheckpointIn, EarlyExit, MetricBatch, Progress, SearcherCompleted
 from det_airflow.master.db import Database, get_database
 
 router = APIRouter(prefix="/runtime")
 T = TypeVar("T")
 
 
-@router.post("/trials/{trial_id}/metrics")
+@router.post("/trials/{trial_id}/metrics", response_model=Empty)
 def report_metrics(trial_id: TrialAuth, body: MetricBatch) -> dict:
     with get_database().begin() as conn:
         reports.report_metrics(conn, trial_id, [r.model_dump() for r in body.reports])
@@ -52,7 +63,7 @@ def _owner_of(db: Database, trial_id: int) -> str:
         return str(experiments.get_experiment(conn, trial.experiment_id).owner)
 
 
-@router.get("/trials/{trial_id}/preemption")
+@router.get("/trials/{trial_id}/preemption", response_model=Preemption)
 async def preemption(
     trial_id: TrialAuth,
     timeout_seconds: Annotated[float, Query(ge=0, le=LONG_POLL_MAX_SECONDS)] = 0,
@@ -84,28 +95,28 @@ async def preemption(
             del _open_long_polls[trial_id]
 
 
-@router.post("/trials/{trial_id}/progress")
+@router.post("/trials/{trial_id}/progress", response_model=Empty)
 def progress(trial_id: TrialAuth, body: Progress) -> dict:
     with get_database().begin() as conn:
         reports.report_progress(conn, trial_id, body.progress)
     return {}
 
 
-@router.post("/trials/{trial_id}/early_exit")
+@router.post("/trials/{trial_id}/early_exit", response_model=Empty)
 def early_exit(trial_id: TrialAuth, body: EarlyExit) -> dict:
     with get_database().begin() as conn:
         reports.report_early_exit(conn, trial_id, body.reason)
     return {}
 
 
-@router.post("/trials/{trial_id}/checkpoints")
+@router.post("/trials/{trial_id}/checkpoints", response_model=CheckpointAnswer)
 def register_checkpoint(trial_id: TrialAuth, body: CheckpointIn) -> dict:
     with get_database().begin() as conn:
         row = reports.register_checkpoint(conn, trial_id, body.model_dump())
     return {"checkpoint": serialize.checkpoint(row)}
 
 
-@router.get("/checkpoints/{uuid}")
+@router.get("/checkpoints/{uuid}", response_model=CheckpointAnswer)
 def get_checkpoint(uuid: str, trial_id: AnyTrialAuth) -> dict:
     with get_database().read() as conn:
         row = reports.get_checkpoint(conn, uuid)
@@ -118,33 +129,33 @@ def get_checkpoint(uuid: str, trial_id: AnyTrialAuth) -> dict:
         return {"checkpoint": serialize.checkpoint(row)}
 
 
-@router.delete("/checkpoints/{uuid}")
+@router.delete("/checkpoints/{uuid}", response_model=Empty)
 def delete_checkpoint(uuid: str, trial_id: AnyTrialAuth) -> dict:
     with get_database().begin() as conn:
         reports.delete_checkpoint(conn, trial_id, uuid)
     return {}
 
 
-@router.get("/trials/{trial_id}/best_validation")
+@router.get("/trials/{trial_id}/best_validation", response_model=BestValidationAnswer)
 def best_validation(trial_id: TrialAuth) -> dict:
     with get_database().read() as conn:
         return {"metric": reports.experiment_best_validation(conn, trial_id)}
 
 
-@router.get("/trials/{trial_id}/searcher/operation")
+@router.get("/trials/{trial_id}/searcher/operation", response_model=SearcherOperation)
 def searcher_operation(trial_id: TrialAuth) -> dict:
     with get_database().read() as conn:
         return reports.searcher_operation(conn, trial_id)
 
 
-@router.post("/trials/{trial_id}/searcher/completed")
+@router.post("/trials/{trial_id}/searcher/completed", response_model=Empty)
 def searcher_completed(trial_id: TrialAuth, body: SearcherCompleted) -> dict:
     with get_database().begin() as conn:
         reports.searcher_completed(conn, trial_id)
     return {}
 
 
-@router.get("/trials/{trial_id}/context")
+@router.get("/trials/{trial_id}/context", response_class=Response, responses=routes_people.CONTEXT_ANSWER)
 def trial_context(trial_id: TrialAuth) -> Response:
     """The experiment's context tar.gz, for a trial that unpacks it itself (a Kubernetes pod)."""
     with get_database().read() as conn:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from airflow.api_fastapi.core_api.security import requires_authenticated
 from fastapi import APIRouter, Depends, Query, Response
 from sqlalchemy import Connection, Row, select
 
+from det_airflow.airflow_compat import requires_authenticated
+from det_airflow.api.models import Curves, Resolved
+from det_airflow.dagfactory import experiment_dag_id
 from det_airflow.master import curves, experiments, schema
 from det_airflow.master.auth import CrossSiteGuard
 from det_airflow.master.authz import CallerDep, check_read
@@ -15,10 +17,10 @@ from det_airflow.master.db import get_database
 
 router = APIRouter(dependencies=[Depends(requires_authenticated()), CrossSiteGuard])
 
-_OWN_DAG_PREFIX = experiments.experiment_dag_id(0).removesuffix("0")
+_OWN_DAG_PREFIX = experiment_dag_id(0).removesuffix("0")
 
 
-@router.get("/ui/resolve")
+@router.get("/ui/resolve", response_model=Resolved)
 def resolve(
     caller: CallerDep,
     dag_id: Annotated[str, Query(min_length=1, max_length=250)],
@@ -60,7 +62,12 @@ def _experiment_of(conn: Connection, dag_id: str, run_id: str | None) -> Row:
     return row
 
 
-@router.get("/experiments/{experiment_id}/curves")
+# Encoded by curves.curves_json (cached per trial), so declared rather than validated on the way out.
+@router.get(
+    "/experiments/{experiment_id}/curves",
+    response_class=Response,
+    responses={200: {"model": Curves, "description": "every trial's series of one metric"}},
+)
 def experiment_curves(
     experiment_id: int,
     caller: CallerDep,

@@ -9,54 +9,50 @@ and says here when it ends.
 from __future__ import annotations
 
 import platform
-from typing import Any
 
-from airflow.api_fastapi.core_api.security import requires_authenticated
 from fastapi import APIRouter, Depends
-from pydantic import BaseModel, Field
 from sqlalchemy import Connection, func, select
 
 from det_airflow import settings
-from det_airflow.master import caps, experiments, reports, schema, serialize, trials
+from det_airflow.airflow_compat import requires_authenticated
+from det_airflow.api.models import (
+    Empty,
+    ExperimentAnswer,
+    LogBatch,
+    UnmanagedBody,
+    UnmanagedExit,
+    UnmanagedRunAnswer,
+)
+from det_airflow.master import caps, experiments, lifecycle, schema, serialize, trial_logs, trials, unmanaged
 from det_airflow.master.auth import CrossSiteGuard, TrialAuth, hash_token, new_token
 from det_airflow.master.authz import CallerDep, check_create
-from det_airflow.master.bodies import LogBatch
 from det_airflow.master.db import get_database
 from det_airflow.states import TERMINAL_EXPERIMENT_STATES
 
 router = APIRouter()
 
 
-class UnmanagedBody(BaseModel):
-    # An experiment config's fields (name, hyperparameters, searcher, checkpoint_storage...);
-    # validated as one, with the unmanaged defaults filled in.
-    config: dict[str, Any] = Field(default_factory=dict)
-    hparams: dict[str, Any] = Field(default_factory=dict)
-    # What started the program, for `det trial logs`.
-    command: str | None = Field(None, max_length=4096)
-
-
-class UnmanagedExit(BaseModel):
-    error: str | None = Field(None, max_length=10_000)
-
-
-@router.post("/experiments/unmanaged", dependencies=[Depends(requires_authenticated()), CrossSiteGuard])
+@router.post(
+    "/experiments/unmanaged",
+    response_model=UnmanagedRunAnswer,
+    dependencies=[Depends(requires_authenticated()), CrossSiteGuard],
+)
 def create_unmanaged(body: UnmanagedBody, caller: CallerDep) -> dict:
     check_create(caller)
     config = dict(body.config)
     if body.hparams:
         config.setdefault("hyperparameters", body.hparams)
-    cfg = experiments.unmanaged_config(config)
+    cfg = unmanaged.unmanaged_config(config)
     token = new_token()
     with get_database().begin() as conn:
         _check_running_cap(conn, caller.name)
-        experiment_id, trial_id = experiments.create_unmanaged(
+        experiment_id, trial_id = unmanaged.create_unmanaged(
             conn, cfg, owner=caller.name, hparams=body.hparams, token_hash=hash_token(token)
         )
         started = f"unmanaged run started by {caller.name}"
         if body.command:
             started += f": {body.command}"
-        reports.append_logs(conn, trial_id, [{"message": started, "container_id": platform.node()}])
+        trial_logs.append_logs(conn, trial_id, [{"message": started, "container_id": platform.node()}])
         row = experiments.get_experiment(conn, experiment_id)
         trial = trials.get_trial(conn, trial_id)
     return {
@@ -87,22 +83,22 @@ def _check_running_cap(conn: Connection, owner: str) -> None:
         )
 
 
-@router.post("/runtime/trials/{trial_id}/unmanaged/exit")
+@router.post("/runtime/trials/{trial_id}/unmanaged/exit", response_model=ExperimentAnswer)
 def unmanaged_exit(trial_id: TrialAuth, body: UnmanagedExit) -> dict:
     with get_database().begin() as conn:
-        row = experiments.finish_unmanaged(conn, trial_id, error=body.error)
+        row = unmanaged.finish_unmanaged(conn, trial_id, error=body.error)
         return {"experiment": serialize.experiment(row, num_trials=1)}
 
 
-@router.post("/runtime/trials/{trial_id}/unmanaged/logs")
+@router.post("/runtime/trials/{trial_id}/unmanaged/logs", response_model=Empty)
 def unmanaged_logs(trial_id: TrialAuth, body: LogBatch) -> dict:
     """The program's own output. A managed trial's output comes only from its task (service
     token): training code may not write its trial's log."""
     with get_database().begin() as conn:
         trial = trials.get_trial(conn, trial_id)
-        if not experiments.is_unmanaged(experiments.get_experiment(conn, trial.experiment_id)):
-            raise experiments.StateError(
+        if not unmanaged.is_unmanaged(experiments.get_experiment(conn, trial.experiment_id)):
+            raise lifecycle.StateError(
                 f"trial {trial_id} belongs to a managed experiment; its task ships its output"
             )
-        reports.append_logs(conn, trial_id, [line.model_dump() for line in body.logs])
+        trial_logs.append_logs(conn, trial_id, [line.model_dump() for line in body.logs])
     return {}

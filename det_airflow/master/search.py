@@ -149,7 +149,7 @@ def _run(conn: Connection, row: Row, event: Event, *, fresh: bool) -> None:
             (schema.trials.c.experiment_id == row.id) & (schema.trials.c.state == TrialState.QUEUED),
             TrialState.CANCELED,
             "its experiment's search failed before it ran",
-            end_time=experiments.now(),
+            end_time=lifecycle.now(),
         )
     conn.execute(schema.experiments.update().where(schema.experiments.c.id == row.id).values(**values))
     if values.get("search_done"):
@@ -179,7 +179,7 @@ def _stop_trial(conn: Connection, experiment_id: int, request_id: int, method: S
             trial,
             TrialState.COMPLETED,
             "the search stopped it at its rung",
-            end_time=experiments.now(),
+            end_time=lifecycle.now(),
             token_hash=None,
         )
         return method.trial_exited(request_id)

@@ -1,4 +1,4 @@
-"""Rows of the det tables → the JSON objects of the API (docs/master-api.md)."""
+"""Rows of the det tables → the JSON objects of the API, as det_airflow.api.models declares them."""
 
 from __future__ import annotations
 

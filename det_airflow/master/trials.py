@@ -4,17 +4,16 @@ reports is in master/reports.py)."""
 from __future__ import annotations
 
 import logging
-import math
-import time
 from typing import Any
 
 from sqlalchemy import Connection, Row, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
-from det_airflow.master import experiments, identities, lifecycle, queue, reports, schema, search
+from det_airflow.api.models import SlotStatus
+from det_airflow.master import experiments, identities, lifecycle, queue, schema, search, trial_logs
 from det_airflow.master.auth import hash_token, new_token
 from det_airflow.master.db import Database
-from det_airflow.master.experiments import NotFound, now
+from det_airflow.master.lifecycle import NotFound, now
 from det_airflow.searcher import ExitedReason
 from det_airflow.states import ExperimentState, TrialState
 
@@ -44,8 +43,11 @@ def update_trial(conn: Connection, trial_id: int, **values: Any) -> None:
 # --- the slot protocol -------------------------------------------------------------------------
 
 
-def acquire(conn: Connection, experiment_id: int, slot: int, task: dict[str, Any], *, dry_run: bool) -> dict:
-    """Give a trial slot its trial: the one it holds, else the oldest one nobody holds.
+def acquire(
+    conn: Connection, experiment_id: int, slot: int, task: dict[str, Any], *, dry_run: bool
+) -> dict[str, Any]:
+    """Give a trial slot its trial: the one it holds, else the oldest one nobody holds. Answers the
+    fields of ``api.models.SlotAnswer``, with ``trial`` as its row.
 
     The first slot of a `det experiment create` run to ask links the run to its experiment (the
     master started its search at submission: no task runs before the trial slots).
@@ -54,7 +56,7 @@ def acquire(conn: Connection, experiment_id: int, slot: int, task: dict[str, Any
     if task.get("run_id") and exp.dag_run_id != task["run_id"]:
         if exp.dag_run_id is not None:
             return {
-                "status": "refused",
+                "status": SlotStatus.REFUSED,
                 "message": f"experiment {experiment_id} already runs as DAG run '{exp.dag_run_id}'; "
                 "create a new experiment with `det experiment create` instead of re-triggering its DAG",
             }
@@ -68,7 +70,7 @@ def acquire(conn: Connection, experiment_id: int, slot: int, task: dict[str, Any
     if state.is_terminal or state in _STOPPING:
         return _done(conn, experiment_id, slot)
     if state == ExperimentState.PAUSED:
-        return {"status": "wait"}
+        return {"status": SlotStatus.WAIT}
     trials = schema.trials
     trial = conn.execute(
         select(trials).where(
@@ -76,7 +78,7 @@ def acquire(conn: Connection, experiment_id: int, slot: int, task: dict[str, Any
         )
     ).first()
     if trial is not None and trial.state == TrialState.PAUSED and trial.pause_requested:
-        return {"status": "wait"}  # waits at its rung until the search promotes or closes it
+        return {"status": SlotStatus.WAIT}  # waits at its rung until the search promotes or closes it
     if trial is not None and trial.state == TrialState.STOPPING_KILLED:
         # Killed while its run was lost (the slot asks again, so that run is over): it ends now.
         if not dry_run:
@@ -95,13 +97,13 @@ def acquire(conn: Connection, experiment_id: int, slot: int, task: dict[str, Any
             .limit(1)
         ).first()
     if trial is None:
-        if not exp.search_done:
-            reclaim_lost_runs(conn, exp.resource_pool)  # the search may be waiting on a lost run
-        return _done(conn, experiment_id, slot) if exp.search_done else {"status": "wait"}
+        # A search waiting on a lost run goes on once housekeeping reclaims that run.
+        return _done(conn, experiment_id, slot) if exp.search_done else {"status": SlotStatus.WAIT}
     if not _admitted(conn, exp, trial):
-        return {"status": "wait"}  # the job queue has not admitted it: it defers, holding no pool slot
+        # The job queue has not admitted it: it defers, holding no pool slot.
+        return {"status": SlotStatus.WAIT}
     if dry_run:
-        return {"status": "run"}
+        return {"status": SlotStatus.RUN}
     token = new_token()
     lifecycle.move_trial(
         conn,
@@ -116,10 +118,10 @@ def acquire(conn: Connection, experiment_id: int, slot: int, task: dict[str, Any
         task=task,
     )
     trial = get_trial(conn, trial.id)
-    return {"status": "run", "trial": trial, "token": token, "spec": trial_spec(conn, exp, trial)}
+    return {"status": SlotStatus.RUN, "trial": trial, "token": token, "spec": trial_spec(conn, exp, trial)}
 
 
-def _done(conn: Connection, experiment_id: int, slot: int) -> dict:
+def _done(conn: Connection, experiment_id: int, slot: int) -> dict[str, Any]:
     """The slot has no trial left to run; ``ran``: the trials that ended in it (in any try of its
     task: an activation starts a new one)."""
     trials = schema.trials
@@ -132,7 +134,7 @@ def _done(conn: Connection, experiment_id: int, slot: int) -> dict:
         )
         .order_by(trials.c.id)
     ).scalars()
-    return {"status": "done", "ran": list(ran)}
+    return {"status": SlotStatus.DONE, "ran": list(ran)}
 
 
 def start_resumed_slots(db: Database, experiment_id: int) -> list[int]:
@@ -157,7 +159,9 @@ def start_resumed_slots(db: Database, experiment_id: int) -> list[int]:
             )
         ).scalars()
         # Only those the job queue admits: the others would start only to defer again.
-        slots = [s for s in held if acquire(conn, experiment_id, s, {}, dry_run=True)["status"] == "run"]
+        slots = [
+            s for s in held if acquire(conn, experiment_id, s, {}, dry_run=True)["status"] == SlotStatus.RUN
+        ]
     if not slots:
         return []
     try:
@@ -168,11 +172,10 @@ def start_resumed_slots(db: Database, experiment_id: int) -> list[int]:
 
 
 def _admitted(conn: Connection, exp: Row, trial: Row) -> bool:
-    """Ask the queue; when it says no, free the slots of lost runs or preempt lower-priority trials
-    and ask again (a preempted trial that had not started frees its slots at once)."""
+    """Ask the queue; when it says no, preempt lower-priority trials and ask again (a preempted
+    trial that had not started frees its slots at once). Slots held by lost runs are freed by
+    housekeeping (master/housekeeping.py), not here."""
     if queue.admit(conn, exp, trial):
-        return True
-    if reclaim_lost_runs(conn, exp.resource_pool) and queue.admit(conn, exp, trial):
         return True
     return bool(_preempt_for_waiting(conn, exp.resource_pool)) and queue.admit(conn, exp, trial)
 
@@ -181,7 +184,7 @@ def _preempt_for_waiting(conn: Connection, pool: str) -> dict[int, int]:
     """Make room for waiting higher-priority jobs, telling each preempted trial why in its logs."""
     chosen = queue.preempt_for_waiting(conn, pool)
     for trial_id, job_id in chosen.items():
-        reports.append_logs(
+        trial_logs.append_logs(
             conn,
             trial_id,
             [
@@ -196,33 +199,38 @@ def _preempt_for_waiting(conn: Connection, pool: str) -> dict[int, int]:
     return chosen
 
 
-# A running trial's poll looks for preemptions in its pool at most this often (per API server process).
-_PREEMPT_EVERY_SECONDS = 2.0
-_last_preempt: dict[str, float] = {}
+def preempt_for_waiting_jobs(db: Database) -> dict[int, int]:
+    """Make room for the waiting jobs of every pool that preempts; returns trial id -> the job it
+    makes room for.
 
-
-def make_room_if_due(db: Database, trial_id: int) -> None:
-    """Preempt for the waiting jobs of the trial's pool, if that pool preempts and it is time.
-
-    The polls of running trials drive this, not only the waiting trial: a waiting job's task may
-    not even start while the trials it should preempt fill its Airflow pool.
+    This does not wait for a waiting trial to ask: its task may not even start while the trials it
+    should preempt fill its Airflow pool.
     """
-    if not _preemption_anywhere():
-        return  # the default: a running trial's poll costs no query for it
+    if not queue.preemption_anywhere():
+        return {}  # the default: no query
+    exps = schema.experiments
     with db.read() as conn:
-        pool = conn.execute(
-            select(schema.experiments.c.resource_pool)
-            .join(schema.trials, schema.trials.c.experiment_id == schema.experiments.c.id)
-            .where(schema.trials.c.id == trial_id)
-        ).scalar()
-    if pool is not None and _room_due(pool):
-        with db.begin() as conn:
-            _preempt_for_waiting(conn, pool)
+        pools = conn.execute(
+            select(exps.c.resource_pool)
+            .distinct()
+            .where(
+                exps.c.dag_id.is_not(None),  # unmanaged experiments hold no pool slots
+                exps.c.state.not_in([s.value for s in ExperimentState if s.is_terminal]),
+            )
+        ).scalars()
+        pools_in_use = sorted(pools)
+    chosen: dict[int, int] = {}
+    for pool in pools_in_use:
+        if queue.preemption_enabled(pool):
+            with db.begin() as conn:
+                chosen.update(_preempt_for_waiting(conn, pool))
+    return chosen
 
 
 def make_room_for_submitted(db: Database, experiment_id: int, pool: str) -> None:
-    """A job was just submitted to ``pool``: preempt for it now rather than at a running trial's
-    next poll. Best effort, after its creation is committed: the polls preempt for it all the same."""
+    """A job was just submitted to ``pool``: preempt for it now, as part of its admission, rather
+    than at the next turn of :func:`preempt_for_waiting_jobs`. Best effort, after its creation is
+    committed: that job preempts for it all the same."""
     try:
         if not queue.preemption_enabled(pool):
             return
@@ -233,14 +241,10 @@ def make_room_for_submitted(db: Database, experiment_id: int, pool: str) -> None
 
 
 def preemption_answer(db: Database, trial_id: int) -> bool:
-    """A running trial's question (each look of its long poll): should it stop? One read, and
-    first a preemption for its pool's waiting jobs when one is due (see :func:`make_room_if_due`)."""
+    """A running trial's question (each look of its long poll): should it stop? One read; a run
+    told to stop is marked so (see :func:`exit_run`)."""
     with db.read() as conn:
         row = _stop_row(conn, trial_id)
-    if _preemption_anywhere() and _room_due(row.resource_pool):
-        with db.begin() as conn:
-            _preempt_for_waiting(conn, row.resource_pool)
-            row = _stop_row(conn, trial_id)
     stop = _asked_to_stop(row)
     if stop and row.told_to_stop_run != row.run_id:
         with db.begin() as conn:
@@ -250,25 +254,6 @@ def preemption_answer(db: Database, trial_id: int) -> bool:
                 .values(told_to_stop_run=row.run_id)
             )
     return stop
-
-
-def _preemption_anywhere() -> bool:
-    try:
-        return queue.preemption_anywhere()
-    except queue.QueueConfigError as exc:
-        # A running trial's poll must not fail for it: the waiting trials' tasks report it.
-        logging.getLogger(__name__).error("%s", exc)
-        return False
-
-
-def _room_due(pool: str) -> bool:
-    """Whether a poll preempts for ``pool``'s waiting jobs now: at most every
-    ``_PREEMPT_EVERY_SECONDS`` per pool, and only in a pool that preempts."""
-    now_s = time.monotonic()
-    if now_s - _last_preempt.get(pool, -math.inf) < _PREEMPT_EVERY_SECONDS:
-        return False
-    _last_preempt[pool] = now_s
-    return queue.preemption_enabled(pool)
 
 
 # A run's states from its acquisition until it ends or is killed.
@@ -310,14 +295,11 @@ def mark_running(conn: Connection, trial: Row, why: str) -> Row:
 _TASK_ENDED = {"success", "failed", "skipped", "upstream_failed", "removed"}
 # ...and those of a task instance cleared through Airflow's API or UI while it ran the trial.
 _TASK_CLEARED = {None, "restarting"}
-# A waiting slot looks for lost runs at most this often (per pool, per API server process).
-_RECLAIM_EVERY_SECONDS = 5.0
-_last_reclaim: dict[str, float] = {}
-_last_reconcile: dict[int, float] = {}
 
 
-def reclaim_lost_runs(conn: Connection, pool: str) -> list[int]:
-    """Close the runs whose Airflow task ended without reporting the trial's exit; returns their ids.
+def reclaim_lost_runs(db: Database) -> list[int]:
+    """Close the runs whose Airflow task ended without reporting the trial's exit, one pool at a
+    time; returns their trial ids.
 
     A worker that dies, or a task that fails while the API server is away, leaves its trial
     RUNNING and holding pool slots, so the trials queued behind it and a search waiting for its
@@ -325,11 +307,20 @@ def reclaim_lost_runs(conn: Connection, pool: str) -> list[int]:
     Airflow's own API or UI. Such a run ends as a failed run: the trial restarts from its latest
     checkpoint in whichever slot is free (within max_restarts), else ends ERROR.
     """
-    now_s = time.monotonic()
-    if now_s - _last_reclaim.get(pool, -math.inf) < _RECLAIM_EVERY_SECONDS:
-        return []
-    _last_reclaim[pool] = now_s
-    return _reclaim(conn, schema.experiments.c.resource_pool == pool)
+    trials, exps = schema.trials, schema.experiments
+    with db.read() as conn:
+        pools = conn.execute(
+            select(exps.c.resource_pool)
+            .distinct()
+            .join(trials, trials.c.experiment_id == exps.c.id)
+            .where(trials.c.state.in_(_RUN_STARTED), trials.c.task.is_not(None))
+        ).scalars()
+        pools_with_runs = sorted(pools)
+    lost: list[int] = []
+    for pool in pools_with_runs:
+        with db.begin() as conn:
+            lost += _reclaim(conn, exps.c.resource_pool == pool)
+    return lost
 
 
 def _reclaim(conn: Connection, which: Any) -> list[int]:
@@ -372,44 +363,43 @@ def _reclaim(conn: Connection, which: Any) -> list[int]:
         trial, _ = exit_run(conn, trial_id, _LOST_EXIT_CODE)
         if trial.state == TrialState.QUEUED:
             update_trial(conn, trial_id, slot=None)  # no try of that task will come for it: any free slot
-        reports.append_logs(
+        trial_logs.append_logs(
             conn, trial_id, [{"level": "ERROR", "message": f"{what}; the trial is now {trial.state}"}]
         )
         lost.append(int(trial_id))
     return lost
 
 
-def reconcile_experiment(db: Database, experiment_id: int) -> None:
-    """Bring the experiment's trials in line with what Airflow has of its run, when someone changed
-    it behind the master (Airflow's own API or UI): a trial whose task was failed, cleared or
-    deleted restarts or ends as a failed run would; an experiment whose DAG run was deleted or
-    ended ends ERROR, naming what happened. Best effort, at most every few seconds per experiment:
-    people looking at an experiment drive it, as waiting trial slots do for their pool.
-    """
+def end_experiments_ended_in_airflow(db: Database) -> list[int]:
+    """End the experiments whose DAG run someone deleted or ended through Airflow's own API or UI
+    while the experiment was still going: they end ERROR, naming what happened, and so do their open
+    trials. Returns their ids."""
     from det_airflow.master import airflow_bridge
 
-    now_s = time.monotonic()
-    if now_s - _last_reconcile.get(experiment_id, -math.inf) < _RECLAIM_EVERY_SECONDS:
-        return
-    _last_reconcile[experiment_id] = now_s
-    try:
+    exps = schema.experiments
+    with db.read() as conn:
+        rows = conn.execute(
+            select(exps.c.id, exps.c.dag_id, exps.c.dag_run_id).where(
+                exps.c.dag_id.is_not(None),
+                exps.c.dag_run_id.is_not(None),
+                exps.c.state.not_in([s.value for s in ExperimentState if s.is_terminal]),
+            )
+        ).all()
+    runs = [(r.dag_id, r.dag_run_id) for r in rows]
+    existing = airflow_bridge.existing_dag_runs(runs)
+    finished = airflow_bridge.finished_dag_runs(sorted(existing))
+    ended = []
+    for r in rows:
+        if (r.dag_id, r.dag_run_id) not in existing:
+            why = f"its DAG run '{r.dag_run_id}' is gone from Airflow (deleted through its API or UI)"
+        elif (r.dag_id, r.dag_run_id) in finished:
+            why = f"its DAG run '{r.dag_run_id}' was ended in Airflow before the experiment ended"
+        else:
+            continue
         with db.begin() as conn:
-            exp = experiments.get_experiment(conn, experiment_id)
-            if exp.dag_id is None or exp.dag_run_id is None or ExperimentState(exp.state).is_terminal:
-                return
-            run = (exp.dag_id, exp.dag_run_id)
-            if run not in airflow_bridge.existing_dag_runs([run]):
-                why = f"its DAG run '{exp.dag_run_id}' is gone from Airflow (deleted through its API or UI)"
-            elif run in airflow_bridge.finished_dag_runs([run]):
-                why = f"its DAG run '{exp.dag_run_id}' was ended in Airflow before the experiment ended"
-            else:
-                _reclaim(conn, schema.experiments.c.id == experiment_id)
-                return
-            experiments.finalize(conn, experiment_id, why=why)
-    except (airflow_bridge.AirflowRecordError, SQLAlchemyError, NotFound):
-        logging.getLogger(__name__).warning(
-            "reconciling experiment %s with Airflow", experiment_id, exc_info=True
-        )
+            experiments.finalize(conn, r.id, why=why)  # no change if it ended meanwhile
+        ended.append(int(r.id))
+    return ended
 
 
 _LOST_EXIT_CODE = -1

@@ -1,290 +1,675 @@
-"""The pod a trial would run in on Kubernetes, built with the ``kubernetes`` client's models and
-merged with the user's ``environment.pod_spec`` by the cncf.kubernetes provider's ``PodGenerator``.
+"""Trials in Kubernetes pods, through the cncf.kubernetes provider's ``KubernetesHook`` and ``PodManager``.
 
-As in Determined: the trial's container is named ``determined-container``; fields the user set on
-their container of that name (or their first container) are kept unless the trial sets them, other
-containers and pod-level fields (node selectors, tolerations, service account, volumes) are kept;
-``/dev/shm`` is a memory ``emptyDir`` of ``resources.shm_size``; GPUs are ``nvidia.com/gpu`` limits
-of the slots per pod; the priority class is named after the job's priority.
+A trial whose slots fit on one node (``[det] slots_per_node``, 8 by default) runs as one pod; a
+larger one as a gang: an indexed Job of ``slots_per_trial / slots_per_node`` pods and the headless
+Service they rendezvous through (:mod:`det_airflow.operators.runners.kubernetes_pod` builds them). The
+pods' output streams to the caller line by line; setting ``stop`` deletes them (SIGTERM, then
+SIGKILL after the grace period); once the trial has ended its objects are deleted unless
+``[det] kubernetes_delete_pods`` is false.
 
-A pod shares no folder with the worker: its init container fetches the experiment's context from
-the master with the trial's own token and writes the trial's config, in the pod's work folder.
+A trial operator does not wait for its pods: it submits them (:meth:`KubernetesRunner.submit`),
+defers to a trigger that watches them from the triggerer (:class:`AsyncKubernetesCluster`), and once
+they ended collects their output and exit code (:meth:`KubernetesRunner.collect`).
 
-The platform's fields win over the user's (:func:`harden`, after the merge): every container runs
-as the trial owner's uid (never root unless the runner policy allows it), without privilege
-escalation, with every capability dropped but those the policy allows, on a read-only root file
-system (an ``emptyDir`` on ``/tmp``) and the runtime's default seccomp profile; no service account
-token is mounted unless the pod names an account the policy allows. A forbidden field in the
-user's pod_spec is refused before this (:mod:`det_airflow.runner_policy`), never silently kept.
+Everything that talks to the cluster is :class:`KubernetesCluster` (or, in the triggerer,
+:class:`AsyncKubernetesCluster`); the runner only decides.
 """
 
 from __future__ import annotations
 
-import copy
 import json
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any
 
-from airflow.providers.cncf.kubernetes.pod_generator import PodGenerator
+from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook, KubernetesHook
+from airflow.providers.cncf.kubernetes.utils.container import get_container_status
+from airflow.providers.cncf.kubernetes.utils.pod_manager import PodManager, detect_pod_terminate_early_issues
+from kubernetes.client import BatchV1Api, CoreV1Api
 from kubernetes.client import models as k8s
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config import ConfigException
+from urllib3.exceptions import HTTPError
 
-from det_airflow import runner_policy
-from det_airflow.api._http import API_PREFIX
-from det_airflow.config import priority_weight
-from det_airflow.operators.runners._base import ContainerTrial
-from det_airflow.settings import RunnerPolicy
-
-TRIAL_CONTAINER = "determined-container"
-CONTEXT_CONTAINER = "det-fetch-context"
-# The config as the init container writes it to DET_EXPERIMENT_CONFIG_FILE.
-CONFIG_VARIABLE = "DET_AIRFLOW_TRIAL_CONFIG"
-# Standard library only: any image with Python 3.11 runs it. tarfile's "data" filter refuses
-# absolute paths, "..", links that leave the folder and device files.
-# Run as ``python3 -c FETCH_CONTEXT WORKDIR CONTEXT_PATH CONFIG_VARIABLE``.
-FETCH_CONTEXT = """\
-import io, os, sys, tarfile, urllib.request
-work, path, config_variable = sys.argv[1:4]
-env = os.environ
-request = urllib.request.Request(
-    env["DET_MASTER"].rstrip("/") + path, headers={"Authorization": "Bearer " + env["DET_SESSION_TOKEN"]}
+from det_airflow import runner_policy, trial_env
+from det_airflow.errors import DetError
+from det_airflow.operators.runners._base import OnContainer, OnPhase
+from det_airflow.operators.runners._container import LABEL_RUN, LABEL_TRIAL, ContainerRunner, ContainerTrial
+from det_airflow.operators.runners._launch import TrialLaunch
+from det_airflow.operators.runners.kubernetes_pod import (
+    CONTEXT_CONTAINER,
+    TRIAL_CONTAINER,
+    gang_job,
+    gang_service,
+    trial_pod,
 )
-try:
-    with urllib.request.urlopen(request, timeout=120) as answer:
-        data = answer.read()
-except OSError as exc:
-    sys.exit(f"cannot fetch the experiment's context from the master at {env['DET_MASTER']}: {exc}")
-if data:
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as archive:
-        archive.extractall(work, filter="data")
-for folder in (env["HOME"], env["TMPDIR"]):
-    os.makedirs(folder, mode=0o700, exist_ok=True)
-with open(env["DET_EXPERIMENT_CONFIG_FILE"], "w") as config:
-    config.write(env[config_variable])
-"""
-GPU_RESOURCE = {"cuda": "nvidia.com/gpu", "rocm": "amd.com/gpu"}
-# Who a trial runs as when the master assigned its owner no uid.
-NOBODY = 65534
-TMP_VOLUME = "det-tmp"
-PRIORITY_CLASS_PREFIX = "det-priority-"
+from det_airflow.settings import RunnerPolicy, Settings
+from det_airflow.settings import load as load_settings
+from det_airflow.slots import SlotLease
+from det_airflow.trial_process import LineSplitter, OnOutput
+
+DEFAULT_SLOTS_PER_NODE = 8
+# What a trial whose pod was deleted under it (stop, kill, someone's kubectl) exits with: SIGKILL's.
+KILLED = 137
+# The cluster refused a call, cannot be reached, or no credentials for it were found.
+_UNREACHABLE = (ApiException, HTTPError, ConfigException)
+_VISIBLE_DEVICES = {"cuda": "CUDA_VISIBLE_DEVICES", "rocm": "ROCR_VISIBLE_DEVICES"}
 
 
-def priority_class_name(priority: int) -> str:
-    """The PriorityClass of a job of Determined ``priority`` (1-99, lower runs first); its value is
-    ``100 - priority`` so that Kubernetes, where higher wins, orders pods the same way."""
-    return f"{PRIORITY_CLASS_PREFIX}{int(priority)}"
+class KubernetesError(DetError):
+    """A trial's pods could not be created or started (bad image, refused object, no room)."""
 
 
-def priority_class(priority: int) -> k8s.V1PriorityClass:
-    """The PriorityClass object for ``priority``, preempting nothing (as Determined's)."""
-    return k8s.V1PriorityClass(
-        metadata=k8s.V1ObjectMeta(name=priority_class_name(priority)),
-        value=priority_weight(priority),
-        preemption_policy="Never",
-        description=f"det-airflow trials of priority {priority}",
-    )
+@dataclass(frozen=True)
+class TrialWorkload:
+    """What one trial run is submitted as, in creation order: its pod, or a headless Service and an
+    indexed Job of ``pods`` pods. ``name`` is the pod's, or the Job's and the Service's."""
+
+    namespace: str
+    name: str
+    pods: int
+    objects: tuple[Any, ...]
+
+    @property
+    def is_gang(self) -> bool:
+        return self.pods > 1
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return tuple(obj.kind for obj in self.objects)
 
 
-def trial_pod(trial: ContainerTrial, *, namespace: str, policy: RunnerPolicy | None = None) -> k8s.V1Pod:
-    """The pod of ``trial`` (one container holding all its slots), with ``environment.pod_spec``
-    merged below the platform's fields, under ``policy`` (the runner policy of the trial's pool;
-    the cluster's default when not given)."""
-    policy = policy or RunnerPolicy()
-    config = trial.config
-    resources = config.get("resources") or {}
-    volumes, mounts = _volumes(trial)
-    limits: dict[str, str] = {}
-    if trial.device in GPU_RESOURCE and trial.slot_ids:
-        limits[GPU_RESOURCE[trial.device]] = str(len(trial.slot_ids))
-    environment = config.get("environment") or {}
-    context_path = f"{API_PREFIX}/runtime/trials/{trial.spec.trial_id}/context"
-    pull_policy = "Always" if environment.get("force_pull_image") else "IfNotPresent"
-    env = [k8s.V1EnvVar(name=k, value=v) for k, v in sorted(trial.env.items())]
-    fetch = k8s.V1Container(
-        name=CONTEXT_CONTAINER,
-        image=trial.image(),
-        image_pull_policy=pull_policy,
-        command=["python3", "-c", FETCH_CONTEXT, str(trial.workdir), context_path, CONFIG_VARIABLE],
-        env=[*env, k8s.V1EnvVar(name=CONFIG_VARIABLE, value=json.dumps(dict(config)))],
-        volume_mounts=mounts[:1],
-    )
-    container = k8s.V1Container(
-        name=TRIAL_CONTAINER,
-        image=trial.image(),
-        image_pull_policy=pull_policy,
-        command=trial.command(),
-        working_dir=str(trial.workdir),
-        env=env,
-        volume_mounts=mounts,
-        resources=k8s.V1ResourceRequirements(limits=limits or None, requests=dict(limits) or None),
-    )
-    ours = k8s.V1Pod(
-        api_version="v1",
-        kind="Pod",
-        metadata=k8s.V1ObjectMeta(name=trial.name, namespace=namespace, labels=dict(trial.labels)),
-        spec=k8s.V1PodSpec(
-            init_containers=[fetch],
-            containers=[container],
-            volumes=volumes,
-            restart_policy="Never",
-            priority_class_name=priority_class_name(int(resources.get("priority") or 42)),
+@dataclass(frozen=True)
+class SubmittedWorkload:
+    """A submitted trial run as plain data, for a trigger's kwargs: where its objects are, what they
+    are (``kinds`` in creation order, all named ``name``), how many pods it has, the labels that
+    select them, and when it was submitted (seconds since the epoch)."""
+
+    namespace: str
+    name: str
+    pods: int
+    kinds: tuple[str, ...]
+    labels: Mapping[str, str]
+    submitted_at: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "namespace": self.namespace,
+            "name": self.name,
+            "pods": self.pods,
+            "kinds": list(self.kinds),
+            "labels": dict(self.labels),
+            "submitted_at": self.submitted_at,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SubmittedWorkload:
+        return cls(
+            namespace=str(data["namespace"]),
+            name=str(data["name"]),
+            pods=int(data["pods"]),
+            kinds=tuple(data["kinds"]),
+            labels=dict(data["labels"]),
+            submitted_at=float(data["submitted_at"]),
+        )
+
+
+def pods_for(slots: int, slots_per_node: int) -> int:
+    """How many pods a trial of ``slots`` slots spans: one when they fit on a node, else one per node."""
+    if slots <= slots_per_node:
+        return 1
+    if slots % slots_per_node:
+        raise KubernetesError(
+            f"resources.slots_per_trial: {slots} slots do not fit on one node of {slots_per_node} "
+            f"([det] slots_per_node), so they must be a multiple of {slots_per_node}"
+        )
+    return slots // slots_per_node
+
+
+def trial_workload(
+    trial: ContainerTrial, *, namespace: str, slots_per_node: int, policy: RunnerPolicy | None = None
+) -> TrialWorkload:
+    """The objects ``trial`` runs as, under ``policy`` (the runner policy of its pool). Each pod
+    holds the slots of one pod, numbered from 0 as the pod sees the devices Kubernetes gives it."""
+    slots = len(trial.slot_ids)
+    pods = pods_for(slots, slots_per_node)
+    per_pod = tuple(range(slots // pods))
+    env = dict(trial.env)
+    env[trial_env.SLOT_IDS] = json.dumps(list(per_pod))
+    visible = _VISIBLE_DEVICES.get(trial.device)
+    if visible is not None and per_pod:
+        env[visible] = ",".join(str(i) for i in per_pod)
+    one = replace(trial, slot_ids=per_pod, env=env)
+    if pods == 1:
+        return TrialWorkload(namespace, trial.name, 1, (trial_pod(one, namespace=namespace, policy=policy),))
+    return TrialWorkload(
+        namespace,
+        trial.name,
+        pods,
+        (
+            gang_service(one, namespace=namespace),
+            gang_job(one, namespace=namespace, pods=pods, policy=policy),
         ),
     )
-    user = environment.get("pod_spec")
-    pod = PodGenerator.reconcile_pods(_user_pod(user), ours) if user else ours
-    added = runner_policy.allowed_added_capabilities(environment.get("add_capabilities") or [], policy)
-    harden(pod.spec, trial, policy, added)
-    return pod
 
 
-def harden(spec: k8s.V1PodSpec, trial: ContainerTrial, policy: RunnerPolicy, added: list[str]) -> None:
-    """Sets the platform's security fields on a pod spec (the user's merged in), over the user's."""
-    uid = trial.spec.uid if trial.spec.uid is not None else NOBODY
-    gid = trial.spec.gid if trial.spec.gid is not None else uid
-    pod_context = spec.security_context or k8s.V1PodSecurityContext()
-    if not policy.allow_root:
-        pod_context.run_as_non_root = True
-        pod_context.run_as_user = uid
-        pod_context.run_as_group = gid
-        pod_context.fs_group = gid
-    if pod_context.seccomp_profile is None:
-        pod_context.seccomp_profile = k8s.V1SeccompProfile(type="RuntimeDefault")
-    spec.security_context = pod_context
-    account = spec.service_account_name or spec.service_account
-    if not account or account not in policy.allowed_service_accounts:
-        spec.automount_service_account_token = False
-    if policy.read_only_root:
-        volumes = list(spec.volumes or [])
-        if not any(v.name == TMP_VOLUME for v in volumes):
-            volumes.append(k8s.V1Volume(name=TMP_VOLUME, empty_dir=k8s.V1EmptyDirVolumeSource()))
-        spec.volumes = volumes
-    for container in [*(spec.init_containers or []), *(spec.containers or [])]:
-        context = container.security_context or k8s.V1SecurityContext()
-        if not policy.allow_root:
-            context.run_as_non_root = True
-            context.run_as_user = uid
-            context.run_as_group = gid
-        if not context.privileged:  # a privileged container, where allowed, escalates by definition
-            context.allow_privilege_escalation = bool(context.allow_privilege_escalation)
-        theirs = list((context.capabilities.add if context.capabilities else None) or [])
-        own = added if container.name == TRIAL_CONTAINER else []
-        context.capabilities = k8s.V1Capabilities(
-            add=list(dict.fromkeys([*own, *theirs])) or None, drop=["ALL"]
+class KubernetesCluster:
+    """The few calls a trial makes to a cluster, on the provider's hook (its connection, kubeconfig
+    or in-cluster credentials) and pod manager (creation and log streaming, as KubernetesPodOperator)."""
+
+    def __init__(self, hook: KubernetesHook) -> None:
+        self.hook = hook
+
+    # Credentials are loaded on first use, in the run: a missing kubeconfig fails the trial, not the set-up.
+    @cached_property
+    def core(self) -> CoreV1Api:
+        return self.hook.core_v1_client
+
+    @cached_property
+    def batch(self) -> BatchV1Api:
+        return self.hook.batch_v1_client
+
+    @cached_property
+    def pod_manager(self) -> PodManager:
+        return PodManager(self.core)
+
+    def create(self, obj: Any) -> None:
+        if isinstance(obj, k8s.V1Pod):
+            self.pod_manager.create_pod(obj)
+        elif isinstance(obj, k8s.V1Job):
+            self.hook.create_job(obj)
+        else:
+            body = self.core.api_client.sanitize_for_serialization(obj)
+            self.core.create_namespaced_service(namespace=obj.metadata.namespace, body=body)
+
+    def delete(self, kind: str, namespace: str, name: str, *, grace_seconds: int | None = None) -> None:
+        """Deletes one object; one already gone is fine. A Job takes its pods with it."""
+        options = k8s.V1DeleteOptions(grace_period_seconds=grace_seconds, propagation_policy="Background")
+        call = {
+            "Pod": self.core.delete_namespaced_pod,
+            "Job": self.batch.delete_namespaced_job,
+            "Service": self.core.delete_namespaced_service,
+        }[kind]
+        try:
+            call(name, namespace, body=options)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    def read_pod(self, namespace: str, name: str) -> k8s.V1Pod | None:
+        try:
+            return self.core.read_namespaced_pod(name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def pod_names(self, namespace: str, labels: Mapping[str, str]) -> list[str]:
+        selector = ",".join(f"{k}={v}" for k, v in labels.items())
+        found = self.core.list_namespaced_pod(namespace, label_selector=selector)
+        return sorted(p.metadata.name for p in found.items)
+
+    def leftovers(self, namespace: str, trial_id: int) -> list[tuple[str, str]]:
+        """(kind, name) of every Job, Service and pod labelled with ``trial_id``."""
+        selector = f"{LABEL_TRIAL}={trial_id}"
+        found = [
+            ("Job", j.metadata.name)
+            for j in self.batch.list_namespaced_job(namespace, label_selector=selector).items
+        ]
+        found += [
+            ("Service", s.metadata.name)
+            for s in self.core.list_namespaced_service(namespace, label_selector=selector).items
+        ]
+        found += [
+            ("Pod", p.metadata.name)
+            for p in self.core.list_namespaced_pod(namespace, label_selector=selector).items
+        ]
+        return found
+
+    def logs(self, namespace: str, pod: str, container: str, *, follow: bool = True) -> Iterable[bytes]:
+        """The container's output from its start, followed until it ends unless ``follow`` is false."""
+        ref = k8s.V1Pod(metadata=k8s.V1ObjectMeta(name=pod, namespace=namespace))
+        return self.pod_manager.read_pod_logs(ref, container, follow=follow)
+
+
+class AsyncKubernetesCluster:
+    """What a trigger asks of a cluster while a trial's pods run, on the provider's async hook (the
+    same connection, kubeconfig or in-cluster credentials as :class:`KubernetesCluster`)."""
+
+    def __init__(self, hook: AsyncKubernetesHook) -> None:
+        self.hook = hook
+
+    async def pods(self, namespace: str, labels: Mapping[str, str]) -> list[Any]:
+        """The pods labelled with ``labels`` (kubernetes_asyncio's ``V1Pod``)."""
+        from kubernetes_asyncio import client as async_client
+
+        selector = ",".join(f"{k}={v}" for k, v in labels.items())
+        async with self.hook.get_conn() as api:
+            found = await async_client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=selector)
+        return list(found.items)
+
+    async def delete(self, kind: str, namespace: str, name: str, *, grace_seconds: int) -> None:
+        """Deletes a Pod or a Job (and its pods); one already gone is fine."""
+        from kubernetes_asyncio import client as async_client
+
+        options = async_client.V1DeleteOptions(
+            grace_period_seconds=grace_seconds, propagation_policy="Background"
         )
-        if policy.read_only_root:
-            context.read_only_root_filesystem = True
-            mounts = list(container.volume_mounts or [])
-            if not any(m.mount_path == "/tmp" for m in mounts):
-                mounts.append(k8s.V1VolumeMount(name=TMP_VOLUME, mount_path="/tmp"))
-            container.volume_mounts = mounts
-        container.security_context = context
+        async with self.hook.get_conn() as api:
+            try:
+                if kind == "Job":
+                    await async_client.BatchV1Api(api).delete_namespaced_job(name, namespace, body=options)
+                else:
+                    await async_client.CoreV1Api(api).delete_namespaced_pod(name, namespace, body=options)
+            except async_client.ApiException as exc:
+                if exc.status != 404:
+                    raise
 
 
-def _volumes(trial: ContainerTrial) -> tuple[list[k8s.V1Volume], list[k8s.V1VolumeMount]]:
-    config = trial.config
-    volumes = [k8s.V1Volume(name="det-workdir", empty_dir=k8s.V1EmptyDirVolumeSource())]
-    mounts = [k8s.V1VolumeMount(name="det-workdir", mount_path=str(trial.workdir))]
-    shm_size = (config.get("resources") or {}).get("shm_size")
-    if shm_size:
-        volumes.append(
-            k8s.V1Volume(
-                name="det-shm",
-                empty_dir=k8s.V1EmptyDirVolumeSource(medium="Memory", size_limit=str(shm_size)),
+class KubernetesRunner(ContainerRunner):
+    """Runs a trial in pods of the cluster that ``cluster`` talks to.
+
+    Example::
+
+        cluster = KubernetesCluster(KubernetesHook(conn_id=None))
+        code = KubernetesRunner(cluster, namespace="ml").run(trial, on_output=print_line, stop=threading.Event())
+
+    :meth:`run` waits for the pods in the caller; a trial task instead calls :meth:`submit`, defers
+    to a :class:`~det_airflow.operators.triggers.KubernetesTrialTrigger`, and calls :meth:`collect`
+    when it resumes, so that no worker waits while the pods run.
+    """
+
+    name = "kubernetes"
+
+    def __init__(
+        self,
+        cluster: KubernetesCluster,
+        *,
+        namespace: str,
+        slots_per_node: int = DEFAULT_SLOTS_PER_NODE,
+        delete_pods: bool = True,
+        kill_grace: int = 10,
+        startup_timeout: float = 600.0,
+        poll_interval: float = 1.0,
+        log: Any = None,
+        on_container: OnContainer | None = None,
+        settings: Settings | None = None,
+    ) -> None:
+        self.cluster = cluster
+        # airflow.cfg [det] of this worker (read at each run when not given).
+        self.settings = settings
+        self.namespace = namespace
+        self.slots_per_node = slots_per_node
+        self.delete_pods = delete_pods
+        self.kill_grace = kill_grace
+        self.startup_timeout = startup_timeout
+        self.poll_interval = poll_interval
+        self._log = log
+        self._on_container = on_container  # told each pod's name once it exists
+
+    @classmethod
+    def from_config(
+        cls,
+        config: Mapping[str, Any],
+        settings: Settings,
+        *,
+        log: Any = None,
+        on_container: OnContainer | None = None,
+        on_phase: OnPhase | None = None,
+    ) -> KubernetesRunner:
+        """The runner of the cluster ``airflow.kubernetes_conn_id`` names, in ``airflow.namespace``;
+        its pods report their own phases (``on_phase`` is not called)."""
+        section = config.get("airflow") or {}
+        return cls(
+            KubernetesCluster(KubernetesHook(conn_id=section.get("kubernetes_conn_id") or None)),
+            namespace=section.get("namespace") or "default",
+            # Left empty, a node of 8.
+            slots_per_node=settings.slots_per_node or DEFAULT_SLOTS_PER_NODE,
+            delete_pods=settings.kubernetes_delete_pods,
+            startup_timeout=settings.kubernetes_startup_timeout,
+            log=log,
+            on_container=on_container,
+            settings=settings,
+        )
+
+    def hold_slots(self, launch: TrialLaunch, device: str) -> SlotLease:
+        """The trial's slots, leased nowhere: a pod's devices are its node's, given by Kubernetes."""
+        return SlotLease(device, launch.held_slots())
+
+    def workload(self, trial: ContainerTrial) -> TrialWorkload:
+        """The trial's objects, once its config passed this worker's runner policy (which may be
+        stricter than the master's) and the namespace is one the policy allows."""
+        settings = self.settings or load_settings()
+        runner_policy.enforce(trial.config, settings, runner="kubernetes")
+        policy = settings.policy_for(runner_policy.pool_of(trial.config))
+        if self.namespace not in settings.allowed_namespaces(policy):
+            raise runner_policy.PolicyError(
+                [
+                    (
+                        "airflow.namespace",
+                        f"namespace {self.namespace!r} is not allowed by the cluster's runner policy",
+                    )
+                ]
             )
+        return trial_workload(
+            trial, namespace=self.namespace, slots_per_node=self.slots_per_node, policy=policy
         )
-        mounts.append(k8s.V1VolumeMount(name="det-shm", mount_path="/dev/shm"))
-    storage = config.get("checkpoint_storage") or {}
-    if storage.get("type") == "shared_fs" and storage.get("host_path"):
-        path = runner_policy.storage_folder(storage)
-        volumes.append(k8s.V1Volume(name="det-checkpoints", host_path=k8s.V1HostPathVolumeSource(path=path)))
-        mounts.append(k8s.V1VolumeMount(name="det-checkpoints", mount_path=path))
-    for i, mount in enumerate(config.get("bind_mounts") or []):
-        name = f"det-bind-{i}"
-        volumes.append(
-            k8s.V1Volume(name=name, host_path=k8s.V1HostPathVolumeSource(path=str(mount["host_path"])))
+
+    def run(self, trial: ContainerTrial, *, on_output: OnOutput, stop: threading.Event) -> int:
+        workload = self.workload(trial)
+        lock = threading.Lock()
+
+        def emit(line: str, stream: str) -> None:
+            with lock:
+                on_output(line, stream)
+
+        try:
+            self.sweep(trial.spec.trial_id)
+            try:
+                for obj in workload.objects:
+                    self._create(obj, trial)
+                return self._follow(workload, emit, stop)
+            finally:
+                if self.delete_pods:
+                    self._delete(workload.namespace, workload.name, workload.kinds)
+        except _UNREACHABLE as exc:
+            raise KubernetesError(
+                f"trial {trial.spec.trial_id}: the Kubernetes cluster did not answer ({_describe(exc)})"
+            ) from exc
+
+    def submit(self, trial: ContainerTrial) -> SubmittedWorkload:
+        """Deletes what an earlier run of the trial left and creates its objects, without waiting for
+        them; what was created before a refusal is deleted again."""
+        workload = self.workload(trial)
+        try:
+            self.sweep(trial.spec.trial_id)
+            try:
+                for obj in workload.objects:
+                    self._create(obj, trial)
+            except BaseException:
+                self._delete(workload.namespace, workload.name, workload.kinds)
+                raise
+        except _UNREACHABLE as exc:
+            raise KubernetesError(
+                f"trial {trial.spec.trial_id}: the Kubernetes cluster did not answer ({_describe(exc)})"
+            ) from exc
+        return SubmittedWorkload(
+            namespace=self.namespace,
+            name=workload.name,
+            pods=workload.pods,
+            kinds=workload.kinds,
+            labels={LABEL_TRIAL: str(trial.spec.trial_id), LABEL_RUN: str(trial.spec.run_id)},
+            submitted_at=time.time(),
         )
-        mounts.append(
-            k8s.V1VolumeMount(
-                name=name,
-                mount_path=str(mount["container_path"]),
-                read_only=bool(mount.get("read_only")),
-                mount_propagation=_PROPAGATION.get(str(mount.get("propagation") or "rprivate")),
-            )
+
+    def collect(self, workload: SubmittedWorkload, *, on_output: OnOutput, stopped: bool = False) -> int:
+        """Once a submitted run ended (or was ``stopped``: its pods deleted), passes on each pod's
+        output, answers the run's exit code and deletes its objects (unless configured to keep
+        them). Pods still there are killed: a gang whose first pod failed, or pods that never started,
+        which raise :class:`KubernetesError` saying why."""
+        namespace = workload.namespace
+        problems: list[str] = []
+        try:
+            try:
+                pods = self.cluster.pod_names(namespace, workload.labels)
+                remotes = {pod: self.cluster.read_pod(namespace, pod) for pod in pods}
+                for pod, remote in remotes.items():
+                    self._read_output(namespace, pod, remote, on_output)
+                codes = {pod: _final_code(remote) for pod, remote in remotes.items()}
+                live = [pod for pod, code in codes.items() if code is None]
+                failed = [code for code in codes.values() if code not in (None, 0)]
+                if live:
+                    self._kill(workload.namespace, workload.name, workload.kinds, live)
+                if not stopped and not failed:
+                    problems = self._why_not_started(workload, remotes, live)
+            finally:
+                if self.delete_pods:
+                    self._delete(workload.namespace, workload.name, workload.kinds)
+        except _UNREACHABLE as exc:
+            raise KubernetesError(
+                f"{workload.name}: the Kubernetes cluster did not answer ({_describe(exc)})"
+            ) from exc
+        if problems:
+            raise KubernetesError("; ".join(problems))
+        if not pods:
+            return KILLED
+        bad = failed + [KILLED] * len(live)
+        # When one pod of a gang fails, the Job deletes the others: the failure is the run's code.
+        return next((code for code in bad if code != KILLED), bad[0] if bad else 0)
+
+    def _why_not_started(
+        self, workload: SubmittedWorkload, remotes: Mapping[str, k8s.V1Pod | None], live: list[str]
+    ) -> list[str]:
+        """Why a run that nobody stopped and that failed nowhere ended with pods still live: pods
+        that cannot start, else (when none ran) the startup timeout. Live pods of a run where
+        some did run were left by a sibling deleted under it: no problem of theirs."""
+        problems = [
+            f"pod {pod} cannot start: {problem.strip()}"
+            for pod in live
+            if (problem := _start_problem(remotes[pod]))
+        ]
+        if problems or any(_has_run(remote) for remote in remotes.values()):
+            return problems
+        if len(remotes) < workload.pods:
+            return [
+                f"job {workload.name}: {len(remotes)} of its {workload.pods} pods were created within "
+                f"{self.startup_timeout:.0f}s"
+            ]
+        return [
+            f"pod {pod} did not start within {self.startup_timeout:.0f}s: {_pending_reason(remote)}"
+            for pod in live
+            if (remote := remotes[pod]) is not None
+        ]
+
+    def sweep(self, trial_id: int) -> list[tuple[str, str]]:
+        """Deletes what an earlier run of ``trial_id`` left (a worker that died while its trial ran);
+        only one run of a trial is ever live, the one about to start."""
+        found = self.cluster.leftovers(self.namespace, trial_id)
+        for kind, name in found:
+            if self._log is not None:
+                self._log.warning("Deleting %s %s left by an earlier run of trial %s", kind, name, trial_id)
+            self.cluster.delete(kind, self.namespace, name, grace_seconds=0)
+        return found
+
+    # --- one run ---
+
+    def _create(self, obj: Any, trial: ContainerTrial) -> None:
+        try:
+            self.cluster.create(obj)
+        except ApiException as exc:
+            raise KubernetesError(
+                f"cannot create the {obj.kind} of trial {trial.spec.trial_id} in namespace {self.namespace}: "
+                f"{_reason(exc)}"
+            ) from exc
+
+    def _follow(self, workload: TrialWorkload, emit: OnOutput, stop: threading.Event) -> int:
+        pods = self._pods(workload, stop)
+        if pods is None:
+            return KILLED
+        failures: list[BaseException] = []
+        followers = [
+            threading.Thread(target=self._stream, args=(pod, emit, failures), daemon=True) for pod in pods
+        ]
+        for pod, follower in zip(pods, followers, strict=True):
+            if self._on_container is not None:
+                self._on_container(pod)
+            follower.start()
+        stopping = False
+        while any(f.is_alive() for f in followers):
+            for follower in followers:
+                follower.join(timeout=self.poll_interval / len(followers))
+            # A pod that cannot start fails the whole gang: the others would wait for it forever.
+            if (stop.is_set() or failures) and not stopping:
+                stopping = True
+                self._kill(workload.namespace, workload.name, workload.kinds, pods)
+        if failures and not stop.is_set():
+            raise failures[0]
+        # A pod whose log stream broke off runs on: stop still reaches it while its code is awaited.
+        kill = (
+            (lambda: None)
+            if stopping
+            else (lambda: self._kill(workload.namespace, workload.name, workload.kinds, pods))
         )
-    return volumes, mounts
+        failed = [code for code in (self._exit_code(pod, stop, kill) for pod in pods) if code != 0]
+        # When one pod of a gang fails, the Job deletes the others: the failure is the run's code.
+        return next((code for code in failed if code != KILLED), failed[0] if failed else 0)
+
+    def _pods(self, workload: TrialWorkload, stop: threading.Event) -> list[str] | None:
+        """The names of the workload's pods once all exist (a Job's pods are named by Kubernetes);
+        None when stopped before."""
+        if not workload.is_gang:
+            return [workload.name]
+        deadline = time.monotonic() + self.startup_timeout
+        while not stop.is_set():
+            names = self.cluster.pod_names(self.namespace, {"job-name": workload.name})
+            if len(names) >= workload.pods:
+                return names
+            if time.monotonic() > deadline:
+                raise KubernetesError(
+                    f"job {workload.name}: {len(names)} of its {workload.pods} pods were created within "
+                    f"{self.startup_timeout:.0f}s"
+                )
+            stop.wait(self.poll_interval)
+        self._kill(workload.namespace, workload.name, workload.kinds, [])
+        return None
+
+    def _stream(self, pod: str, emit: OnOutput, failures: list[BaseException]) -> None:
+        """Passes on the output of the pod's init container, then of the trial's, as each runs."""
+        try:
+            for container in (CONTEXT_CONTAINER, TRIAL_CONTAINER):
+                if not self._await_container(pod, container):
+                    return
+                lines = LineSplitter("stdout", emit)  # Kubernetes merges a container's stdout and stderr
+                for chunk in self.cluster.logs(self.namespace, pod, container):
+                    lines.feed(chunk)
+                lines.close()
+                if container == CONTEXT_CONTAINER and self._code_of(pod, container) not in (None, 0):
+                    return
+        except BaseException as exc:  # handed to the runner's thread, which raises it
+            failures.append(exc)
+
+    def _await_container(self, pod: str, container: str) -> bool:
+        """Waits until ``container`` runs or has run; False when it never will (the pod is gone or
+        ended without it). Raises when the pod cannot start."""
+        deadline = time.monotonic() + self.startup_timeout
+        while True:
+            remote = self.cluster.read_pod(self.namespace, pod)
+            if remote is None:
+                return False
+            status = get_container_status(remote, container)
+            state = status.state if status is not None else None
+            if state is not None and (state.running is not None or state.terminated is not None):
+                return True
+            if remote.status is not None and remote.status.phase in ("Failed", "Succeeded"):
+                return False
+            if remote.status is not None and (problem := detect_pod_terminate_early_issues(remote)):
+                raise KubernetesError(f"pod {pod} cannot start: {problem.strip()}")
+            if time.monotonic() > deadline:
+                raise KubernetesError(
+                    f"pod {pod} did not start within {self.startup_timeout:.0f}s: {_pending_reason(remote)}"
+                )
+            time.sleep(self.poll_interval)
+
+    def _code_of(self, pod: str, container: str) -> int | None:
+        return _exit_code_in(self.cluster.read_pod(self.namespace, pod), container)
+
+    def _exit_code(self, pod: str, stop: threading.Event, kill: Callable[[], None]) -> int:
+        """The trial container's exit code, once Kubernetes reports it; the init container's when the
+        trial's never ran; :data:`KILLED` when the pod is gone."""
+        killed = False
+        while (code := _final_code(self.cluster.read_pod(self.namespace, pod))) is None:
+            if stop.is_set() and not killed:
+                killed = True
+                kill()
+            time.sleep(self.poll_interval)
+        return code
+
+    def _kill(self, namespace: str, name: str, kinds: Sequence[str], pods: list[str]) -> None:
+        """SIGTERM to every pod's containers (through the gang's Job, if any), SIGKILL ``kill_grace``
+        seconds later."""
+        if "Job" in kinds:
+            self.cluster.delete("Job", namespace, name, grace_seconds=self.kill_grace)
+        for pod in pods:
+            self.cluster.delete("Pod", namespace, pod, grace_seconds=self.kill_grace)
+
+    def _read_output(self, namespace: str, pod: str, remote: k8s.V1Pod | None, on_output: OnOutput) -> None:
+        """Passes on what the pod's init container, then the trial's, wrote (those that started)."""
+        for container in (CONTEXT_CONTAINER, TRIAL_CONTAINER):
+            status = get_container_status(remote, container) if remote is not None else None
+            state = status.state if status is not None else None
+            if state is None or (state.running is None and state.terminated is None):
+                continue
+            lines = LineSplitter("stdout", on_output)  # Kubernetes merges a container's stdout and stderr
+            try:
+                for chunk in self.cluster.logs(namespace, pod, container, follow=False):
+                    lines.feed(chunk)
+            except ApiException as exc:  # its exit code still counts
+                on_output(f"cannot read the output of {container} in pod {pod}: {_reason(exc)}", "stderr")
+            lines.close()
+
+    def _delete(self, namespace: str, name: str, kinds: Sequence[str]) -> None:
+        """Deletes a run's objects (all named ``name``), the last created first."""
+        for kind in reversed(kinds):
+            try:
+                self.cluster.delete(kind, namespace, name)
+            except _UNREACHABLE as exc:  # the next run's sweep deletes it
+                if self._log is not None:
+                    self._log.warning("Cannot delete %s %s: %s", kind, name, _describe(exc))
 
 
-# Docker's bind propagation → Kubernetes' mountPropagation.
-_PROPAGATION = {"rprivate": "None", "private": "None", "rslave": "HostToContainer", "slave": "HostToContainer",
-                "rshared": "Bidirectional", "shared": "Bidirectional"}  # fmt: skip
+def _exit_code_in(pod: k8s.V1Pod | None, container: str) -> int | None:
+    status = get_container_status(pod, container) if pod is not None else None
+    terminated = status.state.terminated if status is not None and status.state is not None else None
+    return int(terminated.exit_code) if terminated is not None else None
 
 
-def _user_pod(pod_spec: Mapping[str, Any]) -> k8s.V1Pod:
-    """The user's pod_spec as a pod whose first container is the one the trial's merges into (their
-    ``determined-container``, else a new one: their other containers are sidecars)."""
-    user = copy.deepcopy(dict(pod_spec))
-    spec = user.get("spec") or {}
-    containers = list(spec.get("containers") or [])
-    named = [c for c in containers if c.get("name") == TRIAL_CONTAINER]
-    if named:
-        containers.remove(named[0])
-    containers.insert(0, named[0] if named else {"name": TRIAL_CONTAINER})
-    spec["containers"] = containers
-    user["spec"] = spec
-    return PodGenerator.deserialize_model_dict(user)
+def _final_code(pod: k8s.V1Pod | None) -> int | None:
+    """A pod's exit code as :meth:`KubernetesRunner._exit_code` reads it, without waiting: None
+    while it has not ended."""
+    if pod is None:
+        return KILLED
+    code = _exit_code_in(pod, TRIAL_CONTAINER)
+    if code is not None:
+        return code
+    if pod.status is not None and pod.status.phase in ("Failed", "Succeeded"):
+        return _exit_code_in(pod, CONTEXT_CONTAINER) or KILLED
+    return None
 
 
-INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+def _start_problem(pod: k8s.V1Pod | None) -> str | None:
+    """Why a pod cannot start (a bad image, say), as the provider's pod operator judges it."""
+    if pod is None or pod.status is None:
+        return None
+    return detect_pod_terminate_early_issues(pod)
 
 
-def gang_service(trial: ContainerTrial, *, namespace: str) -> k8s.V1Service:
-    """The headless Service that names the pods of a multi-pod trial (``<job>-<i>.<service>``), for
-    their rendezvous."""
-    return k8s.V1Service(
-        api_version="v1",
-        kind="Service",
-        metadata=k8s.V1ObjectMeta(name=trial.name, namespace=namespace, labels=dict(trial.labels)),
-        spec=k8s.V1ServiceSpec(
-            cluster_ip="None", selector={"job-name": trial.name}, publish_not_ready_addresses=True
-        ),
-    )
+def _has_run(pod: k8s.V1Pod | None) -> bool:
+    """Whether the pod's trial container runs or has run (or the pod is gone, having run)."""
+    if pod is None:
+        return True
+    status = get_container_status(pod, TRIAL_CONTAINER)
+    state = status.state if status is not None else None
+    return state is not None and (state.running is not None or state.terminated is not None)
 
 
-def gang_job(
-    trial: ContainerTrial, *, namespace: str, pods: int, policy: RunnerPolicy | None = None
-) -> k8s.V1Job:
-    """A trial spanning ``pods`` pods as one indexed Job: each pod holds ``trial.slot_ids`` (the
-    slots of one pod), knows its container rank from its completion index, and reaches the others
-    through :func:`gang_service`. No pod is retried on its own: the trial's retries restart the gang."""
-    pod = trial_pod(trial, namespace=namespace, policy=policy)
-    addrs = [f"{trial.name}-{i}.{trial.name}" for i in range(pods)]
-    container = pod.spec.containers[0]
-    env = [e for e in container.env or [] if e.name not in _GANG_VARIABLES]
-    env += [
-        k8s.V1EnvVar(name="DET_CONTAINER_ADDRS", value=json.dumps(addrs)),
-        k8s.V1EnvVar(name="DET_CHIEF_IP", value=addrs[0]),
-        k8s.V1EnvVar(
-            name="DET_CONTAINER_RANK",
-            value_from=k8s.V1EnvVarSource(
-                field_ref=k8s.V1ObjectFieldSelector(field_path=f"metadata.annotations['{INDEX_ANNOTATION}']")
-            ),
-        ),
-    ]
-    container.env = env
-    pod.spec.subdomain = trial.name
-    return k8s.V1Job(
-        api_version="batch/v1",
-        kind="Job",
-        metadata=k8s.V1ObjectMeta(name=trial.name, namespace=namespace, labels=dict(trial.labels)),
-        spec=k8s.V1JobSpec(
-            completion_mode="Indexed",
-            completions=pods,
-            parallelism=pods,
-            backoff_limit=0,
-            template=k8s.V1PodTemplateSpec(
-                metadata=k8s.V1ObjectMeta(labels=dict(trial.labels)), spec=pod.spec
-            ),
-        ),
-    )
+def _pending_reason(pod: k8s.V1Pod) -> str:
+    status = pod.status
+    for condition in (status.conditions if status is not None else None) or []:
+        if condition.status != "True" and condition.message:
+            return f"{condition.reason}: {condition.message}"
+    return f"still {status.phase if status is not None else 'unknown'}"
 
 
-_GANG_VARIABLES = frozenset({"DET_CONTAINER_ADDRS", "DET_CHIEF_IP", "DET_CONTAINER_RANK"})
+def _describe(exc: BaseException) -> str:
+    return _reason(exc) if isinstance(exc, ApiException) else str(exc)
+
+
+def _reason(exc: ApiException) -> str:
+    try:
+        message = json.loads(exc.body or "").get("message")
+    except (ValueError, AttributeError):
+        message = None
+    return str(message or exc.reason or exc)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from airflow.api_fastapi.core_api.security import requires_authenticated
 from fastapi import APIRouter, Depends, HTTPException
 from fastapi.responses import FileResponse, RedirectResponse
+
+from det_airflow.airflow_compat import requires_authenticated
 
 # `make ui` (npm run build in ui/) writes the bundle here; it is build output, not sources.
 STATIC_DIR = Path(__file__).parent / "static"

@@ -2,17 +2,30 @@
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 from airflow.plugins_manager import AirflowPlugin
-from fastapi import FastAPI
-
-from det_airflow.master.app import create_app
-from det_airflow.webui import pages
 
 
-def _app() -> FastAPI:
+@functools.cache
+def _master_apps() -> list[dict[str, Any]]:
+    from det_airflow.master.app import create_app
+    from det_airflow.webui import pages
+
     app = create_app()
     app.include_router(pages.router())
-    return app
+    return [{"app": app, "url_prefix": "/det", "name": "det-airflow master"}]
+
+
+class _BuiltOnFirstRead:
+    """``fastapi_apps``, built the first time Airflow reads it. Every Airflow process loads every
+    plugin (scheduler, triggerer, workers, DAG processor), but only the API server reads
+    ``fastapi_apps``, to mount them (and ``airflow plugins`` to list them), so only those build the
+    master and import its routes."""
+
+    def __get__(self, instance: object, owner: type | None = None) -> list[dict[str, Any]]:
+        return _master_apps()
 
 
 # The pages are a single-page app of their own (its own React, uPlot and CSS) in a same-origin
@@ -23,7 +36,7 @@ _UI = "det/ui/#"
 
 class DetPlugin(AirflowPlugin):
     name = "det"
-    fastapi_apps = [{"app": _app(), "url_prefix": "/det", "name": "det-airflow master"}]
+    fastapi_apps = _BuiltOnFirstRead()
     external_views = [
         {
             "name": "Experiments",

@@ -15,7 +15,7 @@ import docker
 import pytest
 
 from det_airflow.operators.runners import LABEL_TRIAL, ContainerTrial
-from det_airflow.operators.runners._docker import ContainerError, DockerRunner
+from det_airflow.operators.runners.docker import ContainerError, DockerRunner
 from det_airflow.trial_process import TrialSpec
 
 _next_trial = iter(range(900_000, 1_000_000))

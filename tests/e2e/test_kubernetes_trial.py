@@ -24,9 +24,14 @@ from det_airflow.config import config_to_dict, parse_config
 from det_airflow.master import auth
 from det_airflow.master.auth import SERVICE_TOKEN_SETTING, hash_token
 from det_airflow.master.db import set_setting
-from det_airflow.operators.runners import DEFAULT_IMAGES, LABEL_TRIAL, ContainerTrial, container_environment
-from det_airflow.operators.runners._kubernetes import KubernetesRunner
-from det_airflow.operators.runners._run import build_runner
+from det_airflow.operators.runners import (
+    DEFAULT_IMAGES,
+    LABEL_TRIAL,
+    ContainerTrial,
+    build_runner,
+    container_environment,
+)
+from det_airflow.operators.runners.kubernetes import KubernetesRunner
 from det_airflow.operators.triggers import KubernetesTrialTrigger
 from det_airflow.trial_process import TrialSpec, trial_environment
 from tests.unit.master.creating import Creator, b64, creator, tar_gz  # noqa: F401

@@ -3,6 +3,7 @@ migrated, and a `det` CLI logged in as the admin."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 import subprocess
@@ -56,6 +57,9 @@ def wait_until(condition: Callable[[], T], what: str, timeout: float = 120.0, in
 class DetEnv:
     af: LocalAirflow
     config_dir: Path
+    # Who the `det` CLI logs in as: the admin unless set by as_user().
+    user: str | None = None
+    password: str | None = None
 
     @classmethod
     def install(cls, af: LocalAirflow, config_dir: Path) -> DetEnv:
@@ -66,12 +70,17 @@ class DetEnv:
         assert "det tables" in out.stdout, out.stdout + out.stderr
         return env
 
+    def as_user(self, user: str, password: str, config_dir: Path) -> DetEnv:
+        """The same det-airflow, with the `det` CLI logged in as ``user`` (its token kept in
+        ``config_dir``, apart from the admin's)."""
+        return dataclasses.replace(self, user=user, password=password, config_dir=config_dir)
+
     def env(self) -> dict[str, str]:
         return {
             **self.af.env(),
             "DET_MASTER": self.af.url,
-            "DET_USER": self.af.admin_user,
-            "DET_PASS": self.af.admin_password,
+            "DET_USER": self.user or self.af.admin_user,
+            "DET_PASS": self.password or self.af.admin_password,
             "DET_AIRFLOW_CONFIG_DIR": str(self.config_dir),
         }
 

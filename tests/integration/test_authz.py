@@ -17,7 +17,7 @@ import yaml
 
 from det_airflow.localairflow import PASSWORDS_FILE
 from tests.integration.conftest import TEST_USERS
-from tests.integration.det_env import DET, REPO, DetEnv, wait_until
+from tests.integration.det_env import DetEnv, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -82,16 +82,7 @@ def tokens(det: DetEnv, passwords: dict[str, str]) -> dict[str, str]:
 def run_det(
     det: DetEnv, user: str, password: str, config_dir: Path, *args: str
 ) -> subprocess.CompletedProcess[str]:
-    env = {**det.env(), "DET_USER": user, "DET_PASS": password, "DET_AIRFLOW_CONFIG_DIR": str(config_dir)}
-    return subprocess.run(
-        [str(DET), *args],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        stdin=subprocess.DEVNULL,
-    )
+    return det.as_user(user, password, config_dir).det(*args, check=False)
 
 
 def call(

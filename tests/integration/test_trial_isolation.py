@@ -9,7 +9,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 import textwrap
 from collections.abc import Iterator
@@ -20,7 +19,7 @@ import yaml
 
 from det_airflow.localairflow import PASSWORDS_FILE
 from det_airflow.settings import DEFAULT_TRIAL_UID_RANGE
-from tests.integration.det_env import DET, EXAMPLE, REPO, DetEnv, kept_checkpoints, wait_until
+from tests.integration.det_env import EXAMPLE, DetEnv, kept_checkpoints, wait_until
 
 pytestmark = [
     pytest.mark.integration,
@@ -227,20 +226,7 @@ PRY = textwrap.dedent(
 
 def _create_as(det: DetEnv, user: str, config: Path, context: Path) -> int:
     password = json.loads((det.af.home / PASSWORDS_FILE).read_text())[user]
-    env = {**det.env(), "DET_USER": user, "DET_PASS": password, "DET_AIRFLOW_CONFIG_DIR": str(config.parent)}
-    made = subprocess.run(
-        [str(DET), "experiment", "create", str(config), str(context)],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        stdin=subprocess.DEVNULL,
-    )
-    assert made.returncode == 0, made.stdout + made.stderr
-    match = re.search(r"Created experiment (\d+)", made.stdout)
-    assert match, made.stdout
-    return int(match.group(1))
+    return det.as_user(user, password, config.parent).create(config, context)
 
 
 def _config(tmp_path: Path, user: str, script: str, variables: list[str]) -> tuple[Path, Path]:

@@ -62,6 +62,8 @@ def _experiment(experiment_id: int, **fields: Any) -> dict[str, Any]:
         "parent_id": None,
         "resource_pool": "default",
         "searcher": "single",
+        "searcher_metric": "loss",
+        "best_validation": None,
         "archived": False,
         "dag_id": f"det_experiment_{experiment_id}",
         "dag_run_id": None,
@@ -88,6 +90,10 @@ def _trial(trial_id: int, experiment_id: int, **fields: Any) -> dict[str, Any]:
         "latest_checkpoint": None,
         "best_validation": None,
         "summary_metrics": {"training": {}, "validation": {}},
+        "early_exit": None,
+        "stop_requested": False,
+        "preempt_requested_at": None,
+        "airflow_task": None,
     }
     return base | fields
 
@@ -238,7 +244,7 @@ def build_app(master: FakeMaster) -> FastAPI:
         return user
 
     def state_rule(e: dict[str, Any], action: str) -> None:
-        # The real master's rules and wording (det_airflow.master.experiments.change_state), which
+        # The real master's rules and wording (det_airflow.master.experiment_state.change_state), which
         # test_real_master.py checks against the master itself; the stand-in keeps no state changes.
         if action == "archive" and e["state"] not in FINISHED:
             raise HTTPException(
@@ -284,7 +290,10 @@ def build_app(master: FakeMaster) -> FastAPI:
         if config.get("name") == "rejected":
             raise HTTPException(400, "resources.resource_pool: pool 'gpu' does not exist")
         if body.get("request_id") in master.by_request_id:  # a resend: the experiment it created
-            return {"experiment": master.experiments[master.by_request_id[body["request_id"]]]}
+            return {
+                "experiment": master.experiments[master.by_request_id[body["request_id"]]],
+                "warnings": [],
+            }
         master.created.append(body)
         experiment_id = max(master.experiments) + 1
         if body.get("request_id"):
@@ -295,7 +304,7 @@ def build_app(master: FakeMaster) -> FastAPI:
         )
         master.configs[experiment_id] = config
         master.ticks[experiment_id] = 0
-        return {"experiment": master.experiments[experiment_id]}
+        return {"experiment": master.experiments[experiment_id], "warnings": []}
 
     @app.get(f"{api}/experiments", dependencies=auth)
     def list_experiments(all: bool = False) -> Any:  # noqa: A002

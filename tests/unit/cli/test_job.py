@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from det_airflow.api.models import Job
 from det_airflow.cli import render
 from det_airflow.cli.job import LIST_HEADERS, JobArgumentError, list_row, parse_batch
 
@@ -16,19 +17,27 @@ JOB = {
     "type": "TYPE_EXPERIMENT",
     "name": "mnist",
     "priority": 42,
+    "weight": 1.0,
+    "max_slots": None,
     "submitted": "2025-03-01T12:00:00+00:00",
     "acquired_slots": 4,
     "needed_slots": 8,
     "slots_per_trial": 4,
     "state": "STATE_SCHEDULED",
+    "preempting_trials": 0,
     "fits_pool": True,
     "user": "alice",
     "resource_pool": "gpus",
+    "experiment_state": "ACTIVE",
 }
 
 
+def _job(**fields: Any) -> Job:
+    return Job.model_validate(JOB | fields)
+
+
 def test_list_shows_the_columns_determined_shows(capsys: pytest.CaptureFixture[str]) -> None:
-    render.print_table(LIST_HEADERS, [list_row(JOB)], csv=True)
+    render.print_table(LIST_HEADERS, [list_row(_job())], csv=True)
     assert capsys.readouterr().out.splitlines() == [
         "#,ID,Type,Job Name,Priority,Submitted,Slots (acquired/needed),State,User",
         "1,7,TYPE_EXPERIMENT,mnist,42,2025-03-01 12:00:00+0000,4/8,STATE_SCHEDULED,alice",
@@ -36,12 +45,12 @@ def test_list_shows_the_columns_determined_shows(capsys: pytest.CaptureFixture[s
 
 
 def test_a_job_that_never_fits_its_pool_says_so() -> None:
-    row = list_row({**JOB, "fits_pool": False, "acquired_slots": 0, "state": "STATE_QUEUED"})
+    row = list_row(_job(fits_pool=False, acquired_slots=0, state="STATE_QUEUED"))
     assert row[6] == "0/8 (needs 4 per trial: never fits pool 'gpus')"
 
 
 def test_a_job_the_caller_may_not_read_is_shown_without_name_and_user() -> None:
-    row = list_row({**JOB, "name": None, "user": None})
+    row = list_row(_job(name=None, user=None))
     assert (row[3], row[8]) == ("(hidden)", "(hidden)")
 
 

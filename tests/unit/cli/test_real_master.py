@@ -267,9 +267,9 @@ def test_create_with_the_same_request_id_makes_one_experiment(real_master: RealM
     client = api_user.connect(real_master.url)
     first = client.create_experiment(CONFIG, None, request_id="retry-me-1")
     again = client.create_experiment(CONFIG, None, request_id="retry-me-1")
-    assert again["id"] == first["id"]
+    assert again.id == first.id
     other = client.create_experiment(CONFIG, None, request_id="retry-me-2")
-    assert other["id"] != first["id"]
+    assert other.id != first.id
 
 
 def test_token_refused_after_a_new_jwt_secret_is_renewed_from_env(

@@ -7,16 +7,17 @@ from typing import Any
 
 import pytest
 
+from det_airflow.api.models import LogLine
 from det_airflow.cli.logs import format_log_line
 
 from .conftest import _log
 
 
 def test_log_line_format() -> None:
-    line = _log(3, 10, "epoch 1", rank=1)
+    line = LogLine.model_validate(_log(3, 10, "epoch 1", rank=1))
     assert format_log_line(line) == "[2025-03-01T12:00:03+00:00] c0ffee [rank=1] || INFO: epoch 1"
     # rank null: no [rank=N]; Determined-style level names are shortened
-    line = _log(1, 10, "starting", rank=None, level="LOG_LEVEL_ERROR")
+    line = LogLine.model_validate(_log(1, 10, "starting", rank=None, level="LOG_LEVEL_ERROR"))
     assert format_log_line(line) == "[2025-03-01T12:00:01+00:00] c0ffee || ERROR: starting"
 
 

@@ -119,10 +119,10 @@ def test_killing_the_experiment_reaches_the_program(master: tuple[str, Database]
     core_v2.init(defaults=core_v2.DefaultConfig(name="long-run"))
     try:
         assert core_v2.info is not None
-        from det_airflow.master import experiments
+        from det_airflow.master import experiment_state
 
         with db.begin() as conn:
-            experiments.change_state(conn, core_v2.info.trial.experiment_id, "kill")
+            experiment_state.change_state(conn, core_v2.info.trial.experiment_id, "kill")
         assert core_v2.preempt.should_preempt() is True
     finally:
         core_v2.close()

@@ -200,7 +200,7 @@ def people(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[People]:
     db = get_database()
     db.migrate()
     create_auth_manager()
-    app = create_app()
+    app = create_app(background_jobs=False)  # tests run housekeeping's jobs themselves
     app.dependency_overrides[get_user] = _user_from_header
     # The checkpoint root as a root worker makes it; its folders belong to their owners' uids.
     storage = checkpoint_root(tmp_path / "checkpoints")

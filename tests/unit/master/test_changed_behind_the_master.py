@@ -17,7 +17,7 @@ from airflow.utils.state import DagRunState, TaskInstanceState
 from airflow.utils.types import DagRunTriggeredByType, DagRunType
 from sqlalchemy import delete, select, update
 
-from det_airflow.master import reports, trials
+from det_airflow.master import housekeeping, trial_logs, trials
 from tests.unit.master import test_publish_dag
 from tests.unit.master.creating import Creator
 
@@ -71,7 +71,9 @@ def _trial_task(dag_id: str) -> Any:
 
 
 def _describe(creator: Creator, e: int) -> dict[str, Any]:
-    trials._last_reconcile.clear()
+    """What alice sees once the master's background jobs have looked (they do every few seconds)."""
+    for job in ("end experiments ended in Airflow", "reclaim lost runs"):
+        assert housekeeping.run_job(job, creator.people.db)
     answer = creator.people.call("alice", "GET", f"/experiments/{e}")
     assert answer.status_code == 200, answer.text
     return dict(answer.json())
@@ -79,7 +81,7 @@ def _describe(creator: Creator, e: int) -> dict[str, Any]:
 
 def _logs(creator: Creator, trial_id: int) -> list[str]:
     with creator.people.db.read() as conn:
-        return [r.message for r in reports.read_logs(conn, trial_id, after=None, limit=None, tail=None)]
+        return [r.message for r in trial_logs.read_logs(conn, trial_id, after=None, limit=None, tail=None)]
 
 
 def test_a_trial_task_set_failed_through_airflow_ends_the_trial_past_its_restarts(
@@ -147,3 +149,21 @@ def test_an_experiment_whose_dag_run_was_deleted_through_airflow_ends_in_error(
     assert seen["experiment"]["error"] == why
     answer = airflow_db.people.call("alice", "GET", f"/trials/{t}")
     assert answer.json()["trial"]["state"] == "ERROR"
+
+
+def test_an_experiment_whose_dag_run_was_ended_through_airflow_ends_in_error(
+    airflow_db: Creator,
+) -> None:
+    e, _, dag_id = _running_trial(airflow_db, max_restarts=5)
+    with settings.Session() as session:  # type: ignore[misc]
+        session.execute(update(DagRun).where(DagRun.dag_id == dag_id).values(state=DagRunState.SUCCESS))
+        session.commit()
+
+    seen = _describe(airflow_db, e)
+
+    assert [trial["state"] for trial in seen["trials"]] == ["ERROR"]
+    assert seen["experiment"]["state"] == "ERROR"
+    assert (
+        seen["experiment"]["error"]
+        == f"its DAG run '{RUN_ID}' was ended in Airflow before the experiment ended"
+    )

@@ -12,9 +12,9 @@ from uuid import UUID
 import pytest
 from sqlalchemy import insert, select, update
 
+from det_airflow.api.models import TrialExit
 from det_airflow.config import parse_config
 from det_airflow.master import checkpoint_gc, lifecycle, reports, routes_internal, schema, trials
-from det_airflow.master.bodies import TrialExit
 from det_airflow.master.db import Database
 from tests.unit.master import test_queue
 from tests.unit.master.creating import Creator

@@ -18,7 +18,14 @@ from sqlalchemy import func, select
 
 from det_airflow.config import config_to_dict, parse_config
 from det_airflow.dagfactory import experiment_dag_id, experiment_file
-from det_airflow.master import airflow_bridge, experiments, schema, search
+from det_airflow.master import (
+    airflow_bridge,
+    experiment_deletion,
+    experiment_files,
+    lifecycle,
+    schema,
+    search,
+)
 from det_airflow.master import db as master_db
 from det_airflow.master.db import Database
 from tests.unit.master.owners import checkpoint_root, owned_by
@@ -139,7 +146,7 @@ class Master:
         for folder in self.storage.glob(f"ckpt-{experiment_id}-*"):
             owned_by(self.db, "admin", folder)
         if own_dag:
-            experiments.write_experiment_file(experiment_id, config)
+            experiment_files.write_experiment_file(experiment_id, config)
         (self.work / f"exp_{experiment_id}" / f"trial_{trial_id}").mkdir(parents=True)
         return experiment_id
 
@@ -197,7 +204,7 @@ def test_deleting_a_created_experiment_removes_its_yaml_then_its_dag_files_and_r
     experiment_id = master.add_experiment()
     assert len(master.leftovers(experiment_id)) == 4
 
-    assert experiments.delete_experiment(master.db, experiment_id) == []
+    assert experiment_deletion.delete_experiment(master.db, experiment_id) == []
 
     assert master.leftovers(experiment_id) == []
     assert master.rows_of(experiment_id) == {"experiments": 0, "checkpoints": 0, "metrics": 0}
@@ -210,7 +217,7 @@ def test_an_experiment_of_a_yaml_in_dags_removes_only_its_own_run(master: Master
     experiment_id = master.add_experiment(dag_id="det_digits")
     master.airflow.run_states[("det_digits", "another-experiments-run")] = "running"
 
-    assert experiments.delete_experiment(master.db, experiment_id) == []
+    assert experiment_deletion.delete_experiment(master.db, experiment_id) == []
 
     assert master.airflow.deleted_runs == [("det_digits", "run-1")]
     assert master.airflow.deleted_dags == []
@@ -221,7 +228,7 @@ def test_other_experiments_keep_everything(master: Master) -> None:
     kept = master.add_experiment()
     deleted = master.add_experiment()
 
-    experiments.delete_experiment(master.db, deleted)
+    experiment_deletion.delete_experiment(master.db, deleted)
 
     assert len(master.leftovers(kept)) == 4
     assert master.rows_of(kept) == {"experiments": 1, "checkpoints": 2, "metrics": 1}
@@ -231,8 +238,8 @@ def test_other_experiments_keep_everything(master: Master) -> None:
 def test_an_experiment_that_has_not_ended_is_refused_and_keeps_everything(master: Master, state: str) -> None:
     experiment_id = master.add_experiment(state=state)
 
-    with pytest.raises(experiments.StateError, match=f"is {state}; cancel or kill it before deleting it"):
-        experiments.delete_experiment(master.db, experiment_id)
+    with pytest.raises(lifecycle.StateError, match=f"is {state}; cancel or kill it before deleting it"):
+        experiment_deletion.delete_experiment(master.db, experiment_id)
 
     assert len(master.leftovers(experiment_id)) == 4
     assert master.rows_of(experiment_id) == {"experiments": 1, "checkpoints": 2, "metrics": 1}
@@ -244,8 +251,8 @@ def test_an_ended_experiment_whose_dag_run_still_runs_is_refused(master: Master,
     experiment_id = master.add_experiment()
     master.airflow.run_states[(experiment_dag_id(experiment_id), run_id)] = "running"
 
-    with pytest.raises(experiments.StateError, match=f"DAG run '{run_id}' .* is still running in Airflow"):
-        experiments.delete_experiment(master.db, experiment_id)
+    with pytest.raises(lifecycle.StateError, match=f"DAG run '{run_id}' .* is still running in Airflow"):
+        experiment_deletion.delete_experiment(master.db, experiment_id)
 
     assert len(master.leftovers(experiment_id)) == 4
     assert master.rows_of(experiment_id)["experiments"] == 1
@@ -266,7 +273,7 @@ def test_what_cannot_be_removed_is_reported_and_the_rest_still_goes(master: Mast
             .values(storage={"type": "shared_fs", "path": "/"})
         )
 
-    not_removed = experiments.delete_experiment(master.db, experiment_id)
+    not_removed = experiment_deletion.delete_experiment(master.db, experiment_id)
 
     assert not_removed == [
         "TaskInstances still running",
@@ -284,14 +291,14 @@ def test_the_optuna_study_of_a_tpe_experiment_is_removed(master: Master) -> None
     optuna.create_study(study_name=search.study_name(experiment_id), storage=storage)
     optuna.create_study(study_name="someone-elses", storage=storage)
 
-    assert experiments.delete_experiment(master.db, experiment_id) == []
+    assert experiment_deletion.delete_experiment(master.db, experiment_id) == []
 
     assert optuna.get_all_study_names(storage) == ["someone-elses"]
 
 
 def test_an_unknown_experiment_is_not_found(master: Master) -> None:
-    with pytest.raises(experiments.NotFound, match="experiment 42 not found"):
-        experiments.delete_experiment(master.db, 42)
+    with pytest.raises(lifecycle.NotFound, match="experiment 42 not found"):
+        experiment_deletion.delete_experiment(master.db, 42)
 
 
 def _finished_runs(master: Master):  # type: ignore[no-untyped-def]
@@ -313,7 +320,7 @@ def test_finished_experiments_leave_the_parsed_folder_once_their_dag_run_has_end
     master.airflow.run_states[(experiment_dag_id(active), "run-1")] = "running"
 
     with master.db.read() as conn:
-        assert experiments.retire_finished_experiment_files(conn) == [ended]
+        assert experiment_files.retire_finished_experiment_files(conn) == [ended]
 
     assert not experiment_file(master.dags, ended).exists()
     assert (experiment_file(master.dags, ended).parent / "finished" / f"exp_{ended}.yaml").is_file()
@@ -321,7 +328,7 @@ def test_finished_experiments_leave_the_parsed_folder_once_their_dag_run_has_end
     assert experiment_file(master.dags, still_running_run).exists()
     assert experiment_file(master.dags, active).exists()
     with master.db.read() as conn:
-        assert experiments.retire_finished_experiment_files(conn) == []
+        assert experiment_files.retire_finished_experiment_files(conn) == []
 
 
 def test_deleting_a_retired_experiment_removes_its_retired_config(
@@ -331,9 +338,9 @@ def test_deleting_a_retired_experiment_removes_its_retired_config(
     experiment_id = master.add_experiment()
     master.airflow.run_states[(experiment_dag_id(experiment_id), "run-1")] = "success"
     with master.db.read() as conn:
-        experiments.retire_finished_experiment_files(conn)
+        experiment_files.retire_finished_experiment_files(conn)
 
-    assert experiments.delete_experiment(master.db, experiment_id) == []
+    assert experiment_deletion.delete_experiment(master.db, experiment_id) == []
 
     assert list(master.dags.rglob(f"exp_{experiment_id}.yaml")) == []
 
@@ -343,7 +350,7 @@ def test_a_deleted_experiments_dag_registered_again_is_forgotten_and_nothing_els
 ) -> None:
     kept = master.add_experiment()
     deleted = master.add_experiment()
-    assert experiments.delete_experiment(master.db, deleted) == []
+    assert experiment_deletion.delete_experiment(master.db, deleted) == []
     master.airflow.deleted_dags.clear()
     # What Airflow reports as stale and runless: the deleted experiment's DAG, parsed back by a parse
     # in flight, beside a kept experiment's DAG and a user's YAML DAG that only look alike.
@@ -353,6 +360,6 @@ def test_a_deleted_experiments_dag_registered_again_is_forgotten_and_nothing_els
     )
 
     with master.db.read() as conn:
-        assert experiments.forget_deleted_experiment_dags(conn) == [experiment_dag_id(deleted)]
+        assert experiment_files.forget_deleted_experiment_dags(conn) == [experiment_dag_id(deleted)]
 
     assert master.airflow.deleted_dags == [experiment_dag_id(deleted)]

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from sqlalchemy import insert, select, update
 
-from det_airflow.master import experiments, lifecycle, reports, schema, trials
+from det_airflow.master import experiment_state, lifecycle, reports, schema, trials
 from det_airflow.master.db import Database
 from det_airflow.states import ExperimentState, TrialState
 from tests.unit.master.creating import Creator
@@ -243,7 +243,7 @@ def test_pause_activate_and_kill_are_recorded_with_the_verb(people: People, crea
     (t,) = trial_ids(people, e)
     for action in ("pause", "activate", "pause", "kill"):
         with people.db.begin() as conn:
-            experiments.change_state(conn, e, action)
+            experiment_state.change_state(conn, e, action)
 
     assert [c[1:] for c in changes(people.db, "experiment", e)] == [
         (E.PAUSED, "det experiment pause"),
@@ -333,7 +333,7 @@ def test_pause_kill_and_activate_racing_leave_the_experiment_killed(
     def verb(action: str) -> Callable[[], None]:
         def request() -> None:
             with people.db.begin() as conn:
-                experiments.change_state(conn, e, action)
+                experiment_state.change_state(conn, e, action)
 
         return request
 

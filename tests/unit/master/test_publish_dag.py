@@ -144,21 +144,22 @@ def test_no_parse_sees_a_new_experiment_before_its_dag_is_written(
     assert _serialized(dag_id) is not None
 
 
-def test_a_staged_file_left_by_a_stopped_api_server_is_published_by_a_later_create(
+def test_a_staged_file_left_by_a_stopped_api_server_is_published_by_housekeeping(
     airflow_db: Creator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import os
 
     from det_airflow.dagfactory import experiment_file, staged_experiment_file
-    from det_airflow.master import experiments
+    from det_airflow.master import housekeeping
 
     first = airflow_db.create().json()["experiment"]["id"]
     folder = airflow_bridge.dags_folder()
     # As if the API server had stopped after the commit, before publishing: the file still staged.
     os.replace(experiment_file(folder, first), staged_experiment_file(folder, first))
-    assert experiments.publish_left_staged() == []  # a create in flight elsewhere: left to it
+    assert housekeeping.run_job("publish left-staged experiments")
+    assert staged_experiment_file(folder, first).exists()  # a create in flight elsewhere: left to it
     old = staged_experiment_file(folder, first).stat().st_mtime - 120
     os.utime(staged_experiment_file(folder, first), (old, old))
-    assert airflow_db.create().status_code == 200
+    assert housekeeping.run_job("publish left-staged experiments")
     assert experiment_file(folder, first).is_file()
     assert not staged_experiment_file(folder, first).exists()

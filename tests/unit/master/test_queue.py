@@ -1,5 +1,5 @@
-"""The admission gate: scheduling order, whole gangs, no backfill past a job that could fit, and
-what `det job` shows and changes on the master's own tables."""
+"""The admission gate on the master's own tables (its decisions alone: test_queue_policy.py), and
+what `det job` shows and changes."""
 
 from __future__ import annotations
 
@@ -10,80 +10,11 @@ from airflow import settings
 from airflow.models.pool import Pool
 from sqlalchemy import select, update
 
-from det_airflow.master import queue, reports, schema, trials
-from det_airflow.master.queue import Job, plan
+from det_airflow.master import housekeeping, schema, trial_logs, trials
 from tests.unit.master.creating import Creator
 from tests.unit.master.people_app import People
 
 TASK = {"dag_id": "det_x", "run_id": "r", "task_id": "trial", "map_index": 0, "try_number": 1}
-
-
-def one_slot(job_id: int, *, held: int = 0, waiting: int = 0, priority: int = 42) -> Job:
-    return Job(job_id, priority, float(job_id), 1, held=held, waiting=waiting)
-
-
-def test_a_4_slot_job_keeps_its_place_against_a_stream_of_1_slot_jobs() -> None:
-    big = Job(2, 42, 2.0, 4, waiting=1)
-    running = 3  # slots the first 1-slot job holds when the 4-slot job is submitted
-    started_after_big: list[int] = []
-    big_started = False
-    for newcomer in range(3, 30):  # a new 1-slot job arrives each round; one running trial ends
-        jobs = [one_slot(1, held=running), big if not big_started else Job(2, 42, 2.0, 4, held=4)]
-        jobs += [one_slot(j, waiting=1) for j in range(3, newcomer + 1) if j not in started_after_big]
-        decision = plan(4, jobs)
-        for job in decision.order:
-            if decision.admits(job.id) and job.id != 2:
-                started_after_big.append(job.id)
-        if decision.admits(2):
-            big_started = True
-            assert not started_after_big, f"1-slot jobs {started_after_big} started before the 4-slot job"
-        running = max(0, running - 1)
-    assert big_started, "the 4-slot job never started"
-    assert started_after_big == [], "1-slot jobs started while the 4-slot job held the whole pool"
-
-
-def test_priority_comes_before_submission_order() -> None:
-    decision = plan(2, [one_slot(1, waiting=5, priority=50), one_slot(2, waiting=5, priority=10)])
-    assert [job.id for job in decision.order] == [2, 1]
-    assert decision.admitted == {2: 2}
-
-
-def test_a_job_too_big_for_the_pool_blocks_no_one() -> None:
-    decision = plan(4, [Job(1, 1, 1.0, 8, waiting=1), one_slot(2, waiting=2)])
-    assert decision.unfit == {1}
-    assert decision.admitted == {2: 2}
-
-
-def test_max_slots_caps_a_job_without_holding_back_the_next() -> None:
-    capped = Job(1, 42, 1.0, 2, held=2, waiting=3, max_slots=4)
-    decision = plan(16, [capped, one_slot(2, waiting=3)])
-    assert decision.admitted == {1: 1, 2: 3}
-    full = Job(1, 42, 1.0, 2, held=4, waiting=3, max_slots=4)
-    assert plan(16, [full, one_slot(2, waiting=1)]).admitted == {2: 1}
-
-
-def test_whole_gangs_only() -> None:
-    decision = plan(5, [Job(1, 42, 1.0, 2, held=2, waiting=3), one_slot(2, waiting=1)])
-    assert decision.admitted == {1: 1}, "3 free slots fit one 2-slot trial; the rest waits, blocking job 2"
-
-
-def test_unlimited_pool_admits_everything() -> None:
-    decision = plan(-1, [Job(1, 42, 1.0, 8, held=64, waiting=100), one_slot(2, waiting=7)])
-    assert decision.admitted == {1: 100, 2: 7}
-
-
-def test_queue_position_orders_jobs_of_one_priority() -> None:
-    jobs = [one_slot(1, waiting=1), one_slot(2, waiting=1), Job(3, 42, 1.5, 1, waiting=1)]
-    assert [job.id for job in plan(1, jobs).order] == [1, 3, 2]
-    assert plan(1, jobs).admitted == {1: 1}
-
-
-def test_positions_ahead_and_behind_are_halfway_between_neighbours() -> None:
-    jobs = [one_slot(1), one_slot(2), one_slot(3), one_slot(4, priority=10)]
-    assert queue.position_near(jobs, 2, ahead=True, moving_id=3) == 1.5
-    assert queue.position_near(jobs, 1, ahead=True, moving_id=3) == 0.0
-    assert queue.position_near(jobs, 1, ahead=False, moving_id=3) == 1.5
-    assert queue.position_near(jobs, 2, ahead=False, moving_id=3) == 3.0
 
 
 # --- on the det tables, with an Airflow pool ----------------------------------------------------
@@ -291,7 +222,11 @@ def _airflow_says(monkeypatch: pytest.MonkeyPatch, state: str, try_number: int =
     monkeypatch.setattr(
         airflow_bridge, "task_instance_states", lambda keys: {key: (state, try_number)} if key in keys else {}
     )
-    trials._last_reclaim.clear()
+
+
+def _housekeeping_reclaims(people: People) -> None:
+    """The master's background job looks for lost runs, as it does every few seconds."""
+    assert housekeeping.run_job("reclaim lost runs", people.db)
 
 
 def test_a_run_whose_task_ended_without_reporting_frees_its_slots_and_restarts_elsewhere(
@@ -303,11 +238,18 @@ def test_a_run_whose_task_ended_without_reporting_frees_its_slots_and_restarts_e
     (lost_trial,) = trial_ids(people, lost)
     waiting = experiment(people)
 
+    _airflow_says(monkeypatch, "failed")
+    assert acquire(people, waiting, 0) == "wait"
+    # A slot's request leaves lost runs to housekeeping: until it looks, the run holds the slot.
+    assert (people.trial(lost_trial).state, people.trial(lost_trial).restarts) == ("STARTING", 0)
     _airflow_says(monkeypatch, "running")
+    _housekeeping_reclaims(people)
     assert acquire(people, waiting, 0) == "wait"  # the pool's one slot is held by a live run
     _airflow_says(monkeypatch, "up_for_retry")
+    _housekeeping_reclaims(people)
     assert acquire(people, waiting, 0) == "wait"  # its next try takes the trial back
     _airflow_says(monkeypatch, "failed")
+    _housekeeping_reclaims(people)
     # Its job is ahead in the queue: the lost trial gets the slot back, in a slot of its own DAG run.
     assert acquire(people, waiting, 0) == "wait"
     trial = people.trial(lost_trial)
@@ -315,7 +257,7 @@ def test_a_run_whose_task_ended_without_reporting_frees_its_slots_and_restarts_e
     assert acquire(people, lost, 1) == "run"
     assert (people.trial(lost_trial).state, people.trial(lost_trial).slot) == ("STARTING", 1)
     with people.db.read() as conn:
-        logs = [r.message for r in reports.read_logs(conn, lost_trial, after=None, limit=None, tail=None)]
+        logs = [r.message for r in trial_logs.read_logs(conn, lost_trial, after=None, limit=None, tail=None)]
     assert any("ended failed without reporting the trial's exit" in line for line in logs), logs
 
 
@@ -335,6 +277,7 @@ def test_a_lost_run_past_its_restarts_ends_in_error_and_the_search_hears_it(
     (lost_trial,) = trial_ids(people, lost)
 
     _airflow_says(monkeypatch, "failed")
+    _housekeeping_reclaims(people)
     assert acquire(people, experiment(people), 0) == "run"
 
     assert people.trial(lost_trial).state == "ERROR"

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
+from det_airflow.api.models import MAX_STEPS
 from det_airflow.master import schema
 from det_airflow.master.auth import hash_token
-from det_airflow.master.bodies import MAX_STEPS
 from tests.unit.master.creating import Creator
 from tests.unit.master.people_app import People
 

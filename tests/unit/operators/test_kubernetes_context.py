@@ -20,7 +20,7 @@ from det_airflow.config import config_to_dict, parse_config
 from det_airflow.master import schema
 from det_airflow.master.auth import hash_token
 from det_airflow.operators.runners import ContainerTrial
-from det_airflow.operators.runners.kubernetes import CONTEXT_CONTAINER, trial_pod
+from det_airflow.operators.runners.kubernetes_pod import CONTEXT_CONTAINER, trial_pod
 from det_airflow.trial_process import TrialSpec, trial_environment
 from tests.unit.master.creating import Creator, b64, creator, tar_gz  # noqa: F401
 from tests.unit.master.people_app import People, people  # noqa: F401

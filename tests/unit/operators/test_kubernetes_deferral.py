@@ -28,13 +28,13 @@ from det_airflow.master import auth, schema
 from det_airflow.master.auth import SERVICE_TOKEN_SETTING, hash_token
 from det_airflow.master.db import set_setting
 from det_airflow.operators.runners import LABEL_RUN, LABEL_TRIAL
-from det_airflow.operators.runners._kubernetes import (
+from det_airflow.operators.runners.kubernetes import (
     KILLED,
     KubernetesError,
     KubernetesRunner,
     SubmittedWorkload,
 )
-from det_airflow.operators.runners.kubernetes import CONTEXT_CONTAINER, TRIAL_CONTAINER
+from det_airflow.operators.runners.kubernetes_pod import CONTEXT_CONTAINER, TRIAL_CONTAINER
 from det_airflow.operators.trial import TrialOperator
 from det_airflow.operators.triggers import KubernetesTrialTrigger
 from tests.unit.master.creating import Creator, creator, tar_gz  # noqa: F401

@@ -15,8 +15,8 @@ from airflow.providers.cncf.kubernetes.pod_generator import PodGenerator
 from det_airflow import settings
 from det_airflow.config import config_to_dict, parse_config
 from det_airflow.operators.runners import LABEL_EXPERIMENT, LABEL_RUN, LABEL_TRIAL, ContainerTrial
-from det_airflow.operators.runners._kubernetes import KubernetesRunner
-from det_airflow.operators.runners.kubernetes import (
+from det_airflow.operators.runners.kubernetes import KubernetesRunner
+from det_airflow.operators.runners.kubernetes_pod import (
     TRIAL_CONTAINER,
     gang_job,
     gang_service,

@@ -25,17 +25,17 @@ from det_airflow.operators.runners import (
     LABEL_RUN,
     LABEL_TRIAL,
     ContainerTrial,
+    build_runner,
     container_environment,
 )
-from det_airflow.operators.runners._kubernetes import (
+from det_airflow.operators.runners.kubernetes import (
     KILLED,
     KubernetesCluster,
     KubernetesError,
     KubernetesRunner,
     trial_workload,
 )
-from det_airflow.operators.runners._run import build_runner
-from det_airflow.operators.runners.kubernetes import CONFIG_VARIABLE, CONTEXT_CONTAINER, TRIAL_CONTAINER
+from det_airflow.operators.runners.kubernetes_pod import CONFIG_VARIABLE, CONTEXT_CONTAINER, TRIAL_CONTAINER
 from det_airflow.trial_process import TrialSpec, trial_environment
 
 MINIMAL = {

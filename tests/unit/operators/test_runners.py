@@ -21,12 +21,11 @@ from det_airflow.operators.runners import (
     LABEL_RUN,
     LABEL_TRIAL,
     ContainerTrial,
+    TrialLaunch,
     container_environment,
-    held_slots,
     runner_name,
 )
-from det_airflow.operators.runners._base import LineSplitter
-from det_airflow.operators.runners._docker import NOBODY, DockerRunner, container_request
+from det_airflow.operators.runners.docker import NOBODY, DockerRunner, container_request
 from det_airflow.runner_policy import PolicyError
 from det_airflow.settings import RunnerPolicy
 from det_airflow.trial_process import TrialSpec
@@ -141,9 +140,17 @@ def test_container_environment_has_the_devices_variables_and_no_path(tmp_path: P
     assert cuda["CUDA_VISIBLE_DEVICES"] == "0,1"  # the container sees its two GPUs as 0 and 1
 
 
+def launch(spec: dict[str, Any]) -> TrialLaunch:
+    """The launch of a trial whose ``spec`` the master answered."""
+    answer = {"trial_id": 12, "experiment_id": 3, **spec}
+    return TrialLaunch.from_answer(
+        answer, token="t", master_url="http://m", workdir=Path("/nowhere"), fetch_context=lambda: None
+    )
+
+
 def test_held_slots_follow_the_master_else_slots_per_trial() -> None:
-    assert held_slots({"config": normalized(resources={"slots_per_trial": 2})}) == (0, 1)
-    assert held_slots({"config": normalized(), "slot_ids": [3, 5]}) == (3, 5)
+    assert launch({"config": normalized(resources={"slots_per_trial": 2})}).held_slots() == (0, 1)
+    assert launch({"config": normalized(), "slot_ids": [3, 5]}).held_slots() == (3, 5)
 
 
 # --- the container ---
@@ -285,23 +292,3 @@ def test_startup_hook_is_sourced_before_the_entrypoint(tmp_path: Path) -> None:
     command = container_request(client(), trial(tmp_path, normalized())).command
     assert command[:4] == ["sh", "-c", '. ./startup-hook.sh && exec "$@"', "sh"]
     assert command[4:6] == ["python3", "-m"]
-
-
-# --- output lines ---
-
-
-def test_line_splitter_joins_chunks_and_splits_progress_bars() -> None:
-    lines: list[tuple[str, str]] = []
-    splitter = LineSplitter("stdout", lambda line, stream: lines.append((line, stream)))
-    for chunk in (
-        b"fir",
-        b"st\nsec",
-        b"ond\r",
-        b"\n10%\r20%\r",
-        "é\n".encode()[:1],
-        "é\n".encode()[1:],
-        b"tail",
-    ):
-        splitter.feed(chunk)
-    splitter.close()
-    assert [line for line, _ in lines] == ["first", "second", "10%", "20%", "é", "tail"]

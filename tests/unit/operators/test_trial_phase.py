@@ -44,16 +44,12 @@ def test_a_container_runs_start_is_shown_pulling_then_starting_then_running(
     t = started_trial(app)
     client = InternalClient(url, SERVICE_TOKEN)
 
-    assert client.trial_phase(t, 1, "PULLING", "pulling image det-trial:1")["trial"]["state"] == "PULLING"
-    assert client.trial_phase(t, 1, "STARTING", "pulled image det-trial:1")["trial"]["state"] == "STARTING"
-    assert (
-        client.trial_phase(t, 1, "RUNNING", "container 0123456789ab started")["trial"]["state"] == "RUNNING"
-    )
+    assert client.trial_phase(t, 1, "PULLING", "pulling image det-trial:1").trial.state == "PULLING"
+    assert client.trial_phase(t, 1, "STARTING", "pulled image det-trial:1").trial.state == "STARTING"
+    assert client.trial_phase(t, 1, "RUNNING", "container 0123456789ab started").trial.state == "RUNNING"
     # Said again (a retried request), or late: nothing moves.
-    assert (
-        client.trial_phase(t, 1, "RUNNING", "container 0123456789ab started")["trial"]["state"] == "RUNNING"
-    )
-    assert client.trial_phase(t, 1, "PULLING", "pulling image det-trial:1")["trial"]["state"] == "RUNNING"
+    assert client.trial_phase(t, 1, "RUNNING", "container 0123456789ab started").trial.state == "RUNNING"
+    assert client.trial_phase(t, 1, "PULLING", "pulling image det-trial:1").trial.state == "RUNNING"
 
     assert history(app, t)[1:] == [
         ("STARTING", "PULLING", "pulling image det-trial:1"),
@@ -69,11 +65,11 @@ def test_a_report_for_another_run_or_an_ended_trial_changes_nothing(
     t = started_trial(app)
     client = InternalClient(url, SERVICE_TOKEN)
 
-    assert client.trial_phase(t, 0, "RUNNING", "an earlier run's runner")["trial"]["state"] == "STARTING"
-    assert client.trial_phase(t, 2, "RUNNING", "a run that never was")["trial"]["state"] == "STARTING"
+    assert client.trial_phase(t, 0, "RUNNING", "an earlier run's runner").trial.state == "STARTING"
+    assert client.trial_phase(t, 2, "RUNNING", "a run that never was").trial.state == "STARTING"
     with app.db.begin() as conn:
         trials.kill_trial(conn, t)
-    assert client.trial_phase(t, 1, "RUNNING", "too late")["trial"]["state"] == "STOPPING_KILLED"
+    assert client.trial_phase(t, 1, "RUNNING", "too late").trial.state == "STOPPING_KILLED"
     assert [to for _, to, _ in history(app, t)] == ["STARTING", "STOPPING_KILLED"]
 
 

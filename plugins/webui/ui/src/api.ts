@@ -1,6 +1,8 @@
 // Typed calls to the det master's JSON API. The pages live at <base>/det/ui/, so "../api/v1" reaches
 // the master under any base path, and the browser sends Airflow's login cookie with each call.
 
+import type { components, paths } from "./generated/api";
+
 const BASE = "../api/v1";
 
 export class ApiError extends Error {
@@ -14,76 +16,31 @@ export class ApiError extends Error {
 
 export type Json = Record<string, unknown>;
 
-export type Experiment = {
-  id: number;
-  name: string;
-  owner: string | null;
-  description: string | null;
-  labels: string[];
-  state: string;
-  progress: number | null;
-  start_time: string | null;
-  end_time: string | null;
-  parent_id: number | null;
-  resource_pool: string;
-  searcher: string;
-  archived: boolean;
-  dag_id: string | null;
-  dag_run_id: string | null;
-  error: string | null;
-  num_trials: number | null;
-  // Present when the master reports the searcher metric and the best value in the list.
-  searcher_metric?: string | null;
-  best_validation?: number | null;
-};
+// The master's answers and bodies come from its OpenAPI document (src/generated/, `make api-types`),
+// so a changed route fails the type check here instead of at run time in a browser.
+type Schemas = components["schemas"];
+type Method = "get" | "post" | "patch" | "delete";
 
-export type Trial = {
-  id: number;
-  experiment_id: number;
-  state: string;
-  hparams: Json;
-  start_time: string | null;
-  end_time: string | null;
-  total_batches: number;
-  restarts: number;
-  progress: number | null;
-  latest_checkpoint: string | null;
-  best_validation: { metric: number; steps_completed: number } | null;
-  summary_metrics: Record<string, Record<string, unknown>>;
-};
+/** What a route answers with 200, as the master's OpenAPI document declares it (a type with no
+ * fields where the route has no such method or answer, so that using it fails the check). */
+type Answer<Path extends keyof paths, M extends Method> = paths[Path][M] extends {
+  responses: { 200: { content: { "application/json": infer T } } };
+}
+  ? T
+  : { [noJsonAnswer]: never };
+declare const noJsonAnswer: unique symbol;
 
-export type ExperimentDetail = { experiment: Experiment; trials: Trial[]; config: Json };
+export type Experiment = Schemas["Experiment"];
+export type Trial = Schemas["Trial"];
+export type ExperimentDetail = Schemas["ExperimentDetail"];
+export type Checkpoint = Schemas["Checkpoint"];
+export type MetricsReport = Schemas["Metrics"];
+export type LogLine = Schemas["LogLine"];
+export type Job = Schemas["Job"];
+export type CurveSeries = Schemas["CurveSeries"];
+export type Curves = Schemas["Curves"];
 
-export type Checkpoint = {
-  uuid: string;
-  trial_id: number;
-  experiment_id: number;
-  steps_completed: number;
-  state: string;
-  size: number | null;
-  report_time: string | null;
-  validation_metric: number | null;
-  resources: Record<string, number> | null;
-};
-
-export type MetricsReport = {
-  trial_id: number;
-  group: string;
-  steps_completed: number;
-  metrics: Record<string, unknown>;
-  report_time: string | null;
-};
-
-export type LogLine = {
-  id: number;
-  trial_id: number;
-  timestamp: string | null;
-  rank: number | null;
-  level: string | null;
-  stdtype: string | null;
-  message: string;
-};
-
+// Hand-written: the page's filters as the strings its inputs hold, sent as query parameters.
 export type LogQuery = {
   after?: number;
   tail?: number;
@@ -96,43 +53,7 @@ export type LogQuery = {
 /** Log levels from least to most severe (det_airflow/cli/logs.py LEVELS). */
 export const LOG_LEVELS = ["TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] as const;
 
-export type Job = {
-  jobs_ahead: number;
-  id: number;
-  name: string | null;
-  priority: number;
-  weight: number;
-  max_slots: number | null;
-  submitted: string | null;
-  acquired_slots: number;
-  needed_slots: number;
-  slots_per_trial: number;
-  state: string;
-  fits_pool: boolean;
-  user: string | null;
-  resource_pool: string;
-  experiment_state: string;
-};
-
-export type CurveSeries = {
-  trial_id: number;
-  state: string;
-  hparams: Json;
-  points: number;
-  x: number[];
-  y: number[];
-};
-
-export type Curves = {
-  group: string;
-  metric: string;
-  x: string;
-  metrics: { training: string[]; validation: string[] };
-  smaller_is_better: boolean;
-  best_trial_ids: number[];
-  series: CurveSeries[];
-};
-
+// Hand-written: an update makes exactly one of these changes, which the schema (all optional) cannot say.
 export type JobChange =
   | { priority: number }
   | { weight: number }
@@ -140,6 +61,7 @@ export type JobChange =
   | { ahead_of: number }
   | { behind_of: number };
 
+// Hand-written: the route's `action` is a plain string in the schema; the master checks these names.
 export type ExperimentAction = "pause" | "activate" | "cancel" | "kill" | "archive" | "unarchive";
 
 function query(params: Record<string, string | number | boolean | null | undefined>): string {
@@ -186,18 +108,31 @@ async function request<T>(method: string, path: string, body?: unknown): Promise
 
 export const api = {
   experiments: (all: boolean) =>
-    request<{ experiments: Experiment[] }>("GET", `/experiments${query({ all })}`).then((r) => r.experiments),
-  experiment: (id: number) => request<ExperimentDetail>("GET", `/experiments/${id}`),
-  experimentConfig: (id: number) =>
-    request<{ config: Json }>("GET", `/experiments/${id}/config`).then((r) => r.config),
-  checkpoints: (id: number) =>
-    request<{ checkpoints: Checkpoint[] }>("GET", `/experiments/${id}/checkpoints`).then(
-      (r) => r.checkpoints,
+    request<Answer<"/api/v1/experiments", "get">>("GET", `/experiments${query({ all })}`).then(
+      (r) => r.experiments,
     ),
+  experiment: (id: number) =>
+    request<Answer<"/api/v1/experiments/{experiment_id}", "get">>("GET", `/experiments/${id}`),
+  experimentConfig: (id: number) =>
+    request<Answer<"/api/v1/experiments/{experiment_id}/config", "get">>(
+      "GET",
+      `/experiments/${id}/config`,
+    ).then((r) => r.config),
+  checkpoints: (id: number) =>
+    request<Answer<"/api/v1/experiments/{experiment_id}/checkpoints", "get">>(
+      "GET",
+      `/experiments/${id}/checkpoints`,
+    ).then((r) => r.checkpoints),
   curves: (id: number, params: { group: string; metric?: string; x: string; points?: number }) =>
-    request<Curves>("GET", `/experiments/${id}/curves${query(params)}`),
+    request<Answer<"/api/v1/experiments/{experiment_id}/curves", "get">>(
+      "GET",
+      `/experiments/${id}/curves${query(params)}`,
+    ),
   experimentAction: (id: number, action: ExperimentAction) =>
-    request<{ experiment: Experiment }>("POST", `/experiments/${id}/${action}`).then((r) => r.experiment),
+    request<Answer<"/api/v1/experiments/{experiment_id}/{action}", "post">>(
+      "POST",
+      `/experiments/${id}/${action}`,
+    ).then((r) => r.experiment),
   experimentContext: async (id: number): Promise<Blob> => {
     const response = await fetch(`${BASE}/experiments/${id}/context`, { credentials: "same-origin" });
     if (!response.ok) {
@@ -206,19 +141,24 @@ export const api = {
     }
     return response.blob();
   },
-  createExperiment: (body: { config: string; context: string | null; parent_id?: number }) =>
-    request<{ experiment: Experiment; warnings: string[] }>("POST", "/experiments", body),
-  trial: (id: number) => request<{ trial: Trial }>("GET", `/trials/${id}`).then((r) => r.trial),
+  createExperiment: (body: Schemas["CreateExperiment"]) =>
+    request<Answer<"/api/v1/experiments", "post">>("POST", "/experiments", body),
+  trial: (id: number) =>
+    request<Answer<"/api/v1/trials/{trial_id}", "get">>("GET", `/trials/${id}`).then((r) => r.trial),
   trialMetrics: (id: number) =>
-    request<{ metrics: MetricsReport[] }>("GET", `/trials/${id}/metrics`).then((r) => r.metrics),
+    request<Answer<"/api/v1/trials/{trial_id}/metrics", "get">>("GET", `/trials/${id}/metrics`).then(
+      (r) => r.metrics,
+    ),
   /** `rank`, `level` (that level or higher) and `search` filter as `det trial logs` does. */
   trialLogs: (id: number, params: LogQuery) =>
-    request<{ logs: LogLine[]; trial_state: string }>("GET", `/trials/${id}/logs${query(params)}`),
-  jobs: () => request<{ jobs: Job[] }>("GET", "/jobs").then((r) => r.jobs),
-  updateJob: (jobId: number, change: JobChange) =>
-    request<{ jobs: unknown[] }>("POST", "/jobs/update", { updates: [{ job_id: jobId, ...change }] }),
+    request<Answer<"/api/v1/trials/{trial_id}/logs", "get">>("GET", `/trials/${id}/logs${query(params)}`),
+  jobs: () => request<Answer<"/api/v1/jobs", "get">>("GET", "/jobs").then((r) => r.jobs),
+  updateJob: (jobId: number, change: JobChange) => {
+    const body: Schemas["JobUpdates"] = { updates: [{ job_id: jobId, ...change }] };
+    return request<Answer<"/api/v1/jobs/update", "post">>("POST", "/jobs/update", body);
+  },
   resolve: (params: { dag_id: string; run_id?: string; map_index?: string }) =>
-    request<{ experiment_id: number; trial_id: number | null }>("GET", `/ui/resolve${query(params)}`),
+    request<Answer<"/api/v1/ui/resolve", "get">>("GET", `/ui/resolve${query(params)}`),
 };
 
 export function errorText(error: unknown): string {

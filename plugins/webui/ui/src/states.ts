@@ -1,4 +1,4 @@
-import type { ExperimentAction } from "./api";
+import type { Experiment, ExperimentAction } from "./api";
 
 // Mirrors det_airflow/states.py and the master's allowed transitions (experiments._TRANSITIONS).
 
@@ -13,7 +13,7 @@ export const EXPERIMENT_STATES = [
   "CANCELED",
   "ERROR",
   "DELETING",
-] as const;
+] as const satisfies readonly Experiment["state"][];
 
 const TERMINAL = new Set(["COMPLETED", "CANCELED", "ERROR", "DELETED"]);
 const TERMINAL_TRIAL = new Set(["COMPLETED", "CANCELED", "ERROR"]);

@@ -70,7 +70,7 @@ export function CurvesTab({ experimentId, live }: { experimentId: number; live: 
                   )),
                 )
               : null}
-            {answer && !answer.metrics[answer.group as "training" | "validation"]?.includes(answer.metric) ? (
+            {answer && !(answer.metric !== null && answer.metrics[answer.group].includes(answer.metric)) ? (
               <option value={selected}>
                 {answer.metric} ({answer.group})
               </option>

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,16 +27,13 @@ from docker.types import DeviceRequest, Mount
 
 from det_airflow import runner_policy
 from det_airflow.errors import DetError
-from det_airflow.operators.runners._base import (
-    LABEL_TRIAL,
-    ContainerTrial,
-    LineSplitter,
-    OnOutput,
-    TrialRunner,
-)
+from det_airflow.operators.runners._base import OnContainer, OnPhase
+from det_airflow.operators.runners._container import LABEL_TRIAL, ContainerRunner, ContainerTrial
 from det_airflow.settings import RunnerPolicy, Settings
 from det_airflow.settings import load as load_settings
 from det_airflow.trial_process import (
+    LineSplitter,
+    OnOutput,
     TrialIsolationError,
     TrialUser,
     check_can_write,
@@ -170,7 +167,7 @@ def check_trial(trial: ContainerTrial, settings: Settings) -> RunnerPolicy:
     return settings.policy_for(runner_policy.pool_of(trial.config))
 
 
-class DockerRunner(TrialRunner):
+class DockerRunner(ContainerRunner):
     """Runs a trial in a container of the Docker daemon that ``client`` talks to.
 
     Example::
@@ -187,8 +184,8 @@ class DockerRunner(TrialRunner):
         *,
         kill_grace: int = 10,
         log: Any = None,
-        on_container: Callable[[str], None] | None = None,
-        on_phase: Callable[[str, str], None] | None = None,
+        on_container: OnContainer | None = None,
+        on_phase: OnPhase | None = None,
         settings: Settings | None = None,
     ) -> None:
         self.client = client
@@ -199,6 +196,27 @@ class DockerRunner(TrialRunner):
         self._on_container = on_container  # told each container's id once it exists
         # Told (trial state, why) as the run goes PULLING the image, STARTING, RUNNING.
         self._on_phase = on_phase or (lambda state, why: None)
+
+    @classmethod
+    def from_config(
+        cls,
+        config: Mapping[str, Any],
+        settings: Settings,
+        *,
+        log: Any = None,
+        on_container: OnContainer | None = None,
+        on_phase: OnPhase | None = None,
+    ) -> DockerRunner:
+        """The runner of this worker's Docker daemon (``[det] docker_url``, else ``DOCKER_HOST``),
+        reached through the connection ``airflow.docker_conn_id`` names."""
+        from airflow.providers.docker.hooks.docker import DockerHook
+
+        # Before the hook reaches the daemon with the connection the config names.
+        runner_policy.enforce(config, settings, runner="docker")
+        section = config.get("airflow") or {}
+        base_url = settings.docker_url or os.environ.get("DOCKER_HOST") or DEFAULT_DOCKER_URL
+        hook = DockerHook(docker_conn_id=section.get("docker_conn_id") or None, base_url=base_url)
+        return cls(hook.api_client, log=log, on_container=on_container, on_phase=on_phase, settings=settings)
 
     def run(self, trial: ContainerTrial, *, on_output: OnOutput, stop: threading.Event) -> int:
         settings = self.settings or load_settings()

@@ -1,0 +1,546 @@
+"""The master's wire protocol: every request body and every answer of its routes, as pydantic models.
+
+The master's routes declare these (so its OpenAPI document, served at ``/det/api/v1/openapi.json``,
+is the contract the web UI's types are generated from), and det's own Airflow tasks and the CLI read
+the answers into them. This module imports neither the master nor FastAPI. Training code does not
+load it (a trial's process stays free of pydantic, tests/unit/test_trial_imports.py): the trial-side
+client (``det_airflow.api.runtime``) speaks the same JSON with plain dicts.
+
+Answers keep the field names and meanings of docs/master-api.md; ``from`` of a state change is
+``from_`` in Python.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
+
+from det_airflow.states import ExperimentState, TrialState
+
+# --- limits of what a request may carry ----------------------------------------------------------
+
+# An experiment YAML: real ones are a few KB, big hyperparameter grids tens of KB. Each trial gets
+# the config and the master keeps it twice (as sent and normalized), so 1 MiB is generous headroom
+# that still keeps one experiment from costing the database and every trial megabytes.
+CONFIG_LIMIT_CHARS = 1024**2
+# What the tables' BigInteger columns hold; a larger count is a client bug, refused as 422.
+MAX_STEPS = 2**63 - 1
+Steps = Annotated[StrictInt, Field(ge=0, le=MAX_STEPS)]
+# A checkpoint UUID names a folder in checkpoint storage; the master accepts only canonical UUIDs
+# (reports.check_checkpoint_uuid), answering 400 with the field named.
+CHECKPOINT_UUID_MAX = 64
+MAX_NAME = 256
+MAX_LABEL = 255
+MAX_LABELS = 100
+MAX_DESCRIPTION = 10_000
+MAX_POOL_NAME = 256
+# No control characters: names and labels are printed to terminals.
+_PRINTABLE = r"^[^\x00-\x1f\x7f]*$"
+
+
+class _Answer(BaseModel):
+    """An answer of the master: exactly these fields."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class _Body(BaseModel):
+    """A request body; fields the master does not know are ignored, as older masters did."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+# --- the objects answers carry (docs/master-api.md, "Objects") ------------------------------------
+
+
+class Experiment(_Answer):
+    id: int
+    name: str
+    owner: str
+    description: str | None
+    labels: list[str]
+    state: ExperimentState
+    progress: float | None
+    start_time: str | None
+    end_time: str | None
+    parent_id: int | None
+    resource_pool: str
+    searcher: str
+    searcher_metric: str | None
+    best_validation: float | None = Field(
+        description="the best searcher metric of its trials; only in the list of experiments"
+    )
+    archived: bool
+    dag_id: str | None
+    dag_run_id: str | None
+    error: str | None
+    num_trials: int | None
+
+
+class BestValidation(_Answer):
+    metric: float
+    steps_completed: int | None
+
+
+class AirflowTask(_Answer):
+    """The Airflow task instance (and its try) that ran a trial last: a slot runs many trials."""
+
+    dag_id: str | None
+    run_id: str | None
+    task_id: str | None
+    map_index: int | None
+    try_number: int | None
+
+
+class Trial(_Answer):
+    id: int
+    experiment_id: int
+    request_id: int
+    slot: int | None
+    state: TrialState
+    hparams: dict[str, Any]
+    trial_seed: int
+    start_time: str | None
+    end_time: str | None
+    total_batches: int
+    restarts: int
+    progress: float | None
+    latest_checkpoint: str | None
+    best_validation: BestValidation | None
+    summary_metrics: dict[str, dict[str, Any]] = Field(
+        description="per group, the latest report: {steps_completed, **metrics}"
+    )
+    early_exit: str | None
+    stop_requested: bool
+    preempt_requested_at: str | None
+    airflow_task: AirflowTask | None
+
+
+class Metrics(_Answer):
+    trial_id: int
+    group: str
+    steps_completed: int
+    metrics: dict[str, Any]
+    report_time: str | None
+
+
+class Checkpoint(_Answer):
+    uuid: str
+    trial_id: int
+    experiment_id: int
+    steps_completed: int
+    state: str
+    metadata: dict[str, Any]
+    resources: dict[str, int]
+    size: int
+    storage: dict[str, Any]
+    report_time: str | None
+    validation_metric: float | None
+
+
+class LogLine(_Answer):
+    id: int
+    trial_id: int
+    timestamp: str | None
+    container_id: str | None
+    rank: int | None
+    level: str | None
+    stdtype: str | None
+    message: str
+
+
+class StateChange(_Answer):
+    """One state an experiment or trial took; ``from`` is null when the object was created."""
+
+    model_config = ConfigDict(
+        extra="forbid", validate_by_name=True, validate_by_alias=True, serialize_by_alias=True
+    )
+
+    from_: str | None = Field(alias="from")
+    to: str
+    time: str
+    reason: str
+
+
+class Job(_Answer):
+    """An unfinished experiment in its pool's queue, as `det job list` shows it."""
+
+    jobs_ahead: int
+    id: int
+    type: Literal["TYPE_EXPERIMENT"]
+    name: str | None = Field(description="null when the caller may not read the experiment")
+    priority: int
+    weight: float
+    max_slots: int | None
+    submitted: str | None
+    acquired_slots: int
+    needed_slots: int
+    slots_per_trial: int
+    state: Literal["STATE_QUEUED", "STATE_SCHEDULED"]
+    preempting_trials: int
+    fits_pool: bool
+    user: str | None = Field(description="null when the caller may not read the experiment")
+    resource_pool: str
+    experiment_state: ExperimentState
+
+
+class JobSettings(_Answer):
+    """A job's queue settings after an update."""
+
+    id: int
+    priority: int
+    weight: float
+    max_slots: int | None
+    position: float
+    slots_per_trial: int
+    resource_pool: str
+
+
+class TrialRunSpec(_Answer):
+    """Everything a trial process needs (det_airflow.trial_process.TrialSpec)."""
+
+    trial_id: int
+    experiment_id: int
+    request_id: int
+    trial_seed: int
+    hparams: dict[str, Any]
+    config: dict[str, Any]
+    latest_checkpoint: str | None
+    steps_completed: int
+    run_id: int
+    uid: int | None = Field(description="the OS identity the trial runs as (gid == uid)")
+    gid: int | None
+
+
+# --- requests and answers of the People routes ----------------------------------------------------
+
+
+class CreateExperiment(_Body):
+    config: str = Field(description="the experiment YAML")
+    context: str | None = Field(None, description="base64 of the context tar.gz")
+    paused: bool = False
+    parent_id: int | None = None
+    request_id: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9_\-]{1,64}$",
+        description="a client's idempotency key: a retry with the same key answers the experiment already made",
+    )
+
+    @field_validator("config")
+    @classmethod
+    def _config_size(cls, value: str) -> str:
+        if len(value) > CONFIG_LIMIT_CHARS:
+            raise ValueError(
+                f"the config is {len(value)} characters, over the limit of {CONFIG_LIMIT_CHARS} (1 MiB)"
+            )
+        return value
+
+
+class LabelBody(_Body):
+    label: str = Field(min_length=1, max_length=MAX_LABEL, pattern=_PRINTABLE)
+
+
+class ExperimentPatch(_Body):
+    name: str | None = Field(None, min_length=1, max_length=MAX_NAME, pattern=_PRINTABLE)
+    description: str | None = Field(None, max_length=MAX_DESCRIPTION)
+
+
+class Empty(_Answer):
+    """An answer with nothing to say: ``{}``."""
+
+
+class ExperimentAnswer(_Answer):
+    experiment: Experiment
+
+
+class CreatedExperiment(_Answer):
+    experiment: Experiment
+    warnings: list[str] = Field(description="config fields accepted but not acted on")
+
+
+class ExperimentList(_Answer):
+    experiments: list[Experiment]
+
+
+class ExperimentDetail(_Answer):
+    experiment: Experiment
+    trials: list[Trial]
+    config: dict[str, Any] = Field(description="the normalized config; secrets masked but for its owner")
+
+
+class ConfigAnswer(_Answer):
+    config: dict[str, Any]
+
+
+class TrialList(_Answer):
+    trials: list[Trial]
+
+
+class CheckpointList(_Answer):
+    checkpoints: list[Checkpoint]
+
+
+class StateChanges(_Answer):
+    state_changes: list[StateChange]
+
+
+class Deleted(_Answer):
+    not_removed: list[str] = Field(description="what could not be removed; empty when all is gone")
+
+
+class TrialAnswer(_Answer):
+    trial: Trial
+
+
+class MetricsList(_Answer):
+    metrics: list[Metrics]
+
+
+class LogsPage(_Answer):
+    logs: list[LogLine]
+    trial_state: TrialState
+
+
+class CheckpointAnswer(_Answer):
+    checkpoint: Checkpoint
+
+
+class Me(_Answer):
+    username: str
+
+
+# --- the web UI's own reads ---------------------------------------------------------------------
+
+
+class Resolved(_Answer):
+    """The experiment of a DAG (run), and the trial of one of its mapped task instances."""
+
+    experiment_id: int
+    trial_id: int | None
+
+
+class MetricNames(_Answer):
+    training: list[str]
+    validation: list[str]
+
+
+class CurveSeries(_Answer):
+    trial_id: int
+    state: TrialState
+    hparams: dict[str, Any]
+    points: int = Field(description="the count of points before downsampling")
+    x: list[float]
+    y: list[float]
+
+
+class Curves(_Answer):
+    group: Literal["training", "validation"]
+    metric: str | None
+    x: Literal["batches", "time", "epochs"]
+    metrics: MetricNames
+    smaller_is_better: bool
+    best_trial_ids: list[int]
+    series: list[CurveSeries]
+
+
+# --- the job queue ---------------------------------------------------------------------------------
+
+JOB_CHANGES = ("priority", "weight", "max_slots", "resource_pool", "ahead_of", "behind_of")
+
+
+class JobUpdate(_Body):
+    job_id: int
+    priority: int | None = Field(None, ge=1, le=99)
+    weight: float | None = Field(None, gt=0)
+    max_slots: int | None = Field(None, ge=1)
+    resource_pool: str | None = Field(None, min_length=1, max_length=MAX_POOL_NAME)
+    ahead_of: int | None = None
+    behind_of: int | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> JobUpdate:
+        given = [name for name in JOB_CHANGES if getattr(self, name) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                f"job {self.job_id}: give exactly one of {', '.join(JOB_CHANGES)}; got {given or 'none'}"
+            )
+        return self
+
+
+class JobUpdates(_Body):
+    updates: list[JobUpdate] = Field(min_length=1, max_length=1000)
+
+
+class JobList(_Answer):
+    jobs: list[Job]
+
+
+class UpdatedJobs(_Answer):
+    jobs: list[JobSettings]
+
+
+# --- unmanaged experiments -------------------------------------------------------------------------
+
+
+class UnmanagedBody(_Body):
+    # An experiment config's fields (name, hyperparameters, searcher, checkpoint_storage...);
+    # validated as one, with the unmanaged defaults filled in.
+    config: dict[str, Any] = Field(default_factory=dict)
+    hparams: dict[str, Any] = Field(default_factory=dict)
+    # What started the program, for `det trial logs`.
+    command: str | None = Field(None, max_length=4096)
+
+
+class UnmanagedExit(_Body):
+    error: str | None = Field(None, max_length=10_000)
+
+
+class UnmanagedRunAnswer(_Answer):
+    experiment: Experiment
+    trial: Trial
+    token: str = Field(description="the trial's token, for the /runtime routes")
+    config: dict[str, Any]
+
+
+# --- det's own Airflow tasks (/internal) ---------------------------------------------------------
+
+
+class RegisterRun(_Body):
+    dag_id: str
+    run_id: str
+    experiment_id: int | None = None
+    config: str | None = None
+    context: str | None = None
+    owner: str | None = None
+
+
+class Registered(_Answer):
+    experiment_id: int
+    state: ExperimentState
+
+
+class SearcherStatus(_Answer):
+    ready: bool = Field(description="false while the experiment is paused")
+    state: ExperimentState
+    slots: int = Field(description="the trial slots the experiment's DAG maps")
+
+
+class TaskRef(_Body):
+    """The Airflow task instance of a trial slot that asks for its trial."""
+
+    try_number: int = 1
+    dag_id: str | None = None
+    run_id: str | None = None
+    task_id: str | None = None
+    map_index: int | None = None
+
+
+class SlotStatus(enum.StrEnum):
+    """What a trial slot is told when it asks for its trial."""
+
+    REFUSED = "refused"  # the experiment runs as another DAG run: fail, a retry is refused too
+    WAIT = "wait"  # nothing to run now (paused, not admitted by the queue): defer and ask again
+    RUN = "run"  # run ``trial`` with ``token`` and ``spec``
+    DONE = "done"  # the search needs nothing more of this slot; ``ran``: its trials that ended
+
+
+class SlotAnswer(_Answer):
+    """The answer to a trial slot: only the fields of its ``status`` are present (a dry run's
+    ``run`` carries none)."""
+
+    status: SlotStatus
+    message: str | None = Field(None, description="refused: why")
+    ran: list[int] | None = Field(None, description="done: the trials that ended in this slot")
+    trial: Trial | None = Field(None, description="run: the trial to run")
+    token: str | None = Field(None, description="run: the trial's token for this run")
+    spec: TrialRunSpec | None = Field(None, description="run: what the trial process needs")
+
+
+class TrialExit(_Body):
+    exit_code: int
+
+
+class TrialExitAnswer(_Answer):
+    trial: Trial
+    retry: bool = Field(description="whether the trial restarts from its latest checkpoint")
+
+
+class TrialPhase(_Body):
+    """Where a slot's runner is in starting run ``run_id`` of the trial."""
+
+    run_id: int
+    state: Literal["PULLING", "STARTING", "RUNNING"]
+    reason: str = Field(..., min_length=1, max_length=500)
+
+
+class TrialStatus(_Answer):
+    trial: Trial
+    experiment_state: ExperimentState
+
+
+class LogLineIn(_Body):
+    # Bounds of the det_trial_logs columns, so that a bad line is a 422 rather than a database error.
+    timestamp: str | None = Field(None, max_length=64)
+    container_id: str | None = Field(None, max_length=64)
+    rank: int | None = Field(None, ge=0, le=2**31 - 1)
+    level: str | None = Field(None, max_length=16)
+    stdtype: str | None = Field(None, max_length=16)
+    message: str
+
+
+class LogBatch(_Body):
+    logs: list[LogLineIn] = Field(max_length=10_000)
+
+
+class Finalized(_Answer):
+    experiment: Experiment
+    best_checkpoint: str | None = Field(description="the UUID of the best checkpoint, if any")
+
+
+# --- training code (/runtime) ---------------------------------------------------------------------
+
+
+class MetricReport(_Body):
+    group: str = Field(min_length=1, max_length=64)
+    steps_completed: Steps
+    metrics: dict[str, Any]
+    report_time: str | None = None
+
+
+class MetricBatch(_Body):
+    reports: list[MetricReport] = Field(max_length=10_000)
+
+
+class Progress(_Body):
+    progress: float
+
+
+class EarlyExit(_Body):
+    reason: Literal["INVALID_HP", "USER_REQUESTED_STOP", "ERRORED"]
+
+
+class CheckpointIn(_Body):
+    uuid: str = Field(max_length=CHECKPOINT_UUID_MAX)
+    steps_completed: Steps
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    resources: dict[str, Annotated[StrictInt, Field(ge=0, le=MAX_STEPS)]] = Field(default_factory=dict)
+
+
+class SearcherCompleted(_Body):
+    length: int
+    metric: float | None = None
+
+
+class Preemption(_Answer):
+    preempt: bool = Field(description="whether the trial should checkpoint and exit 0")
+
+
+class BestValidationAnswer(_Answer):
+    metric: float | None = Field(description="the experiment's best searcher metric so far")
+
+
+class SearcherOperation(_Answer):
+    length: int = Field(description="the length to train to, in the unit of searcher.max_length")
+    completed: bool

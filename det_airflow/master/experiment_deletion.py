@@ -1,0 +1,101 @@
+"""Deleting an ended experiment with everything it owned: its files on disk, its optuna study,
+its records in Airflow and in the det tables."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sqlalchemy import Row, select
+from sqlalchemy.exc import SQLAlchemyError
+
+from det_airflow import settings
+from det_airflow.dagfactory import FINISHED_SUBDIR, experiment_dag_id, experiment_file
+from det_airflow.master import airflow_bridge, experiments, file_cleanup, lifecycle, schema, search
+from det_airflow.master.lifecycle import StateError
+from det_airflow.states import ExperimentState
+
+if TYPE_CHECKING:
+    from det_airflow.master.db import Database
+
+
+def delete_experiment(db: Database, experiment_id: int) -> list[str]:
+    """Remove an ended experiment and everything it owned; returns what could not be removed.
+
+    Files and Airflow's records go first and the rows last, so after a failure part way the
+    experiment is still listed and the delete can be run again.
+    """
+    with db.read() as conn:
+        row = experiments.get_experiment(conn, experiment_id)
+        checkpoints = conn.execute(
+            select(schema.checkpoints.c.uuid, schema.checkpoints.c.storage).where(
+                schema.checkpoints.c.experiment_id == experiment_id
+            )
+        ).all()
+    if not ExperimentState(row.state).is_terminal:
+        raise StateError(f"experiment {experiment_id} is {row.state}; cancel or kill it before deleting it")
+    own_dag = row.dag_id == experiment_dag_id(row.id)
+    # Its own DAG may have a run it never registered (killed first); a shared DAG, only its run.
+    running = (
+        airflow_bridge.running_dag_runs(row.dag_id, None if own_dag else row.dag_run_id)
+        if own_dag or (row.dag_id and row.dag_run_id)
+        else []
+    )
+    if running:
+        raise StateError(
+            f"experiment {experiment_id} is {row.state}, but its DAG run '{running[0]}' of DAG "
+            f"'{row.dag_id}' is still running in Airflow; delete the experiment once that run has ended"
+        )
+    with db.begin() as conn:
+        identity = file_cleanup.owner_identity(conn, row.owner)
+    work_dir = settings.load().trial_work_dir
+    not_removed = [
+        *_remove_airflow_records(row),
+        *file_cleanup.remove_checkpoints(row, checkpoints, identity),
+        *_remove_optuna_study(row),
+        # The platform names this folder and made it (root-owned when the worker is root).
+        *file_cleanup.remove_tree(
+            work_dir / f"exp_{experiment_id}", [work_dir], "trial work directory", identity=None
+        ),
+    ]
+    with db.begin() as conn:
+        experiments.get_experiment(conn, experiment_id, lock=True)
+        trial_ids = select(schema.trials.c.id).where(schema.trials.c.experiment_id == experiment_id)
+        lifecycle.forget(conn, "experiment", [experiment_id])
+        lifecycle.forget(conn, "trial", conn.execute(trial_ids).scalars().all())
+        lifecycle.forget(conn, "checkpoint", [uuid for uuid, _ in checkpoints])
+        for table in (schema.trial_logs, schema.metrics, schema.checkpoints):
+            conn.execute(table.delete().where(table.c.trial_id.in_(trial_ids)))
+        conn.execute(schema.trials.delete().where(schema.trials.c.experiment_id == experiment_id))
+        conn.execute(schema.experiments.delete().where(schema.experiments.c.id == experiment_id))
+    return not_removed
+
+
+def _remove_airflow_records(row: Row) -> list[str]:
+    """The experiment's own DAG (`det experiment create`), or only its run of a shared DAG."""
+    try:
+        if row.dag_id == experiment_dag_id(row.id):
+            path = experiment_file(airflow_bridge.dags_folder(), row.id)
+            retired = path.parent / FINISHED_SUBDIR / path.name
+            try:
+                # First, or the DAG processor would bring the DAG back from the file.
+                path.unlink(missing_ok=True)
+                retired.unlink(missing_ok=True)
+            except OSError as exc:
+                return [f"experiment file {path}: {exc.strerror or exc}; so its DAG '{row.dag_id}' was kept"]
+            airflow_bridge.delete_dag(row.dag_id)
+        elif row.dag_id and row.dag_run_id:
+            # A YAML under dags/ is the user's: its DAG stays for the runs it still has.
+            airflow_bridge.delete_dag_run(row.dag_id, row.dag_run_id)
+    except airflow_bridge.AirflowRecordError as exc:
+        return [str(exc)]
+    return []
+
+
+def _remove_optuna_study(row: Row) -> list[str]:
+    if experiments.experiment_config(row).searcher.sampler == "random":
+        return []  # random sampling keeps no optuna study
+    try:
+        search.delete_study(row.id)
+    except SQLAlchemyError as exc:
+        return [f"optuna study '{search.study_name(row.id)}': {exc.__class__.__name__}: {exc}"]
+    return []

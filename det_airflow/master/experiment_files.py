@@ -1,0 +1,152 @@
+"""The experiment files in the DAGs folder: written with secrets masked, published once their
+experiment is committed, moved out of the parsed folder once their DAG run has ended; and the DAGs
+of deleted experiments that Airflow registered again, forgotten."""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+from sqlalchemy import Connection, select
+
+from det_airflow.dagfactory import (
+    dag_id_for_file,
+    experiment_dag_id,
+    experiment_file,
+    retire_experiment_file,
+    staged_experiment_file,
+    submission_header,
+)
+from det_airflow.master import airflow_bridge, schema
+from det_airflow.master.serialize import masked_config
+from det_airflow.states import ExperimentState
+
+# A staged file older than this was left by an API server that stopped between a create's commit
+# and its publication (which takes well under a second).
+_STAGED_LEFT_AFTER_SECONDS = 60.0
+
+
+def publish_left_staged() -> list[int]:
+    """Publish experiments whose staged file an API server left behind; answers their ids."""
+    folder = airflow_bridge.dags_folder()
+    published = []
+    for staged in experiment_file(folder, 0).parent.glob(".exp_*.yaml"):
+        file = dag_id_for_file(staged.with_name(staged.name[1:]), folder)
+        try:
+            left = time.time() - staged.stat().st_mtime > _STAGED_LEFT_AFTER_SECONDS
+        except FileNotFoundError:
+            continue  # published meanwhile
+        if file.experiment_id is not None and left:
+            publish_submitted(file.experiment_id)
+            published.append(file.experiment_id)
+    return published
+
+
+def publish_submitted(experiment_id: int) -> None:
+    """Once a created experiment is committed: its DAG into Airflow's tables, then its staged file
+    where parses find it. In that order, the DAG processor only ever updates the DAG the master
+    wrote; the two never race to insert it (a lost race stops Airflow's DAG processor)."""
+    folder = airflow_bridge.dags_folder()
+    staged = staged_experiment_file(folder, experiment_id)
+    published = airflow_bridge.publish_experiment_dag(experiment_id, staged)
+    os.replace(staged, experiment_file(folder, experiment_id))
+    if not published:
+        airflow_bridge.request_reparse()
+
+
+# The experiment files in the DAGs folder and their folders: the master's user and group only.
+EXPERIMENT_FILE_MODE = 0o640
+EXPERIMENT_DIR_MODE = 0o750
+
+
+def write_experiment_file(
+    experiment_id: int,
+    config: dict[str, Any],
+    path: Path | None = None,
+    *,
+    submission: tuple[str, datetime, int | None] | None = None,
+) -> None:
+    """The file the DAG factory compiles (or ``path``, e.g. its retired copy). Secrets are masked: the
+    DAGs folder is readable by every Airflow component and often by people, and trials get the full
+    config from the master. `submission` (owner, time, trial slots) becomes the DAG's owner, run date
+    and number of trial slots."""
+    path = path or experiment_file(airflow_bridge.dags_folder(), experiment_id)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=EXPERIMENT_DIR_MODE)
+    # Other local users (trials run as their own uids) have no business reading configs: the DAG
+    # processor runs as the master's uid (or its group), so owner and group are enough.
+    os.chmod(path.parent, EXPERIMENT_DIR_MODE)
+    tmp = path.with_name(path.name + ".tmp")
+    text = (
+        f"# Experiment {experiment_id}, written by the det master. Do not edit.\n"
+        + (submission_header(*submission) if submission else "")
+        + yaml.safe_dump(masked_config(config), sort_keys=False)
+    )
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, EXPERIMENT_FILE_MODE)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        os.fchmod(f.fileno(), EXPERIMENT_FILE_MODE)
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def retire_finished_experiment_files(conn: Connection) -> list[int]:
+    """Move the configs of experiments whose DAG run has ended out of the parsed DAGs folder.
+
+    Parsing then grows with the experiments still to run, not with every experiment ever created
+    (benchmarks/dag_parse.py). Only after the run has ended: its last tasks need the DAG.
+    Returns the ids retired.
+    """
+    folder = airflow_bridge.dags_folder()
+    candidates: dict[int, Path] = {}
+    for path in experiment_file(folder, 0).parent.glob("exp_*.yaml"):
+        file = dag_id_for_file(path, folder)
+        if file.experiment_id is not None:
+            candidates[file.experiment_id] = path
+    if not candidates:
+        return []
+    rows = conn.execute(
+        select(
+            schema.experiments.c.id,
+            schema.experiments.c.state,
+            schema.experiments.c.dag_id,
+            schema.experiments.c.dag_run_id,
+        ).where(schema.experiments.c.id.in_(list(candidates)))
+    ).all()
+    ended = [r for r in rows if ExperimentState(r.state).is_terminal and r.dag_run_id]
+    finished = airflow_bridge.finished_dag_runs([(r.dag_id, r.dag_run_id) for r in ended])
+    retired = []
+    for r in ended:
+        if (r.dag_id, r.dag_run_id) in finished and retire_experiment_file(folder, r.id) is not None:
+            retired.append(int(r.id))
+    return retired
+
+
+def forget_deleted_experiment_dags(conn: Connection) -> list[str]:
+    """Delete the DAGs of deleted experiments that Airflow registered again; returns their ids.
+
+    A parse of the DAG processor that began before `det e delete` removed the experiment's file
+    can finish after the delete removed its DAG, and register the DAG once more: stale, with no
+    runs. Only such DAGs (experiment DAG id, no experiment row, stale, no run) are removed.
+    """
+    prefix = experiment_dag_id(0).removesuffix("0")
+    candidates: dict[int, str] = {}
+    for dag_id in airflow_bridge.stale_dags_without_runs(prefix):
+        number = dag_id.removeprefix(prefix)
+        if number.isdigit():
+            candidates[int(number)] = dag_id
+    if not candidates:
+        return []
+    kept = set(
+        conn.execute(
+            select(schema.experiments.c.id).where(schema.experiments.c.id.in_(list(candidates)))
+        ).scalars()
+    )
+    forgotten = []
+    for experiment_id, dag_id in sorted(candidates.items()):
+        if experiment_id not in kept:
+            airflow_bridge.delete_dag(dag_id)
+            forgotten.append(dag_id)
+    return forgotten

@@ -1,0 +1,159 @@
+"""The master's background jobs: work that belongs to no request, run by one thread per API server
+process.
+
+Each job has a name, an interval and a function of the master's database. The thread starts when the
+master app starts serving (its lifespan, which Airflow's API server runs for the apps that plugins
+mount) and stops with it. A job that fails is logged under its name and runs again at its next
+turn; it never fails a request. docs/master-api.md lists the jobs.
+
+What stays with requests, because it decides the request's own answer:
+
+- a create preempts for the submitted experiment (``trials.make_room_for_submitted``): its
+  admission, at once rather than at the next turn of ``preempt for waiting jobs``;
+- a trial slot whose trial the queue does not admit preempts for it before it answers "wait"
+  (``trials._admitted``).
+
+Lost runs are not the asking slot's business: they belong to other experiments of its pool, so
+``reclaim lost runs`` frees them here. A slot waiting on one (for pool slots, or for the result a
+search waits on) gets its trial at its trigger's next look after the job has run: at most one job
+interval plus one look later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+from fastapi import FastAPI
+
+from det_airflow.master import experiment_files, trials
+from det_airflow.master.db import Database, get_database
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Job:
+    """A named piece of background work and how often it runs."""
+
+    name: str
+    every_seconds: float
+    run: Callable[[Database], object]
+
+
+def _publish_left_staged(_db: Database) -> object:
+    return experiment_files.publish_left_staged()
+
+
+def _retire_finished_files(db: Database) -> object:
+    with db.read() as conn:
+        return experiment_files.retire_finished_experiment_files(conn)
+
+
+def _forget_deleted_dags(db: Database) -> object:
+    with db.read() as conn:
+        return experiment_files.forget_deleted_experiment_dags(conn)
+
+
+# In the order a turn runs them: an experiment whose DAG run is gone ends before its runs would be
+# reclaimed one by one as lost.
+JOBS = (
+    # Experiments changed behind the master, through Airflow's own API or UI.
+    Job("end experiments ended in Airflow", 5.0, trials.end_experiments_ended_in_airflow),
+    Job("reclaim lost runs", 5.0, trials.reclaim_lost_runs),
+    # Only where preemption is on (airflow.cfg [det]); otherwise it costs no query.
+    Job("preempt for waiting jobs", 2.0, trials.preempt_for_waiting_jobs),
+    # A create's publication interrupted by an API server that stopped (left for 60 s first).
+    Job("publish left-staged experiments", 30.0, _publish_left_staged),
+    # Parsing grows with the experiments still to run, not with every experiment ever created.
+    Job("retire finished experiment files", 30.0, _retire_finished_files),
+    Job("forget deleted experiments' DAGs", 30.0, _forget_deleted_dags),
+)
+
+
+def run_job(name: str, db: Database | None = None) -> bool:
+    """Run the job called ``name`` now, as the thread does: a failure is logged, not raised.
+    Answers whether it succeeded."""
+    (job,) = [j for j in JOBS if j.name == name]
+    return _run_logged(job, db or get_database())
+
+
+def run_once(db: Database | None = None) -> bool:
+    """Run every job once, in order; answers whether all succeeded."""
+    db = db or get_database()
+    return all([_run_logged(job, db) for job in JOBS])
+
+
+_last_failure: dict[str, str] = {}
+
+
+def _run_logged(job: Job, db: Database) -> bool:
+    try:
+        job.run(db)
+    except Exception as exc:  # noqa: BLE001 - logged; the job runs again at its next turn
+        failure = f"{type(exc).__name__}: {exc}"
+        if _last_failure.get(job.name) != failure:  # a repeated failure is one line, not a traceback
+            log.exception("housekeeping job '%s' failed; it runs again in %s s", job.name, job.every_seconds)
+        else:
+            log.warning("housekeeping job '%s' failed again: %s", job.name, failure)
+        _last_failure[job.name] = failure
+        return False
+    _last_failure.pop(job.name, None)
+    return True
+
+
+def _loop(stop: threading.Event) -> None:
+    due = dict.fromkeys((job.name for job in JOBS), 0.0)
+    while True:
+        turn = time.monotonic()
+        for job in JOBS:
+            if due[job.name] <= turn:
+                _run_logged(job, get_database())
+                due[job.name] = turn + job.every_seconds
+        if stop.wait(max(0.0, min(due.values()) - time.monotonic())):
+            return
+
+
+_lock = threading.Lock()
+_running: tuple[threading.Thread, threading.Event] | None = None
+
+
+def start() -> bool:
+    """Start this process's housekeeping thread unless it runs; answers whether this call started it."""
+    global _running
+    with _lock:
+        if _running is not None and _running[0].is_alive():
+            return False
+        stop = threading.Event()
+        thread = threading.Thread(target=_loop, args=(stop,), name="det-housekeeping", daemon=True)
+        thread.start()
+        _running = (thread, stop)
+        return True
+
+
+def stop(timeout: float = 30.0) -> None:
+    """Stop the housekeeping thread after the job it runs, if any."""
+    global _running
+    with _lock:
+        if _running is None:
+            return
+        thread, event = _running
+        _running = None
+    event.set()
+    thread.join(timeout)
+
+
+@contextlib.asynccontextmanager
+async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+    """The master app's lifespan: housekeeping runs while the app serves."""
+    started = start()
+    try:
+        yield
+    finally:
+        if started:
+            await asyncio.to_thread(stop)

@@ -1,0 +1,75 @@
+"""Running one trial's process: its spec, its work folder and ``DET_*`` environment, the OS identity
+it runs as, and the process itself with its output.
+
+Shared by the trial runners (:mod:`det_airflow.operators.runners`) and ``det experiment create
+--local``; nothing here needs Airflow. One job per module:
+
+- ``_spec``: :class:`TrialSpec` (the master's answer) and the entrypoint's argv;
+- ``_environment``: the trial's environment variables and the files in its work folder;
+- ``_isolation``: the unprivileged user a trial runs as, and what it may reach;
+- ``_process``: starting, watching and stopping the process;
+- ``_output_lines``: the process's output, split into lines.
+
+Example:
+    >>> spec = TrialSpec.from_dict(answer["spec"])
+    >>> workdir = prepare_workdir(context_bytes, Path("/tmp/trial_1"))
+    >>> env = trial_environment(spec, master_url=master, token=answer["token"], workdir=workdir)
+    >>> code = run_trial_process(workdir, entrypoint_argv(spec.config["entrypoint"]), env,
+    ...                          on_output=lambda line, stream: print(line))
+"""
+
+from det_airflow.trial_process._environment import (
+    CHIEF_IP,
+    CONFIG_FILE_NAME,
+    TRIAL_FILES_DIR,
+    prepare_workdir,
+    trial_environment,
+    trial_files_dir,
+    write_trial_files,
+)
+from det_airflow.trial_process._isolation import (
+    DEFAULT_TRIAL_USER,
+    TrialIsolationError,
+    TrialUser,
+    check_can_write,
+    check_trial_access,
+    ensure_writable_dir,
+    hand_over,
+    interpreter_paths,
+    make_dirs_as,
+    make_passable_dirs,
+    prepare_checkpoint_root,
+    trial_user,
+)
+from det_airflow.trial_process._output_lines import LineSplitter, OnOutput, pump_lines
+from det_airflow.trial_process._process import STARTUP_HOOK, run_trial_process
+from det_airflow.trial_process._spec import TrialSpec, entrypoint_argv
+
+__all__ = [
+    "CHIEF_IP",
+    "CONFIG_FILE_NAME",
+    "DEFAULT_TRIAL_USER",
+    "STARTUP_HOOK",
+    "TRIAL_FILES_DIR",
+    "LineSplitter",
+    "OnOutput",
+    "TrialIsolationError",
+    "TrialSpec",
+    "TrialUser",
+    "check_can_write",
+    "check_trial_access",
+    "ensure_writable_dir",
+    "entrypoint_argv",
+    "hand_over",
+    "interpreter_paths",
+    "make_dirs_as",
+    "make_passable_dirs",
+    "prepare_checkpoint_root",
+    "prepare_workdir",
+    "pump_lines",
+    "run_trial_process",
+    "trial_environment",
+    "trial_files_dir",
+    "trial_user",
+    "write_trial_files",
+]

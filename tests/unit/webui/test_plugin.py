@@ -1,0 +1,44 @@
+"""Every Airflow process loads the det plugin (scheduler, triggerer, workers, DAG processor); only
+the API server mounts plugins' FastAPI apps, so only it builds the master."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+# A fresh interpreter (other tests have imported the master already) loads plugins as every Airflow
+# process does, then collects the FastAPI apps as the API server does.
+_PROBE = """
+import json, sys
+from airflow import plugins_manager
+
+def master_modules():
+    return sorted(m for m in sys.modules if m.startswith("det_airflow.master"))
+
+plugins, errors = plugins_manager._get_plugins()
+loaded = {"plugins": [p.name for p in plugins], "errors": errors, "master": master_modules()}
+apps, _ = plugins_manager.get_fastapi_plugins()
+mounted = [(a["url_prefix"], a["name"], type(a["app"]).__name__) for a in apps]
+print(json.dumps({"loaded": loaded, "mounted": mounted, "master": master_modules()}))
+"""
+
+
+def test_loading_the_plugin_builds_no_master_until_the_api_server_collects_its_app(tmp_path: Path) -> None:
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+        env=env,
+        cwd=tmp_path,  # from the checkout's root its egg-info would list the plugin a second time
+    )
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "det" in seen["loaded"]["plugins"] and seen["loaded"]["errors"] == {}
+    assert seen["loaded"]["master"] == []
+    assert ["/det", "det-airflow master", "FastAPI"] in seen["mounted"]
+    assert "det_airflow.master.app" in seen["master"]
