@@ -287,9 +287,7 @@ def preempt_for_waiting(conn: Connection, pool: str) -> dict[int, int]:
     if not preemption_enabled(pool):
         return {}
     _lock_pool(conn, pool)
-    snap = snapshot(conn, pool)
-    choose = choose_fair_share_preemptions if snap.fair_share else choose_preemptions
-    chosen = choose(snap.capacity, snap.jobs, holders(conn, snap))
+    chosen = preemptions_due(conn, pool)
     if not chosen:
         return {}
     trials = schema.trials
@@ -305,6 +303,14 @@ def preempt_for_waiting(conn: Connection, pool: str) -> dict[int, int]:
         .values(admitted_run=trials.c.run_id, admitted_at=None)
     )
     return chosen
+
+
+def preemptions_due(conn: Connection, pool: str) -> dict[int, int]:
+    """The preemptions :func:`preempt_for_waiting` would make in ``pool`` now, without making
+    them: a look that needs no write transaction."""
+    snap = snapshot(conn, pool)
+    choose = choose_fair_share_preemptions if snap.fair_share else choose_preemptions
+    return choose(snap.capacity, snap.jobs, holders(conn, snap))
 
 
 # --- what `det job list` shows ----------------------------------------------------------------

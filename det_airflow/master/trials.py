@@ -221,8 +221,12 @@ def preempt_for_waiting_jobs(db: Database) -> dict[int, int]:
         pools_in_use = sorted(pools)
     chosen: dict[int, int] = {}
     for pool in pools_in_use:
-        if queue.preemption_enabled(pool):
-            with db.begin() as conn:
+        if not queue.preemption_enabled(pool):
+            continue
+        with db.read() as conn:  # a look first: on SQLite a write transaction blocks every other
+            due = queue.preemptions_due(conn, pool)
+        if due:
+            with db.begin() as conn:  # chosen again under the pool's lock
                 chosen.update(_preempt_for_waiting(conn, pool))
     return chosen
 
@@ -318,12 +322,19 @@ def reclaim_lost_runs(db: Database) -> list[int]:
         pools_with_runs = sorted(pools)
     lost: list[int] = []
     for pool in pools_with_runs:
-        with db.begin() as conn:
-            lost += _reclaim(conn, exps.c.resource_pool == pool)
+        # Airflow is asked outside the write lock, which every request that changes det's tables
+        # takes on SQLite: a look that finds nothing lost (nearly every look) blocks no one.
+        with db.read() as conn:
+            found = _lost_runs(conn, exps.c.resource_pool == pool)
+        if found:
+            with db.begin() as conn:
+                lost += _close_lost_runs(conn, found)
     return lost
 
 
-def _reclaim(conn: Connection, which: Any) -> list[int]:
+def _lost_runs(conn: Connection, which: Any) -> dict[int, tuple[dict[str, Any], str]]:
+    """The started runs of the trials ``which`` selects whose Airflow task ended, was cleared or is
+    gone without reporting the trial's exit: trial id → (the task that acquired it, what happened)."""
     from det_airflow.master import airflow_bridge
 
     trials, exps = schema.trials, schema.experiments
@@ -332,41 +343,59 @@ def _reclaim(conn: Connection, which: Any) -> list[int]:
         .join(exps, exps.c.id == trials.c.experiment_id)
         .where(which, trials.c.state.in_(_RUN_STARTED), trials.c.task.is_not(None))
     ).all()
-    # trial id → (its task instance's key, the try that acquired it)
-    runs: dict[int, tuple[tuple[str, str, str, int], int]] = {}
+    # trial id → (its task instance's key, the try that acquired it, the task as recorded)
+    runs: dict[int, tuple[tuple[str, str, str, int], int, dict[str, Any]]] = {}
     for trial_id, task in rows:
         if all((task or {}).get(k) is not None for k in ("dag_id", "run_id", "task_id", "map_index")):
             key = (task["dag_id"], task["run_id"], task["task_id"], int(task["map_index"]))
-            runs[trial_id] = (key, int(task.get("try_number", 1)))
+            runs[trial_id] = (key, int(task.get("try_number", 1)), task)
+    if not runs:
+        return {}
     try:
-        states = airflow_bridge.task_instance_states(sorted({key for key, _ in runs.values()}))
+        states = airflow_bridge.task_instance_states(sorted({key for key, _, _ in runs.values()}))
     except airflow_bridge.AirflowRecordError:
-        return []  # logged; the next look tries again
-    lost = []
-    for trial_id, (key, acquired_by) in runs.items():
-        task = "/".join(map(str, key))
+        return {}  # logged; the next look tries again
+    found = {}
+    for trial_id, (key, acquired_by, task) in runs.items():
+        name = "/".join(map(str, key))
         if key not in states:
-            what = f"its task {task} is gone from Airflow (deleted through its API or UI, with its DAG run or DAG)"
+            what = f"its task {name} is gone from Airflow (deleted through its API or UI, with its DAG run or DAG)"
         else:
             state, try_number = states[key]
             if try_number != acquired_by:
                 continue  # a newer try takes the trial back in its slot
             if state in _TASK_ENDED:
                 what = (
-                    f"its task {task} ended {state} without reporting the trial's exit (a lost worker "
+                    f"its task {name} ended {state} without reporting the trial's exit (a lost worker "
                     "or API server, or someone set its state through Airflow's API or UI)"
                 )
             elif state in _TASK_CLEARED:
-                what = f"its task {task} was cleared through Airflow's API or UI while it ran the trial"
+                what = f"its task {name} was cleared through Airflow's API or UI while it ran the trial"
             else:
                 continue  # still running it
+        found[int(trial_id)] = (task, what)
+    return found
+
+
+def _close_lost_runs(conn: Connection, found: dict[int, tuple[dict[str, Any], str]]) -> list[int]:
+    """End the runs :func:`_lost_runs` found as failed runs, in a write transaction; a run that
+    reported its exit, or that a newer try acquired, since the look is left alone."""
+    lost = []
+    for trial_id, (task, what) in found.items():
+        now = conn.execute(
+            select(schema.trials.c.state, schema.trials.c.task)
+            .where(schema.trials.c.id == trial_id)
+            .with_for_update()
+        ).first()
+        if now is None or now.state not in _RUN_STARTED or now.task != task:
+            continue  # deleted, exited or acquired again since the look
         trial, _ = exit_run(conn, trial_id, _LOST_EXIT_CODE)
         if trial.state == TrialState.QUEUED:
             update_trial(conn, trial_id, slot=None)  # no try of that task will come for it: any free slot
         trial_logs.append_logs(
             conn, trial_id, [{"level": "ERROR", "message": f"{what}; the trial is now {trial.state}"}]
         )
-        lost.append(int(trial_id))
+        lost.append(trial_id)
     return lost
 
 

@@ -281,3 +281,27 @@ def test_a_lost_run_past_its_restarts_ends_in_error_and_the_search_hears_it(
     assert acquire(people, experiment(people), 0) == "run"
 
     assert people.trial(lost_trial).state == "ERROR"
+
+
+def test_a_run_taken_back_while_airflow_is_asked_is_not_reclaimed(
+    people: People, creator: Creator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Airflow is asked outside det's write lock: a run a newer try of its task acquires meanwhile
+    (the try Airflow's answer predates) stays that try's."""
+    from det_airflow.master import airflow_bridge
+
+    set_pool_slots(1)
+    e = experiment(people)
+    assert acquire(people, e, 0) == "run"
+    (trial_id,) = trial_ids(people, e)
+    key = (TASK["dag_id"], TASK["run_id"], TASK["task_id"], TASK["map_index"])
+
+    def failed_while_retried(keys: list[tuple[str, str, str, int]]) -> dict[Any, tuple[str, int]]:
+        with people.db.begin() as conn:  # the task's next try acquires its trial again meanwhile
+            trials.acquire(conn, e, 0, {**TASK, "try_number": 2}, dry_run=False)
+        return {key: ("failed", 1)}
+
+    monkeypatch.setattr(airflow_bridge, "task_instance_states", failed_while_retried)
+    _housekeeping_reclaims(people)
+    trial = people.trial(trial_id)
+    assert (trial.state, trial.restarts, trial.task["try_number"]) == ("STARTING", 0, 2)

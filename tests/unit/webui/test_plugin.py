@@ -1,5 +1,6 @@
 """Every Airflow process loads the det plugin (scheduler, triggerer, workers, DAG processor); only
-the API server mounts plugins' FastAPI apps, so only it builds the master."""
+the API server mounts plugins' FastAPI apps, so only it builds the master. What a det task's parse
+needs is imported with the plugin, so that the tasks a worker forks find it imported."""
 
 from __future__ import annotations
 
@@ -19,7 +20,12 @@ def master_modules():
     return sorted(m for m in sys.modules if m.startswith("det_airflow.master"))
 
 plugins, errors = plugins_manager._get_plugins()
-loaded = {"plugins": [p.name for p in plugins], "errors": errors, "master": master_modules()}
+loaded = {
+    "plugins": [p.name for p in plugins],
+    "errors": errors,
+    "master": master_modules(),
+    "for_tasks": [m for m in ("det_airflow.dagfactory", "det_airflow.operators.trial") if m in sys.modules],
+}
 apps, _ = plugins_manager.get_fastapi_plugins()
 mounted = [(a["url_prefix"], a["name"], type(a["app"]).__name__) for a in apps]
 print(json.dumps({"loaded": loaded, "mounted": mounted, "master": master_modules()}))
@@ -40,5 +46,6 @@ def test_loading_the_plugin_builds_no_master_until_the_api_server_collects_its_a
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert "det" in seen["loaded"]["plugins"] and seen["loaded"]["errors"] == {}
     assert seen["loaded"]["master"] == []
+    assert seen["loaded"]["for_tasks"] == ["det_airflow.dagfactory", "det_airflow.operators.trial"]
     assert ["/det", "det-airflow master", "FastAPI"] in seen["mounted"]
     assert "det_airflow.master.app" in seen["master"]
