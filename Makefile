@@ -26,7 +26,7 @@ venv: $(VENV)/.installed ui
 # Re-installs when pyproject.toml changes; `pip install torch==2.13.0` takes the CPU wheel on disk.
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -e '.[airflow,torch,dev]'
+	$(PY) -m pip install -e '.[airflow,torch,dev,s3]'
 	touch $@
 
 # The web UI (plugins/webui/ui, React + uPlot) built by Vite into plugins/webui/static, which the det

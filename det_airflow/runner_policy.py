@@ -151,6 +151,9 @@ class _Judge:
             )
 
     def storage(self, storage: Mapping[str, Any]) -> None:
+        if storage.get("type") == "s3":
+            # Its credentials reach the trial: only a connection the platform gives out.
+            self.conn_id(storage.get("aws_conn_id"), "checkpoint_storage.aws_conn_id")
         if storage.get("type") != "shared_fs" or not storage.get("host_path"):
             return
         sub = storage.get("storage_path")

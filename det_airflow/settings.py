@@ -117,6 +117,8 @@ class Settings:
     namespace: str = AirflowSection.namespace
     docker_conn_id: str | None = None
     kubernetes_conn_id: str | None = None
+    # The Airflow connection of s3 checkpoint storage that names no ``aws_conn_id``.
+    storage_conn_id: str = "aws_default"
     # The address trials and tasks reach the master at; None: derived from airflow.cfg [api].
     master_url: str | None = None
     # The Docker daemon of docker trials; None: $DOCKER_HOST, else the local socket.
@@ -197,7 +199,7 @@ class Settings:
         return self.policy.extended(extra, f"airflow.cfg [det] pool_policies[{pool!r}]")
 
     def allowed_conn_ids(self, policy: RunnerPolicy) -> set[str]:
-        defaults = {c for c in (self.docker_conn_id, self.kubernetes_conn_id) if c}
+        defaults = {c for c in (self.docker_conn_id, self.kubernetes_conn_id, self.storage_conn_id) if c}
         return defaults | set(policy.allowed_conn_ids)
 
     def allowed_namespaces(self, policy: RunnerPolicy) -> set[str]:
@@ -235,6 +237,7 @@ def load(values: Mapping[str, str | None] | None = None) -> Settings:
         namespace=_text(get("namespace")) or Settings.namespace,
         docker_conn_id=_text(get("docker_conn_id")),
         kubernetes_conn_id=_text(get("kubernetes_conn_id")),
+        storage_conn_id=_text(get("storage_conn_id")) or Settings.storage_conn_id,
         master_url=_text(get("master_url")),
         docker_url=_text(get("docker_url")),
         slot_lock_dir=_text(get("slot_lock_dir")) or Settings.slot_lock_dir,

@@ -368,7 +368,22 @@ class TrialOperator(BaseOperator):
             master_url=master,
             workdir=Path(self.work_dir or default_work_dir()) / f"exp_{experiment_id}" / f"trial_{trial_id}",
             fetch_context=lambda: self.trial_context(client, experiment_id),
+            storage_variables=self._storage_variables(spec_dict.get("config") or {}),
         )
+
+    def _storage_variables(self, config: dict[str, Any]) -> dict[str, str]:
+        """The credentials of the experiment's s3 checkpoint storage, from its Airflow connection;
+        none when they cannot be read (the trial's first checkpoint says why)."""
+        storage = config.get("checkpoint_storage")
+        if not storage or storage.get("type") != "s3":
+            return {}
+        from det_airflow import object_storage
+
+        try:
+            return object_storage.trial_variables(storage)
+        except DetError as exc:
+            self.log.warning("The trial gets no checkpoint storage credentials: %s", exc)
+            return {}
 
     def report_phase(self, client: InternalClient, trial_id: int, run_id: int, state: str, why: str) -> None:
         """Tells the master where the run's start is (PULLING, STARTING, RUNNING); the run goes on

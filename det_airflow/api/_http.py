@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from det_airflow.errors import APIError
@@ -162,6 +163,31 @@ class Session:
         if response.status_code >= 400:
             _raise_for_status(self.master, response.status_code, _error_message(response))
         return response
+
+    def download(self, path: str, target: Path) -> int:
+        """Stream the answer to GET ``path`` into the file ``target`` (written beside it, then
+        renamed into place); answers the bytes written."""
+        import httpx
+
+        partial = target.with_name(f".{target.name}.partial")
+        try:
+            with self._client.stream("GET", path) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    _raise_for_status(self.master, response.status_code, _error_message(response))
+                written = 0
+                with partial.open("wb") as out:
+                    for chunk in response.iter_bytes(1 << 20):
+                        out.write(chunk)
+                        written += len(chunk)
+        except httpx.TransportError as exc:
+            partial.unlink(missing_ok=True)
+            raise APIError(f"downloading from the master at {self.master} failed: {exc}") from None
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
+        partial.replace(target)
+        return written
 
     def get(self, path: str, **kwargs: Any) -> Any:
         return self.request("GET", path, **kwargs).json()

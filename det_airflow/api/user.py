@@ -422,6 +422,11 @@ class UserClient:
     def get_checkpoint(self, uuid: str) -> Checkpoint:
         return self._answer(CheckpointAnswer, "GET", f"/checkpoints/{quote(uuid, safe='')}").checkpoint
 
+    def download_checkpoint_file(self, uuid: str, path: str, target: Path) -> int:
+        """Stream one file of a checkpoint in object storage, through the master, into ``target``;
+        answers its size."""
+        return self._session.download(f"/checkpoints/{quote(uuid, safe='')}/files/{quote(path)}", target)
+
     def delete_checkpoint(self, uuid: str) -> None:
         self._request("DELETE", f"/checkpoints/{quote(uuid, safe='')}")
 

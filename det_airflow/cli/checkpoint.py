@@ -28,6 +28,8 @@ DESCRIBE_HEADERS = (
 RESOURCE_HEADERS = ("Path", "Size")
 # Storage types whose files are plain folders, readable wherever that folder is mounted.
 FOLDER_STORAGE = ("shared_fs", "directory")
+# Storage types whose files the master streams to readers (it holds the credentials).
+OBJECT_STORAGE = ("s3", "gcs", "azure")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -145,11 +147,40 @@ def _describe(args: argparse.Namespace) -> None:
 
 
 def _download(args: argparse.Namespace) -> None:
-    checkpoint = _connect(args).get_checkpoint(args.uuid)
+    client = _connect(args)
+    checkpoint = client.get_checkpoint(args.uuid)
     target = Path(args.output_dir) if args.output_dir else Path("checkpoints") / args.uuid
-    copy_checkpoint(checkpoint, target)
+    if (checkpoint.storage or {}).get("type") in OBJECT_STORAGE:
+        download_through_master(client, checkpoint, target)
+    else:
+        copy_checkpoint(checkpoint, target)
     print("Local checkpoint path:")
     print(target)
+
+
+def download_through_master(client: UserClient, checkpoint: Checkpoint, target: Path) -> None:
+    """Streams each file of a checkpoint in object storage from the master into ``target``: the
+    master holds the bucket's credentials, so a reader of the experiment needs none.
+
+    Raises:
+        DetError: The checkpoint was deleted, a file came back another size than registered,
+            or ``target`` is a file.
+    """
+    uuid = checkpoint.uuid
+    if render.format_state(checkpoint.state) == "DELETED":
+        raise DetError(f"checkpoint {uuid} was deleted; its files are gone")
+    if target.exists() and not target.is_dir():
+        raise DetError(f"cannot download into {target}: it is a file")
+    for name, size in sorted((checkpoint.resources or {}).items()):
+        destination = target / name
+        if not destination.resolve().is_relative_to(target.resolve()) or name.startswith("/"):
+            raise DetError(f"checkpoint {uuid} names a file outside its folder: {name!r}")
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        written = client.download_checkpoint_file(uuid, name, destination)
+        if written != size:
+            raise DetError(
+                f"checkpoint {uuid}: {name} came back with {written} bytes, {size} were registered"
+            )
 
 
 def copy_checkpoint(checkpoint: Checkpoint, target: Path) -> None:

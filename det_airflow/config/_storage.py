@@ -22,6 +22,9 @@ _REQUIRED = {
     "azure": "container",
 }
 _FIELDS = tuple(f.name for f in dataclasses.fields(CheckpointStorageConfig) if f.name != "options")
+# s3's own fields: kept in `options` as given, checked here so that a mistake is reported with the
+# config rather than when the trial first checkpoints.
+_S3_STRINGS = ("endpoint_url", "access_key", "secret_key", "aws_conn_id", "region")
 _PATH = "checkpoint_storage"
 
 
@@ -49,6 +52,8 @@ def read_checkpoint_storage(value: Any, problems: Problems) -> CheckpointStorage
     kind = f.choice("type", TYPES, required=True)
     if kind in _REQUIRED and not f.given(_REQUIRED[kind]):
         f.missing(_REQUIRED[kind], "a non-empty string", f"for {kind} storage")
+    if kind == "s3":
+        _check_s3(f)
     host_path = f.string("host_path", nonempty=True)
     if kind == "shared_fs" and isinstance(host_path, str) and not posixpath.isabs(host_path):
         f.bad("host_path", "an absolute path")
@@ -63,6 +68,18 @@ def read_checkpoint_storage(value: Any, problems: Problems) -> CheckpointStorage
         **_read_counts(f),
         options=dict(options),
     )
+
+
+def _check_s3(f: Fields) -> None:
+    """Credentials go in pairs, and an S3-compatible store is named by its URL."""
+    for key in _S3_STRINGS:
+        f.string(key, nonempty=True)
+    endpoint = f.get("endpoint_url")
+    if isinstance(endpoint, str) and endpoint and not endpoint.startswith(("http://", "https://")):
+        f.bad("endpoint_url", "an http:// or https:// URL")
+    for given, needed in (("access_key", "secret_key"), ("secret_key", "access_key")):
+        if f.given(given) and not f.given(needed):
+            f.missing(needed, "a non-empty string", f"with {given}")
 
 
 def _read_counts(f: Fields) -> dict[str, Any]:

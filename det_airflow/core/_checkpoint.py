@@ -21,9 +21,9 @@ METADATA_FILE = "metadata.json"
 class CheckpointContext:
     """Checkpoints of a trial, identified by their ``storage_id`` (a uuid).
 
-    A checkpoint is written into a temporary folder beside its final one, renamed into place, and
-    only then registered with the master; a crash midway leaves nothing registered. Saving is the
-    chief's job; every worker may restore.
+    A checkpoint is written into a local folder, moved into storage whole (renamed into place in a
+    folder storage, uploaded to a bucket), and only then registered with the master; a crash
+    midway leaves nothing registered. Saving is the chief's job; every worker may restore.
     """
 
     def __init__(
@@ -43,7 +43,7 @@ class CheckpointContext:
         # Checked on use, not at init: a trial that never checkpoints needs no storage.
         if self._storage_or_none is None:
             raise DetError(
-                "the experiment config has no checkpoint_storage; set one (shared_fs or directory)"
+                "the experiment config has no checkpoint_storage; set one (shared_fs, directory or s3)"
             )
         return self._storage_or_none
 
@@ -77,8 +77,13 @@ class CheckpointContext:
 
     @contextlib.contextmanager
     def restore_path(self, storage_id: str) -> Iterator[Path]:
-        """Yield the folder holding checkpoint ``storage_id``'s files (read them, do not change them)."""
-        yield self._find(storage_id)
+        """Yield a folder holding checkpoint ``storage_id``'s files (read them, do not change them).
+
+        Folder storage yields the checkpoint's own folder; object storage downloads the files into a
+        temporary folder, removed when the block ends.
+        """
+        with self._locate(storage_id).local_path(storage_id) as path:
+            yield path
 
     def upload(self, ckpt_dir: Path | str | None, metadata: Mapping[str, Any] | None = None) -> str:
         """Copy a folder into a new checkpoint; answers its storage_id.
@@ -97,16 +102,14 @@ class CheckpointContext:
 
     def download(self, storage_id: str, ckpt_dir: Path | str) -> None:
         """Copy checkpoint ``storage_id``'s files into ``ckpt_dir``."""
-        import shutil
-
-        shutil.copytree(self._find(storage_id), ckpt_dir, dirs_exist_ok=True)
+        self._locate(storage_id).download(storage_id, Path(ckpt_dir))
 
     def get_metadata(self, storage_id: str) -> dict[str, Any]:
         """The metadata a checkpoint was saved with."""
         with contextlib.suppress(DetError):
-            metadata_file = self._find(storage_id) / METADATA_FILE
-            if metadata_file.is_file():
-                return dict(json.loads(metadata_file.read_text(encoding="utf-8")))
+            storage = self._locate(storage_id)
+            with contextlib.closing(storage.open_file(storage_id, METADATA_FILE)) as stream:
+                return dict(json.loads(stream.read()))
         record = self._backend.get_checkpoint(storage_id)
         if record is None:
             raise DetError(f"checkpoint {storage_id} not found")
@@ -119,17 +122,19 @@ class CheckpointContext:
         self._storage.delete(storage_id)
         self._backend.delete_checkpoint(storage_id)
 
-    def _find(self, storage_id: str) -> Path:
-        path = self._storage.path(storage_id)
-        if path.is_dir():
-            return path
-        # Saved elsewhere (another storage setting): the registered record knows where.
+    def _locate(self, storage_id: str) -> CheckpointStorage:
+        """The storage holding the checkpoint's files: the configured one, else the one its
+        registered record names (saved under another storage setting)."""
+        storage = self._storage
+        if storage.exists(storage_id):
+            return storage
         record = self._backend.get_checkpoint(storage_id)
-        recorded = ((record or {}).get("storage") or {}).get("path")
-        if recorded and Path(recorded).is_dir():
-            return Path(recorded)
-        where = f"{path}" + (f" or {recorded}" if recorded else "")
-        raise DetError(f"checkpoint {storage_id}: its files are not at {where}")
+        recorded = CheckpointStorage.from_record((record or {}).get("storage") or {}, storage_id, storage)
+        if recorded is None or recorded.location(storage_id) == storage.location(storage_id):
+            raise storage.missing(storage_id)
+        if recorded.exists(storage_id):
+            return recorded
+        raise storage.missing(storage_id, recorded.location(storage_id))
 
 
 def _check_metadata(metadata: Mapping[str, Any]) -> tuple[dict[str, Any], int]:

@@ -18,7 +18,7 @@ from det_airflow.core._distributed import DistributedContext
 from det_airflow.core._local import DEFAULT_LOCAL_STORE, LocalBackend
 from det_airflow.core._preempt import PreemptContext
 from det_airflow.core._searcher import SearcherContext
-from det_airflow.core._storage import CheckpointStorage
+from det_airflow.core._storage import CheckpointStorage, FolderStorage
 from det_airflow.core._train import EarlyExitReason, TrainContext
 from det_airflow.errors import InvalidHP
 
@@ -142,7 +142,7 @@ def init(
         if checkpoint_storage is not None:
             storage = CheckpointStorage.from_config(checkpoint_storage)
         else:
-            storage = CheckpointStorage(local.checkpoints_dir, type="directory")
+            storage = FolderStorage(local.checkpoints_dir, type="directory")
     # Test mode sends each report at once and asks about preemption every time, so that a loop
     # ends at its first check after reporting (see LocalBackend.should_preempt).
     train = TrainContext(dist, backend, flush_every=1) if test_mode else TrainContext(dist, backend)

@@ -55,20 +55,21 @@ def remove_checkpoint_files(conn: Connection, experiment: Row, rows: Iterable[Ro
 
 def collect(db: Database, experiment_id: int) -> list[str]:
     """Delete what the experiment's policy does not keep: rows first (DELETED, in one transaction),
-    then, once that is committed, the folders of ``shared_fs`` storage (the only storage this
-    machine holds). Returns what could not be removed."""
+    then, once that is committed, the folders of ``shared_fs`` storage and the objects of ``s3``
+    storage (a ``directory`` storage is a container's own). Returns what could not be removed."""
     with db.begin() as conn:
         exp = experiments.get_experiment(conn, experiment_id)
         cfg = experiments.experiment_config(exp)
         garbage = checkpoints_to_delete(conn, experiment_id, cfg)
         for row in garbage:
             lifecycle.delete_checkpoint(conn, row, _REASON)
-    if not garbage or (exp.config.get("checkpoint_storage") or {}).get("type") != "shared_fs":
+    if not garbage or (exp.config.get("checkpoint_storage") or {}).get("type") not in _REMOVED_HERE:
         return []
     with db.begin() as conn:
         return remove_checkpoint_files(conn, exp, garbage)
 
 
+_REMOVED_HERE = ("shared_fs", "s3")
 _REASON = "checkpoint_storage keeps neither it as one of the experiment's save_experiment_best, nor "
 _REASON += "as one of its trial's save_trial_best or save_trial_latest"
 

@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import Connection, Row
 
 from det_airflow import settings
+from det_airflow.errors import DetError
 from det_airflow.master import identities
 
 # O_PATH: passing through needs only search permission (the checkpoint root is 1733, unlistable).
@@ -199,8 +200,10 @@ def remove_checkpoints(
     ``storage.path`` that says otherwise never takes anything else with it.
     """
     config = experiment.config.get("checkpoint_storage") or {}
+    if config.get("type") == "s3":
+        return remove_stored_checkpoints(config, [uuid for uuid, _ in checkpoints])
     if config.get("type") != "shared_fs":
-        return []  # a container path or a bucket: not files of this machine
+        return []  # a container's own path: not files of this machine
     roots = roots_for(experiment.resource_pool)
     not_removed: list[str] = []
     for uuid, storage in checkpoints:
@@ -210,4 +213,22 @@ def remove_checkpoints(
             not_removed.append(f"checkpoint {uuid}: its files are not at a known path ({location!r})")
             continue
         not_removed += remove_tree(expected, roots, f"checkpoint {uuid}", identity=identity)
+    return not_removed
+
+
+def remove_stored_checkpoints(config: Mapping[str, Any], uuids: Sequence[str]) -> list[str]:
+    """Delete the objects of checkpoints ``uuids`` from the bucket of an experiment's ``s3``
+    ``checkpoint_storage`` (only under its own prefix); what was not removed, one line each."""
+    from det_airflow import object_storage
+
+    try:
+        storage = object_storage.open_storage(config)
+    except DetError as exc:
+        return [f"checkpoints {', '.join(uuids)}: {exc}"] if uuids else []
+    not_removed = []
+    for uuid in uuids:
+        try:
+            storage.delete(uuid)
+        except DetError as exc:
+            not_removed.append(f"checkpoint {uuid}: {exc}")
     return not_removed

@@ -183,7 +183,7 @@ def register_checkpoint(conn: Connection, trial_id: int, body: dict[str, Any]) -
             metadata=body.get("metadata") or {},
             resources=resources,
             size=min(sum(resources.values()), MAX_STEPS),
-            storage={"type": storage.get("type"), "path": str(folder)},
+            storage=_recorded_storage(storage, body["uuid"], folder),
             report_time=now(),
             validation_metric=metric,
         )
@@ -191,6 +191,17 @@ def register_checkpoint(conn: Connection, trial_id: int, body: dict[str, Any]) -
     lifecycle.checkpoint_created(conn, body["uuid"], f"trial {trial_id} saved it at {steps} steps")
     trials.update_trial(conn, trial_id, latest_checkpoint=body["uuid"])
     return get_checkpoint(conn, body["uuid"])
+
+
+def _recorded_storage(storage: dict[str, Any], uuid: str, folder: Path) -> dict[str, Any]:
+    """Where a checkpoint's files are, as its record keeps it: derived from the experiment's own
+    storage, never from what the trial says. A bucket's record names no credentials."""
+    if storage.get("type") == "s3":
+        from det_airflow.core._storage import CheckpointStorage
+
+        bucket = CheckpointStorage.from_config(storage)
+        return {**bucket.describe(uuid), "path": bucket.location(uuid)}
+    return {"type": storage.get("type"), "path": str(folder)}
 
 
 def get_checkpoint(conn: Connection, uuid: str) -> Row:

@@ -5,12 +5,15 @@ from __future__ import annotations
 import base64
 import binascii
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Response
+from fastapi.responses import StreamingResponse
 from sqlalchemy import ColumnElement, Connection, Row, func, select
 
+from det_airflow import object_storage
 from det_airflow.airflow_compat import requires_authenticated
 from det_airflow.api.models import (
     MAX_LABELS,
@@ -405,6 +408,11 @@ def delete_checkpoint(uuid: str, caller: CallerDep) -> dict:
         folder = _checkpoint_folder(exp, row)
         reports.delete_checkpoint(conn, row.trial_id, uuid)
         # Inside the transaction: if the files cannot be removed, the checkpoint stays COMPLETED.
+        storage_config = exp.config.get("checkpoint_storage") or {}
+        if storage_config.get("type") == "s3":
+            problems = file_cleanup.remove_stored_checkpoints(storage_config, [uuid])
+            if problems:
+                raise DetError(f"cannot remove the files of {problems[0]}")
         if folder is not None:
             identity = file_cleanup.owner_identity(conn, exp.owner)
             roots = file_cleanup.roots_for(exp.resource_pool)
@@ -412,6 +420,55 @@ def delete_checkpoint(uuid: str, caller: CallerDep) -> dict:
             if problems:
                 raise DetError(f"cannot remove the files of {problems[0]}")
     return {}
+
+
+# The answer of the checkpoint file route: the file's bytes, streamed.
+CHECKPOINT_FILE_ANSWER: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "one file of the checkpoint",
+        "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+    }
+}
+
+
+@router.get(
+    "/checkpoints/{uuid}/files/{path:path}",
+    response_class=StreamingResponse,
+    responses=CHECKPOINT_FILE_ANSWER,
+)
+def checkpoint_file(uuid: str, path: str, caller: CallerDep) -> StreamingResponse:
+    """One file of a checkpoint in object storage, for anyone who may read its experiment: the
+    master holds the bucket's credentials, the reader needs none (`det checkpoint download`).
+    Only the files the checkpoint registered are served."""
+    with get_database().read() as conn:
+        row = reports.get_checkpoint(conn, uuid)
+        exp = experiments.get_experiment(conn, row.experiment_id)
+        check_read(caller, exp, "download a checkpoint of")
+    if row.state == "DELETED":
+        raise lifecycle.NotFound(f"checkpoint {uuid} was deleted; its files are gone")
+    size = (row.resources or {}).get(path)
+    if size is None:
+        raise lifecycle.NotFound(f"checkpoint {uuid} has no file {path!r}")
+    storage_config = exp.config.get("checkpoint_storage") or {}
+    if not object_storage.is_object_storage(storage_config):
+        raise DetError(
+            f"checkpoint {uuid} is in {storage_config.get('type')} storage: its files are read where "
+            "that folder is mounted, not through the master"
+        )
+    body = object_storage.open_storage(storage_config).open_file(uuid, path)
+    return StreamingResponse(
+        _chunks(body),
+        media_type="application/octet-stream",
+        headers={"Content-Length": str(size)},
+    )
+
+
+def _chunks(body: Any, size: int = 1 << 20) -> Iterator[bytes]:
+    try:
+        while chunk := body.read(size):
+            yield chunk
+    finally:
+        body.close()
 
 
 def _checkpoint_folder(exp: Row, checkpoint: Row) -> Path | None:

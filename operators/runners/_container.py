@@ -169,13 +169,15 @@ class ContainerRunner(TrialRunner):
             on_output(f"ERROR: {exc}", "stderr")
             return None
         slots, device = held.slot_ids, held.device
-        env = trial_environment(
-            spec,
-            master_url=launch.master_url,
-            token=launch.token,
-            slot_ids=slots,
-            base_env={},
-            workdir=workdir,
+        env = launch.with_storage_variables(
+            trial_environment(
+                spec,
+                master_url=launch.master_url,
+                token=launch.token,
+                slot_ids=slots,
+                base_env={},
+                workdir=workdir,
+            )
         )
         trial = ContainerTrial(
             spec=spec,

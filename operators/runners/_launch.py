@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,9 @@ class TrialLaunch:
     fetch_context: Callable[[], bytes | None]
     # The slot ids the master assigned, when its answer names them.
     assigned_slots: tuple[int, ...] | None = None
+    # The credentials of the experiment's object storage (AWS_* variables), read by the task from
+    # the Airflow connection the storage names; the trial's own environment variables win.
+    storage_variables: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_answer(
@@ -34,6 +37,7 @@ class TrialLaunch:
         master_url: str,
         workdir: Path,
         fetch_context: Callable[[], bytes | None],
+        storage_variables: Mapping[str, str] | None = None,
     ) -> TrialLaunch:
         """The launch of the trial whose ``spec`` the master answered (docs/master-api.md)."""
         assigned = spec.get("slot_ids")
@@ -44,7 +48,12 @@ class TrialLaunch:
             workdir=workdir,
             fetch_context=fetch_context,
             assigned_slots=None if assigned is None else tuple(int(s) for s in assigned),
+            storage_variables=dict(storage_variables or {}),
         )
+
+    def with_storage_variables(self, env: dict[str, str]) -> dict[str, str]:
+        """``env`` (a trial's environment) with the storage credentials it does not set itself."""
+        return {**self.storage_variables, **env}
 
     def held_slots(self) -> tuple[int, ...]:
         """The slot ids the trial holds: the master's, when its answer names them; else one per slot

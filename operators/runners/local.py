@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from det_airflow.compat import determined_notice
-from det_airflow.core._storage import CheckpointStorage
+from det_airflow.core._storage import FolderStorage
 from det_airflow.operators.runners._base import OnContainer, OnPhase, TrialRunner
 from det_airflow.operators.runners._launch import TrialLaunch, lease_slots
 from det_airflow.settings import Settings
@@ -83,8 +83,14 @@ class LocalRunner(TrialRunner):
             on_output(f"error: {exc}", "stderr")
             shutil.rmtree(workdir, ignore_errors=True)
             return NOT_STARTED
-        env = trial_environment(
-            spec, master_url=launch.master_url, token=launch.token, workdir=workdir, slot_ids=slots.slot_ids
+        env = launch.with_storage_variables(
+            trial_environment(
+                spec,
+                master_url=launch.master_url,
+                token=launch.token,
+                workdir=workdir,
+                slot_ids=slots.slot_ids,
+            )
         )
         env.update(slots.visible_devices())  # the trial sees exactly the GPUs it leased
         argv = entrypoint_argv(spec.config["entrypoint"])
@@ -132,5 +138,5 @@ class LocalRunner(TrialRunner):
         if storage and storage.get("type", "shared_fs") == "shared_fs":
             # Only the checkpoint root is the platform's to make; folders in it are the trial's.
             prepare_checkpoint_root(self.settings.checkpoint_root)
-            check_can_write(CheckpointStorage.from_config(storage).base, user)
+            check_can_write(FolderStorage.from_config(storage).base, user)
         return user

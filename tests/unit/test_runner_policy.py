@@ -98,6 +98,18 @@ def test_what_the_admin_allows_passes() -> None:
     ]
 
 
+def test_s3_storage_names_only_a_connection_the_platform_gives_out() -> None:
+    """Its connection's credentials reach the trial: another user's connection is refused."""
+    cluster = settings.load({"checkpoint_storage_path": "/x/ckpt", "allowed_conn_ids": "s3_team_a"})
+    storage = {"type": "s3", "bucket": "ckpt"}
+    assert fields({"checkpoint_storage": storage}, cluster) == []
+    assert fields({"checkpoint_storage": {**storage, "aws_conn_id": "aws_default"}}, cluster) == []
+    assert fields({"checkpoint_storage": {**storage, "aws_conn_id": "s3_team_a"}}, cluster) == []
+    assert fields({"checkpoint_storage": {**storage, "aws_conn_id": "aws_admin"}}, cluster) == [
+        "checkpoint_storage.aws_conn_id"
+    ]
+
+
 def kubernetes(pod_spec: dict[str, Any]) -> dict[str, Any]:
     return {"airflow": {"trial_runner": "kubernetes"}, "environment": {"pod_spec": pod_spec}}
 

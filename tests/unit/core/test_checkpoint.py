@@ -108,5 +108,5 @@ def test_a_trial_without_checkpoint_storage_fails_only_when_it_checkpoints(
 
 
 def test_cloud_storage_in_the_config_is_a_clear_error(remote_init: Callable) -> None:
-    with pytest.raises(DetError, match="'s3' is not supported yet"):
-        remote_init(checkpoint_storage={"type": "s3", "bucket": "b"})
+    with pytest.raises(DetError, match="'gcs' is not supported yet"):
+        remote_init(checkpoint_storage={"type": "gcs", "bucket": "b"})

@@ -21,10 +21,10 @@ from det_airflow.errors import DetError
         ({"type": "directory"}, "checkpoint_storage.container_path: required for type directory"),
         (
             {"type": "gcs", "bucket": "b"},
-            "checkpoint_storage type 'gcs' is not supported yet by det-airflow; use shared_fs or directory",
+            "checkpoint_storage type 'gcs' is not supported yet by det-airflow; use shared_fs, directory or s3",
         ),
-        ({"type": "nfs"}, "checkpoint_storage.type: expected shared_fs or directory, got 'nfs'"),
-        ({}, "checkpoint_storage.type: expected shared_fs or directory, got None"),
+        ({"type": "nfs"}, "checkpoint_storage.type: expected shared_fs, directory or s3, got 'nfs'"),
+        ({}, "checkpoint_storage.type: expected shared_fs, directory or s3, got None"),
     ],
 )
 def test_a_bad_checkpoint_storage_is_refused_word_for_word(storage: dict[str, Any], message: str) -> None:
