@@ -154,6 +154,15 @@ class _Judge:
         if storage.get("type") == "s3":
             # Its credentials reach the trial: only a connection the platform gives out.
             self.conn_id(storage.get("aws_conn_id"), "checkpoint_storage.aws_conn_id")
+            # The master requests this address and streams its answers to readers: only a store
+            # the platform names, never an arbitrary host the API server can reach.
+            endpoint = storage.get("endpoint_url")
+            if endpoint and str(endpoint).rstrip("/") not in self.policy.allowed_storage_endpoints:
+                self.refuse(
+                    "checkpoint_storage.endpoint_url",
+                    f"endpoint {str(endpoint)!r}",
+                    "allowed_storage_endpoints",
+                )
         if storage.get("type") != "shared_fs" or not storage.get("host_path"):
             return
         sub = storage.get("storage_path")

@@ -73,8 +73,11 @@ class RunnerPolicy:
     allowed_images: tuple[str, ...] = ("*",)
     # Kubernetes namespaces beyond ``[det] namespace``.
     allowed_namespaces: tuple[str, ...] = ()
-    # Airflow connection ids (docker, kubernetes) beyond the ``[det]`` defaults.
+    # Airflow connection ids (docker, kubernetes, s3 storage) beyond the ``[det]`` defaults.
     allowed_conn_ids: tuple[str, ...] = ()
+    # S3-compatible endpoints an experiment's checkpoint_storage.endpoint_url may name: the master
+    # sends requests there and streams answers back, so none by default (set it on the connection).
+    allowed_storage_endpoints: tuple[str, ...] = ()
     # Kubernetes service accounts a pod may name (none: the namespace's default account).
     allowed_service_accounts: tuple[str, ...] = ()
     # Names from GUARDED_POD_FIELDS a pod spec may set.
@@ -225,6 +228,7 @@ def load(values: Mapping[str, str | None] | None = None) -> Settings:
         allowed_images=tuple(_list(get("allowed_images"))) or RunnerPolicy.allowed_images,
         allowed_namespaces=tuple(_list(get("allowed_namespaces"))),
         allowed_conn_ids=tuple(_list(get("allowed_conn_ids"))),
+        allowed_storage_endpoints=tuple(e.rstrip("/") for e in _list(get("allowed_storage_endpoints"))),
         allowed_service_accounts=tuple(_list(get("allowed_service_accounts"))),
         allowed_pod_fields=_pod_fields(_list(get("allowed_pod_fields")), "allowed_pod_fields"),
         allow_root=_bool(get, "container_allow_root", False),

@@ -28,8 +28,6 @@ DESCRIBE_HEADERS = (
 RESOURCE_HEADERS = ("Path", "Size")
 # Storage types whose files are plain folders, readable wherever that folder is mounted.
 FOLDER_STORAGE = ("shared_fs", "directory")
-# Storage types whose files the master streams to readers (it holds the credentials).
-OBJECT_STORAGE = ("s3", "gcs", "azure")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -150,7 +148,9 @@ def _download(args: argparse.Namespace) -> None:
     client = _connect(args)
     checkpoint = client.get_checkpoint(args.uuid)
     target = Path(args.output_dir) if args.output_dir else Path("checkpoints") / args.uuid
-    if (checkpoint.storage or {}).get("type") in OBJECT_STORAGE:
+    from det_airflow.object_storage import is_object_storage
+
+    if is_object_storage(checkpoint.storage):  # the master streams these (it holds the credentials)
         download_through_master(client, checkpoint, target)
     else:
         copy_checkpoint(checkpoint, target)

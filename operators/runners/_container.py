@@ -24,7 +24,6 @@ from det_airflow.trial_process import (
     TrialSpec,
     entrypoint_argv,
     prepare_workdir,
-    trial_environment,
     write_trial_files,
 )
 
@@ -169,16 +168,7 @@ class ContainerRunner(TrialRunner):
             on_output(f"ERROR: {exc}", "stderr")
             return None
         slots, device = held.slot_ids, held.device
-        env = launch.with_storage_variables(
-            trial_environment(
-                spec,
-                master_url=launch.master_url,
-                token=launch.token,
-                slot_ids=slots,
-                base_env={},
-                workdir=workdir,
-            )
-        )
+        env = launch.environment(slots, base_env={})
         trial = ContainerTrial(
             spec=spec,
             workdir=workdir.absolute(),

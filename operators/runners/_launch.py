@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from det_airflow.slots import SlotLease, lease
-from det_airflow.trial_process import TrialSpec
+from det_airflow.trial_process import TrialSpec, trial_environment
 
 
 @dataclass(frozen=True)
@@ -51,8 +51,19 @@ class TrialLaunch:
             storage_variables=dict(storage_variables or {}),
         )
 
-    def with_storage_variables(self, env: dict[str, str]) -> dict[str, str]:
-        """``env`` (a trial's environment) with the storage credentials it does not set itself."""
+    def environment(
+        self, slot_ids: Iterable[int], *, base_env: Mapping[str, str] | None = None
+    ) -> dict[str, str]:
+        """The trial process's whole environment (``trial_environment``) for this run, with the
+        storage credentials where the trial does not set the same variables itself."""
+        env = trial_environment(
+            self.spec,
+            master_url=self.master_url,
+            token=self.token,
+            slot_ids=slot_ids,
+            base_env=base_env,
+            workdir=self.workdir,
+        )
         return {**self.storage_variables, **env}
 
     def held_slots(self) -> tuple[int, ...]:

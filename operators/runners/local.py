@@ -33,7 +33,6 @@ from det_airflow.trial_process import (
     prepare_checkpoint_root,
     prepare_workdir,
     run_trial_process,
-    trial_environment,
     trial_user,
     write_trial_files,
 )
@@ -83,15 +82,7 @@ class LocalRunner(TrialRunner):
             on_output(f"error: {exc}", "stderr")
             shutil.rmtree(workdir, ignore_errors=True)
             return NOT_STARTED
-        env = launch.with_storage_variables(
-            trial_environment(
-                spec,
-                master_url=launch.master_url,
-                token=launch.token,
-                workdir=workdir,
-                slot_ids=slots.slot_ids,
-            )
-        )
+        env = launch.environment(slots.slot_ids)
         env.update(slots.visible_devices())  # the trial sees exactly the GPUs it leased
         argv = entrypoint_argv(spec.config["entrypoint"])
         runs_as = user.name if user is not None else "the worker's user"

@@ -19,8 +19,9 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.integration.conftest import TEST_USERS, free_port
+from tests.integration.conftest import TEST_USERS
 from tests.integration.det_env import DetEnv
+from tests.s3_server import s3_client, s3_server
 
 pytestmark = pytest.mark.integration
 
@@ -57,28 +58,12 @@ with det.core.init() as core:
 
 @pytest.fixture(scope="module")
 def s3_url() -> Iterator[str]:
-    from moto.server import ThreadedMotoServer
-
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.stop()
-
-
-def s3_client(url: str) -> Any:
-    import boto3
-
-    return boto3.client(
-        "s3", endpoint_url=url, aws_access_key_id="det", aws_secret_access_key="det", region_name="us-east-1"
-    )
+    with s3_server(BUCKET) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
 def det(airflow, s3_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DetEnv]:
-    s3_client(s3_url).create_bucket(Bucket=BUCKET)
     extra = json.dumps({"endpoint_url": s3_url, "region_name": "us-east-1"})
     airflow.airflow("connections", "delete", "aws_default")
     added = airflow.airflow(

@@ -110,6 +110,24 @@ def test_s3_storage_names_only_a_connection_the_platform_gives_out() -> None:
     ]
 
 
+def test_an_s3_endpoint_must_be_one_the_admin_lists() -> None:
+    """The master requests the endpoint and streams its answers back: not any address."""
+    cluster = settings.load(
+        {"checkpoint_storage_path": "/x/ckpt", "allowed_storage_endpoints": "http://minio.internal:9000/"}
+    )
+    storage = {"type": "s3", "bucket": "ckpt"}
+    assert (
+        fields({"checkpoint_storage": {**storage, "endpoint_url": "http://minio.internal:9000"}}, cluster)
+        == []
+    )
+    assert fields({"checkpoint_storage": {**storage, "endpoint_url": "http://169.254.169.254"}}, cluster) == [
+        "checkpoint_storage.endpoint_url"
+    ]
+    assert fields({"checkpoint_storage": {**storage, "endpoint_url": "http://minio.internal:9000"}}) == [
+        "checkpoint_storage.endpoint_url"
+    ]
+
+
 def kubernetes(pod_spec: dict[str, Any]) -> dict[str, Any]:
     return {"airflow": {"trial_runner": "kubernetes"}, "environment": {"pod_spec": pod_spec}}
 

@@ -16,13 +16,13 @@ from typing import Any
 
 import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 
 from det_airflow import core
 from det_airflow.core import CheckpointStorage
 from det_airflow.core._local import read_jsonl
 from det_airflow.core._s3 import S3Storage
 from det_airflow.errors import DetError
+from tests.s3_server import s3_server
 
 from .conftest import FakeRuntime
 
@@ -32,11 +32,8 @@ KEYS = {"access_key": "testing-key", "secret_key": "testing-secret"}
 @pytest.fixture(scope="module")
 def endpoint() -> Iterator[str]:
     """The URL of an S3-compatible server running in this process."""
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
+    with s3_server() as url:
+        yield url
 
 
 @pytest.fixture(autouse=True)

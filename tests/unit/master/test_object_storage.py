@@ -13,7 +13,7 @@ from sqlalchemy import update
 
 from det_airflow.core._storage import CheckpointStorage
 from det_airflow.master import checkpoint_gc, schema
-from tests.integration.conftest import free_port
+from tests.s3_server import s3_server
 from tests.unit.master.people_app import NOW, People
 
 BUCKET = "ckpt"
@@ -22,21 +22,8 @@ WEIGHTS = bytes(range(256)) * 64
 
 @pytest.fixture(scope="module")
 def s3_url() -> Iterator[str]:
-    from moto.server import ThreadedMotoServer
-
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        import boto3
-
-        boto3.client(
-            "s3", endpoint_url=f"http://127.0.0.1:{port}", aws_access_key_id="k", aws_secret_access_key="s",
-            region_name="us-east-1",
-        ).create_bucket(Bucket=BUCKET)  # fmt: skip
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.stop()
+    with s3_server(BUCKET) as url:
+        yield url
 
 
 def s3_section(url: str, **extra: Any) -> dict[str, Any]:
