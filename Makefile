@@ -11,6 +11,10 @@ DET := $(VENV)/bin/det
 export DET_MASTER ?= http://127.0.0.1:$(AIRFLOW_PORT)
 # Extra airflow.cfg settings for the quickstart, e.g. --set det.trial_work_dir=$(CURDIR)/.airflow/trials
 AIRFLOW_SETTINGS ?=
+# local: LocalExecutor on SQLite. celery: CeleryExecutor with PostgreSQL, Redis and $(WORKERS) Celery
+# workers, each a det-airflow host of its own (make quickstart EXECUTOR=celery WORKERS=2).
+EXECUTOR ?= local
+WORKERS ?= 2
 
 ADMIN_PASSWORD = $$($(PY) -c 'import json, sys; print(json.load(open(sys.argv[1]))["admin"])' $(AIRFLOW_HOME_DIR)/simple_auth_manager_passwords.json)
 
@@ -26,7 +30,7 @@ venv: $(VENV)/.installed ui
 # Re-installs when pyproject.toml changes; `pip install torch==2.13.0` takes the CPU wheel on disk.
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -e '.[airflow,torch,dev,s3]'
+	$(PY) -m pip install -e '.[airflow,torch,dev,s3,celery]'
 	touch $@
 
 # The web UI (plugins/webui/ui, React + uPlot) built by Vite into plugins/webui/static, which the det
@@ -65,10 +69,12 @@ api-types: $(UI)/node_modules/.installed
 wheel: venv
 	$(PY) -m pip wheel --no-deps --no-build-isolation -w dist .
 
-# Airflow (SQLite, LocalExecutor) in .airflow/, parsing dags/; started in the background, on
-# 127.0.0.1 only. Reuses the database, secrets and admin password already there.
+# Airflow in .airflow/ (SQLite and LocalExecutor, or with EXECUTOR=celery PostgreSQL, Redis and
+# Celery workers), parsing dags/; started in the background, on 127.0.0.1 only. Reuses the
+# database, secrets and admin password already there.
 airflow-up: venv
-	$(LOCALAIRFLOW) init --dags-folder $(CURDIR)/dags --port $(AIRFLOW_PORT) $(AIRFLOW_SETTINGS)
+	$(LOCALAIRFLOW) init --dags-folder $(CURDIR)/dags --port $(AIRFLOW_PORT) \
+		--executor $(EXECUTOR) --workers $(WORKERS) $(AIRFLOW_SETTINGS)
 	$(LOCALAIRFLOW) start
 
 stop:

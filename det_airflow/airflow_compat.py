@@ -46,7 +46,9 @@ NON_PUBLIC: dict[str, tuple[str, str]] = {
     # Delete a DAG with its runs: REST `DELETE /api/v2/dags/{dag_id}` (self-credential again).
     "delete_dag": ("airflow.api.common.delete_dag", "delete_dag"),
     # Write the service connection: REST `POST /api/v2/connections` needs a running API server,
-    # and `det admin migrate` runs before one; `airflow.sdk.Connection` only reads.
+    # and `det admin migrate` runs before one; `airflow.sdk.Connection` only reads. A Celery
+    # worker's main process (the host heartbeat) reads through it: outside a task the SDK's lookup
+    # skips the metadata database.
     "Connection": ("airflow.models.connection", "Connection"),
     # The configured auth manager instance: its class (BaseAuthManager) is public, the accessor not.
     "get_auth_manager": ("airflow.api_fastapi.app", "get_auth_manager"),

@@ -6,9 +6,14 @@ processor, triggerer and API server, each a background process with its own log 
 in the Airflow home. Airflow is driven through its CLI (the ``airflow`` script beside this Python),
 so importing this module does not import Airflow.
 
+With the CeleryExecutor (``--executor celery``) it starts what a multi-machine deployment has, on
+this machine: a PostgreSQL server of the home's own (unless ``--sql-alchemy-conn`` names one), a
+Redis broker and N Celery workers, each one a det-airflow host of its own (:class:`CeleryWorker`).
+
 From a shell::
 
     python -m det_airflow.localairflow init --home .airflow --dags-folder dags
+    python -m det_airflow.localairflow init --home .airflow --executor celery --workers 2
     python -m det_airflow.localairflow start --home .airflow
     python -m det_airflow.localairflow status --home .airflow
     python -m det_airflow.localairflow stop --home .airflow
@@ -35,10 +40,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from det_airflow import _pgcluster
 from det_airflow.errors import DetError
+from det_airflow.settings import host_queue
 
 if TYPE_CHECKING:
     import httpx
+    from celery import Celery
 
 AIRFLOW_BIN = Path(sys.executable).parent / "airflow"
 ADMIN_USER = "admin"
@@ -62,6 +70,22 @@ _MARKER_ENV = "_DET_LOCALAIRFLOW_HOME"
 
 STOP_GRACE_S = 20.0
 
+#: ``--executor`` choices and the Airflow executor each one configures.
+EXECUTORS = {"local": "LocalExecutor", "celery": "CeleryExecutor"}
+#: airflow.cfg section where the Celery mode records what it runs, for later start/stop/status.
+LAYOUT_SECTION = "det_local"
+#: Celery workers when ``--workers`` is not given.
+DEFAULT_WORKERS = 2
+#: CPU slots each worker host offers when ``--host-slots`` is not given: small, so that a few
+#: trials already spread over the hosts on a laptop.
+DEFAULT_HOST_SLOTS = 2
+#: Airflow's default queue (``[operators] default_queue``), which every worker also consumes.
+DEFAULT_QUEUE = "default"
+#: Seconds a task may stay unacknowledged in Redis before the broker hands it to another worker:
+#: a trial may train for days (Airflow's default, one day, would start a second copy of it).
+VISIBILITY_TIMEOUT_S = 7 * 24 * 3600
+REDIS_SERVER = Path("/usr/bin/redis-server")
+
 
 class LocalAirflowError(DetError):
     """The local Airflow could not be configured, started or reached."""
@@ -82,6 +106,180 @@ def sqlite_url(home: Path) -> str:
     return f"sqlite:///{Path(home).resolve() / 'airflow.db'}"
 
 
+# -- Celery mode ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CeleryWorker:
+    """One Celery worker of the local Airflow, a det-airflow host of its own: its host id, its slots,
+    its queue (:func:`det_airflow.settings.host_queue`), its trial work and slot lock folders."""
+
+    index: int
+    host_slots: int
+
+    @property
+    def component(self) -> str:
+        return f"celery-worker-{self.index}"
+
+    @property
+    def host_id(self) -> str:
+        return f"worker-{self.index}"
+
+    @property
+    def queues(self) -> list[str]:
+        return [DEFAULT_QUEUE, host_queue(self.host_id)]
+
+    def args(self) -> list[str]:
+        """The ``airflow`` sub-command line. No log server: it binds every interface, and on one
+        machine the API server reads task logs from the shared log folder."""
+        return [
+            "celery", "worker",
+            "--queues", ",".join(self.queues),
+            "--celery-hostname", f"{self.host_id}@%h",
+            "--skip-serve-logs",
+        ]  # fmt: skip
+
+    def env(self, home: Path) -> dict[str, str]:
+        """The ``[det]`` settings of this host, for its worker process alone."""
+        folder = Path(home) / "hosts" / self.host_id
+        return {
+            "AIRFLOW__DET__HOST_ID": self.host_id,
+            "AIRFLOW__DET__HOST_SLOTS": str(self.host_slots),
+            "AIRFLOW__DET__TRIAL_WORK_DIR": str(folder / "trials"),
+            "AIRFLOW__DET__SLOT_LOCK_DIR": str(folder / "slot-locks"),
+        }
+
+
+@dataclass(frozen=True)
+class CeleryLayout:
+    """What the Celery mode runs besides Airflow: Redis on 127.0.0.1:``redis_port``, the workers,
+    and the home's own PostgreSQL server on ``postgres_port`` (None: the database is elsewhere)."""
+
+    redis_port: int
+    workers: tuple[CeleryWorker, ...]
+    postgres_port: int | None = None
+    postgres_password: str | None = None
+
+    @property
+    def broker_url(self) -> str:
+        return f"redis://127.0.0.1:{self.redis_port}/0"
+
+    def sections(self, sql_alchemy_conn: str, parallelism: int) -> dict[str, dict[str, str]]:
+        """The airflow.cfg sections of the Celery mode, the layout's own record included."""
+        layout = {
+            "workers": str(len(self.workers)),
+            "host_slots": str(self.workers[0].host_slots),
+            "redis_port": str(self.redis_port),
+        }
+        if self.postgres_port is not None:
+            layout["postgres_port"] = str(self.postgres_port)
+            layout["postgres_password"] = self.postgres_password or ""
+        return {
+            "celery": {
+                "broker_url": self.broker_url,
+                "result_backend": f"db+{sql_alchemy_conn}",
+                "celery_config_options": "det_airflow.celery_config.DET_CELERY_CONFIG",
+                "worker_concurrency": str(parallelism),
+            },
+            "celery_broker_transport_options": {"visibility_timeout": str(VISIBILITY_TIMEOUT_S)},
+            LAYOUT_SECTION: layout,
+        }
+
+    @classmethod
+    def read(cls, cfg: configparser.RawConfigParser) -> CeleryLayout | None:
+        """The layout an airflow.cfg records; None for the LocalExecutor."""
+        if (
+            not cfg.has_section(LAYOUT_SECTION)
+            or cfg.get("core", "executor", fallback="") != "CeleryExecutor"
+        ):
+            return None
+        section = cfg[LAYOUT_SECTION]
+        port = section.get("postgres_port")
+        return cls(
+            redis_port=int(section["redis_port"]),
+            workers=celery_workers(int(section["workers"]), int(section["host_slots"])),
+            postgres_port=int(port) if port else None,
+            postgres_password=section.get("postgres_password"),
+        )
+
+
+def celery_workers(count: int, host_slots: int = DEFAULT_HOST_SLOTS) -> tuple[CeleryWorker, ...]:
+    """Workers ``worker-1`` .. ``worker-<count>``, each offering ``host_slots`` CPU slots."""
+    if count < 1:
+        raise LocalAirflowError(f"--workers: expected at least 1, got {count}")
+    if host_slots < 1:
+        raise LocalAirflowError(f"--host-slots: expected at least 1, got {host_slots}")
+    return tuple(CeleryWorker(i, host_slots) for i in range(1, count + 1))
+
+
+def redis_server() -> Path:
+    """Debian's Redis server, which the Celery mode's broker runs on."""
+    if not os.access(REDIS_SERVER, os.X_OK):
+        raise LocalAirflowError(
+            f"{REDIS_SERVER} not found: the Celery executor needs Redis as its broker "
+            "(apt-get install redis-server)"
+        )
+    return REDIS_SERVER
+
+
+def postgres_bindir() -> Path:
+    """The PostgreSQL server binaries for the home's own database server."""
+    bindir = _pgcluster.find_bindir()
+    if bindir is None:
+        raise LocalAirflowError(
+            "PostgreSQL server binaries (initdb, pg_ctl) not found: the Celery executor needs "
+            "PostgreSQL (apt-get install postgresql), or give --sql-alchemy-conn of an existing server"
+        )
+    return bindir
+
+
+def init_celery(
+    home: Path, *, workers: int, host_slots: int, sql_alchemy_conn: str | None
+) -> tuple[CeleryLayout, str, list[Path]]:
+    """The Celery layout for ``home``, its database URL (for :func:`write_config`) and the folders
+    opened for passing through (see :func:`write_config`).
+
+    Redis's port and the home's own PostgreSQL server (port, password, data) are kept from an
+    earlier init; without ``sql_alchemy_conn`` that server is created if new and left running.
+    """
+    home = Path(home).resolve()
+    hosts = celery_workers(workers, host_slots)
+    redis_server()
+    old = configparser.RawConfigParser()
+    old.read(home / CONFIG_FILE)
+    recorded = old[LAYOUT_SECTION] if old.has_section(LAYOUT_SECTION) else {}
+    redis_port = int(recorded.get("redis_port") or _pgcluster.free_port())
+    if sql_alchemy_conn:
+        return CeleryLayout(redis_port, hosts), sql_alchemy_conn, []
+    postgres_bindir()
+    port = int(recorded.get("postgres_port") or _pgcluster.free_port())
+    password = recorded.get("postgres_password") or secrets.token_urlsafe(16)
+    home.mkdir(parents=True, exist_ok=True)
+    opened = _open_for_trials(home)  # the postgres user, too, must reach home/postgres
+    cluster = home_postgres(home, port, password)
+    prepare_postgres(cluster)
+    return CeleryLayout(redis_port, hosts, port, password), cluster.url, opened
+
+
+def home_postgres(home: Path, port: int, password: str) -> _pgcluster.PgCluster:
+    """The PostgreSQL cluster in ``home/postgres`` (created or not)."""
+    return _pgcluster.PgCluster.at(postgres_bindir(), Path(home).resolve() / "postgres", port, password)
+
+
+def prepare_postgres(cluster: _pgcluster.PgCluster) -> None:
+    """Create the cluster if it is new, start it, and give it the ``airflow`` database and the
+    password the layout records (set over the local socket, which trusts the ``postgres`` user)."""
+    try:
+        if not cluster.exists():
+            cluster.create()
+        if not cluster.running():
+            cluster.start()
+        cluster.set_password()
+        cluster.ensure_database()
+    except _pgcluster.PgClusterError as e:
+        raise LocalAirflowError(f"the PostgreSQL server in {cluster.base}: {e}") from None
+
+
 def write_config(
     home: Path,
     *,
@@ -91,17 +289,22 @@ def write_config(
     parallelism: int | None = None,
     admin_password: str | None = None,
     extra: Mapping[str, Mapping[str, str]] | None = None,
+    celery: CeleryLayout | None = None,
 ) -> LocalAirflow:
     """Write ``home/airflow.cfg`` and the admin's passwords file; return the :class:`LocalAirflow`.
 
     Rerunning keeps what must stay stable: the Fernet key, the JWT and API secrets, and the admin
     password (unless ``admin_password`` is given). ``extra`` adds or overrides sections, e.g.
-    ``{"det": {"trial_work_dir": "..."}}``.
+    ``{"det": {"trial_work_dir": "..."}}``. ``celery`` switches to the CeleryExecutor with that layout.
     """
     home = Path(home).resolve()
     dags_folder = Path(dags_folder).resolve()
     for d in (home, home / "logs", home / "pids", dags_folder):
         d.mkdir(parents=True, exist_ok=True)
+    for worker in celery.workers if celery else ():
+        for d in (home / "hosts", home / "hosts" / worker.host_id):
+            d.mkdir(exist_ok=True)
+            d.chmod(0o711)  # trials pass through to their work folders
     # Trials run as another user: they may pass through the home to their work folders and
     # checkpoints, but not list it, and not read the logs or pid files.
     home.chmod(0o711)
@@ -122,7 +325,7 @@ def write_config(
     sections: dict[str, dict[str, str]] = {
         "core": {
             "dags_folder": str(dags_folder),
-            "executor": "LocalExecutor",
+            "executor": EXECUTORS["celery" if celery else "local"],
             "load_examples": "False",
             "parallelism": str(parallelism),
             "max_active_tasks_per_dag": str(parallelism),
@@ -168,6 +371,8 @@ def write_config(
             "dag_processor_child_process_log_directory": str(home / "logs" / "dag_processor"),
         },
     }
+    if celery is not None:
+        sections.update(celery.sections(sql_alchemy_conn, parallelism))
     for section, values in (extra or {}).items():
         sections.setdefault(section, {}).update(values)
 
@@ -188,6 +393,7 @@ def write_config(
         admin_password=password,
         dags_folder=dags_folder,
         opened_for_trials=opened,
+        celery=celery,
     )
 
 
@@ -239,6 +445,8 @@ class LocalAirflow:
     admin_password: str = ""
     #: Folders ``write_config()`` opened for passing through (``o+x``) so trials can run as another user.
     opened_for_trials: list[Path] = field(default_factory=list, compare=False)
+    #: The CeleryExecutor's services and workers; None for the LocalExecutor.
+    celery: CeleryLayout | None = None
     _procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -259,7 +467,29 @@ class LocalAirflow:
             url=f"http://127.0.0.1:{port}",
             admin_password=password,
             dags_folder=Path(cfg.get("core", "dags_folder", fallback=str(home / "dags")).replace("%%", "%")),
+            celery=CeleryLayout.read(cfg),
         )
+
+    def components(self) -> dict[str, list[str]]:
+        """Each component's command line, in start order: Redis first and the Celery workers last
+        in Celery mode."""
+        airflow = str(AIRFLOW_BIN)
+        commands = {c: [airflow, *args] for c, args in COMPONENTS.items()}
+        commands["api-server"] += ["--host", "127.0.0.1", "--port", str(self.port)]
+        if self.celery is None:
+            return commands
+        redis = [
+            str(REDIS_SERVER), "--bind", "127.0.0.1", "--port", str(self.celery.redis_port),
+            "--save", "", "--appendonly", "no", "--dir", str(self.home / "redis"),
+        ]  # fmt: skip
+        workers = {w.component: [airflow, *w.args()] for w in self.celery.workers}
+        return {"redis": redis, **commands, **workers}
+
+    def postgres(self) -> _pgcluster.PgCluster | None:
+        """The home's own PostgreSQL server (Celery mode without ``--sql-alchemy-conn``), else None."""
+        if self.celery is None or self.celery.postgres_port is None:
+            return None
+        return home_postgres(self.home, self.celery.postgres_port, self.celery.postgres_password or "")
 
     @property
     def log_dir(self) -> Path:
@@ -268,11 +498,12 @@ class LocalAirflow:
     def log_file(self, component: str) -> Path:
         return self.log_dir / f"{component}.log"
 
-    def env(self) -> dict[str, str]:
-        """Environment for the ``airflow`` processes.
+    def env(self, component: str | None = None) -> dict[str, str]:
+        """Environment for the ``airflow`` processes (for ``component``'s process, when given).
 
         ``AIRFLOW__*`` variables of the caller are dropped so that ``airflow.cfg`` is the whole
-        configuration; loopback addresses never go through a proxy.
+        configuration, but for a Celery worker's ``[det]`` host settings; loopback addresses never
+        go through a proxy.
         """
         env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW__") and k != "AIRFLOW_CONFIG"}
         no_proxy = ",".join(
@@ -288,6 +519,9 @@ class LocalAirflow:
             DO_NOT_TRACK="1",
         )
         env[_MARKER_ENV] = str(self.home)
+        for worker in self.celery.workers if self.celery else ():
+            if worker.component == component:
+                env.update(worker.env(self.home))
         return env
 
     def airflow(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -326,8 +560,12 @@ class LocalAirflow:
         return record if record is not None and record.leader_alive() else None
 
     def status(self) -> dict[str, int | None]:
-        """Pid of each component, or None where it is not running."""
-        return {c: (r.pid if (r := self._running(c)) else None) for c in COMPONENTS}
+        """Pid of each component (and of the home's own PostgreSQL server), or None where it is not running."""
+        pids: dict[str, int | None] = {}
+        if (cluster := self.postgres()) is not None:
+            pids["postgres"] = _postmaster_pid(cluster.data)
+        pids.update({c: (r.pid if (r := self._running(c)) else None) for c in self.components()})
+        return pids
 
     def start(self) -> None:
         """Start the components that are not running yet (idempotent)."""
@@ -335,21 +573,23 @@ class LocalAirflow:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         if not (self.home / CONFIG_FILE).exists():
             raise LocalAirflowError(f"{self.home / CONFIG_FILE} does not exist: write the config first")
-        to_start = [c for c in COMPONENTS if not self._running(c)]
+        commands = self.components()
+        to_start = [c for c in commands if not self._running(c)]
         if "api-server" in to_start and _port_in_use(self.port):
             raise LocalAirflowError(
                 f"port {self.port} on 127.0.0.1 is taken by another program; stop it or choose another port"
             )
+        if self.celery is not None:
+            self._prepare_celery(to_start)
         for component in to_start:
-            args = COMPONENTS[component]
-            if component == "api-server":
-                args = [*args, "--host", "127.0.0.1", "--port", str(self.port)]
+            command = commands[component]
             with self.log_file(component).open("ab") as log:
-                log.write(f"\n==== {datetime.now().isoformat()} airflow {' '.join(args)}\n".encode())
+                shown = " ".join([Path(command[0]).name, *command[1:]])
+                log.write(f"\n==== {datetime.now().isoformat()} {shown}\n".encode())
                 log.flush()
                 proc = subprocess.Popen(
-                    [str(AIRFLOW_BIN), *args],
-                    env=self.env(),
+                    command,
+                    env=self.env(component),
                     cwd=self.home,
                     stdin=subprocess.DEVNULL,
                     stdout=log,
@@ -359,59 +599,100 @@ class LocalAirflow:
             self._procs[component] = proc
             _PidRecord(proc.pid, _start_ticks(proc.pid), time.time()).write(self._pid_file(component))
 
+    def _prepare_celery(self, to_start: list[str]) -> None:
+        """Before the Celery mode's components start: the Redis binary and port, and the home's own
+        PostgreSQL server running."""
+        assert self.celery is not None
+        redis_server()
+        if "redis" in to_start and _port_in_use(self.celery.redis_port):
+            raise LocalAirflowError(
+                f"port {self.celery.redis_port} on 127.0.0.1 (Redis) is taken by another program; "
+                "stop it, or run 'init' again after removing [det_local] redis_port from airflow.cfg"
+            )
+        (self.home / "redis").mkdir(mode=0o700, exist_ok=True)
+        if (cluster := self.postgres()) is not None and not cluster.running():
+            try:
+                cluster.start()
+            except _pgcluster.PgClusterError as e:
+                raise LocalAirflowError(
+                    f"the PostgreSQL server in {cluster.base} did not start: {e}"
+                ) from None
+
     def wait_ready(self, timeout: float = 180.0) -> None:
-        """Wait until the API server answers and reports scheduler, triggerer and DAG processor healthy.
+        """Wait until the API server answers and reports scheduler, triggerer and DAG processor
+        healthy; in Celery mode also until Redis answers and every worker answers a ping.
 
         A component counts once it has heart-beaten since it was started, so an old heartbeat left
         by a previous run does not count. Raises :class:`LocalAirflowError` with the tail of the
         failing component's log when one dies or the time runs out.
         """
+        deadline = time.monotonic() + timeout
+        celery_app = _celery_app(self.celery.broker_url) if self.celery is not None else None
+        try:
+            while problems := self._not_ready(celery_app):
+                if time.monotonic() > deadline:
+                    details = "\n".join(
+                        f"--- {c}: {why}; log {self.log_file(c)}:\n{_tail(self.log_file(c))}"
+                        for c, why in problems.items()
+                    )
+                    raise LocalAirflowError(
+                        f"Airflow at {self.url} is not ready after {timeout:.0f} s:\n{details}"
+                    )
+                time.sleep(1)
+        finally:
+            if celery_app is not None:
+                celery_app.close()
+
+    def _not_ready(self, celery_app: Celery | None) -> dict[str, str]:
+        """What is not ready yet, by component; raises when a component is not running at all."""
         import httpx
 
-        deadline = time.monotonic() + timeout
-        while True:
-            started_at: dict[str, float] = {}
-            for component in COMPONENTS:
-                record = _PidRecord.read(self._pid_file(component))
-                if record is None or not record.leader_alive():
-                    raise LocalAirflowError(
-                        f"airflow {component} is not running (log {self.log_file(component)}):\n"
-                        f"{_tail(self.log_file(component))}"
-                    )
-                started_at[component] = record.started_at
-            problems: dict[str, str] = {}
-            try:
-                health = httpx.get(f"{self.url}/api/v2/monitor/health", timeout=5).json()
-            except (httpx.HTTPError, ValueError) as e:
-                problems["api-server"] = f"{self.url} does not answer ({e.__class__.__name__})"
-            else:
-                for component, key in _HEALTH_KEYS.items():
-                    info = health.get(key) or {}
-                    beat = info.get(f"latest_{key}_heartbeat")
-                    if (
-                        info.get("status") != "healthy"
-                        or not beat
-                        or _epoch(beat) < started_at[component] - 2
-                    ):
-                        problems[component] = f"status {info.get('status')}, last heartbeat {beat}"
-            if not problems:
-                return
-            if time.monotonic() > deadline:
-                details = "\n".join(
-                    f"--- {c}: {why}; log {self.log_file(c)}:\n{_tail(self.log_file(c))}"
-                    for c, why in problems.items()
-                )
+        started_at: dict[str, float] = {}
+        for component in self.components():
+            record = _PidRecord.read(self._pid_file(component))
+            if record is None or not record.leader_alive():
+                label = component if component == "redis" else f"airflow {component}"
                 raise LocalAirflowError(
-                    f"Airflow at {self.url} is not ready after {timeout:.0f} s:\n{details}"
+                    f"{label} is not running (log {self.log_file(component)}):\n"
+                    f"{_tail(self.log_file(component))}"
                 )
-            time.sleep(1)
+            started_at[component] = record.started_at
+        problems: dict[str, str] = {}
+        try:
+            health = httpx.get(f"{self.url}/api/v2/monitor/health", timeout=5).json()
+        except (httpx.HTTPError, ValueError) as e:
+            problems["api-server"] = f"{self.url} does not answer ({e.__class__.__name__})"
+        else:
+            for component, key in _HEALTH_KEYS.items():
+                info = health.get(key) or {}
+                beat = info.get(f"latest_{key}_heartbeat")
+                if info.get("status") != "healthy" or not beat or _epoch(beat) < started_at[component] - 2:
+                    problems[component] = f"status {info.get('status')}, last heartbeat {beat}"
+        if self.celery is not None and celery_app is not None:
+            problems.update(self._celery_not_ready(self.celery, celery_app))
+        return problems
+
+    def _celery_not_ready(self, celery: CeleryLayout, app: Celery) -> dict[str, str]:
+        """Redis answers PING; each worker answers Celery's ping through the broker."""
+        if not _redis_ping(celery.redis_port):
+            return {"redis": f"127.0.0.1:{celery.redis_port} does not answer PING"}
+        answered = {name.partition("@")[0] for reply in _celery_ping(app) for name in reply}
+        return {
+            w.component: f"{w.host_id} does not answer Celery's ping yet"
+            for w in celery.workers
+            if w.host_id not in answered
+        }
 
     def stop(self, grace: float = STOP_GRACE_S) -> None:
         """Stop every component and every process they started (tasks included); remove pid files.
 
         SIGTERM to each component's process group first; what is left after ``grace`` seconds
-        (including task processes in groups of their own) gets SIGKILL.
+        (including task processes in groups of their own) gets SIGKILL. In Celery mode the workers
+        go first (while the broker and the master still answer their goodbyes), the home's own
+        PostgreSQL server last.
         """
+        if self.celery is not None:
+            self._stop_workers(self.celery, grace)
         for pid in self._sessions():
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGTERM)
@@ -426,9 +707,23 @@ class LocalAirflow:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, sig)
         self._reap()
-        for component in COMPONENTS:
+        for component in self.components():
             self._pid_file(component).unlink(missing_ok=True)
         self._procs.clear()
+        if (cluster := self.postgres()) is not None and cluster.exists() and cluster.running():
+            cluster.stop()
+
+    def _stop_workers(self, celery: CeleryLayout, grace: float) -> None:
+        """SIGTERM to the Celery workers (a warm shutdown: they take no new task) and wait up to
+        ``grace`` seconds for them to exit; :meth:`stop` kills what is left."""
+        records = [r for w in celery.workers if (r := self._running(w.component))]
+        for record in records:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(record.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while any(r.leader_alive() for r in records) and time.monotonic() < deadline:
+            self._reap()
+            time.sleep(0.2)
 
     def _reap(self) -> None:
         for proc in self._procs.values():
@@ -436,7 +731,9 @@ class LocalAirflow:
 
     def _sessions(self) -> list[int]:
         """Session ids (= process group ids = leader pids) of the components started from this home."""
-        return [r.pid for c in COMPONENTS if (r := _PidRecord.read(self._pid_file(c))) and r.owns_session()]
+        return [
+            r.pid for c in self.components() if (r := _PidRecord.read(self._pid_file(c))) and r.owns_session()
+        ]
 
     def processes(self) -> list[int]:
         """Pids of the live processes of this Airflow: components, their workers, task processes.
@@ -490,7 +787,9 @@ class LocalAirflow:
 
     def log_tails(self, lines: int = 40) -> str:
         """The last lines of every component's log, for failure reports."""
-        return "\n".join(f"--- {self.log_file(c)}:\n{_tail(self.log_file(c), lines)}" for c in COMPONENTS)
+        return "\n".join(
+            f"--- {self.log_file(c)}:\n{_tail(self.log_file(c), lines)}" for c in self.components()
+        )
 
 
 # -- process bookkeeping ---------------------------------------------------------------------------
@@ -553,6 +852,42 @@ def _pids() -> Iterator[int]:
             yield int(entry)
 
 
+def _postmaster_pid(data: Path) -> int | None:
+    """The pid of the PostgreSQL server of ``data`` if it runs (the first line of postmaster.pid)."""
+    try:
+        pid = int((data / "postmaster.pid").read_text().split("\n", 1)[0])
+    except (OSError, ValueError):
+        return None
+    return pid if _proc_state(pid) not in (None, "Z") else None
+
+
+def _redis_ping(port: int) -> bool:
+    """Redis on 127.0.0.1:``port`` answers PING."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+def _celery_app(broker_url: str) -> Celery:
+    """A Celery app on the broker, only to ping the workers: it gives up at once when the broker
+    does not answer instead of retrying."""
+    from celery import Celery
+
+    return Celery(broker=broker_url, broker_connection_retry=False, broker_connection_timeout=2)
+
+
+def _celery_ping(app: Celery) -> list[dict[str, object]]:
+    """The workers' answers to a ping, ``[{"worker-1@host": {"ok": "pong"}}, ...]``; none when the
+    broker does not answer."""
+    try:
+        return list(app.control.ping(timeout=1.0) or [])
+    except Exception:  # the broker away or restarting: no worker answered
+        return []
+
+
 def _port_in_use(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.settimeout(1)
@@ -588,6 +923,24 @@ def main(argv: list[str] | None = None) -> int:
     init.add_argument("--port", type=int, default=8080)
     init.add_argument("--sql-alchemy-conn", help="database URL (default: SQLite in the home)")
     init.add_argument("--parallelism", type=int)
+    init.add_argument(
+        "--executor",
+        choices=sorted(EXECUTORS),
+        default="local",
+        help="local: LocalExecutor on SQLite (default); celery: CeleryExecutor with PostgreSQL, Redis and workers",
+    )
+    init.add_argument(
+        "--workers",
+        type=int,
+        default=DEFAULT_WORKERS,
+        help=f"Celery workers, each a det-airflow host of its own (celery only, default {DEFAULT_WORKERS})",
+    )
+    init.add_argument(
+        "--host-slots",
+        type=int,
+        default=DEFAULT_HOST_SLOTS,
+        help=f"CPU slots each worker host offers (celery only, default {DEFAULT_HOST_SLOTS})",
+    )
     init.add_argument("--admin-password")
     init.add_argument(
         "--set",
@@ -613,17 +966,28 @@ def main(argv: list[str] | None = None) -> int:
                 if not (eq and dot and section and key):
                     raise LocalAirflowError(f"--set {setting!r}: expected SECTION.KEY=VALUE")
                 extra.setdefault(section, {})[key] = value
+            celery: CeleryLayout | None = None
+            opened: list[Path] = []
+            sql_alchemy_conn = args.sql_alchemy_conn or sqlite_url(home)
+            if args.executor == "celery":
+                celery, sql_alchemy_conn, opened = init_celery(
+                    home,
+                    workers=args.workers,
+                    host_slots=args.host_slots,
+                    sql_alchemy_conn=args.sql_alchemy_conn,
+                )
             af = write_config(
                 home,
-                sql_alchemy_conn=args.sql_alchemy_conn or sqlite_url(home),
+                sql_alchemy_conn=sql_alchemy_conn,
                 dags_folder=args.dags_folder,
                 port=args.port,
                 parallelism=args.parallelism,
                 admin_password=args.admin_password,
                 extra=extra,
+                celery=celery,
             )
             af.migrate()
-            for folder in af.opened_for_trials:
+            for folder in [*opened, *af.opened_for_trials]:
                 print(
                     f"Let other users pass through {folder} (chmod o+x, no listing): trials run as an unprivileged user"
                 )
@@ -640,11 +1004,12 @@ def main(argv: list[str] | None = None) -> int:
             print("Airflow stopped")
         else:
             af = LocalAirflow.load(home)
-            for component, pid in af.status().items():
-                print(f"{component:14} {'running, pid ' + str(pid) if pid else 'stopped'}")
-            print(
-                f"url            {af.url}\nuser           {af.admin_user}\npassword       {af.admin_password}"
-            )
+            status = af.status()
+            width = max(14, *(len(c) + 1 for c in status))
+            for component, pid in status.items():
+                print(f"{component:{width}} {'running, pid ' + str(pid) if pid else 'stopped'}")
+            for label, value in (("url", af.url), ("user", af.admin_user), ("password", af.admin_password)):
+                print(f"{label:{width}} {value}")
     except LocalAirflowError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -655,4 +1020,14 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["LocalAirflow", "LocalAirflowError", "default_parallelism", "sqlite_url", "write_config"]
+__all__ = [
+    "CeleryLayout",
+    "CeleryWorker",
+    "LocalAirflow",
+    "LocalAirflowError",
+    "celery_workers",
+    "default_parallelism",
+    "init_celery",
+    "sqlite_url",
+    "write_config",
+]

@@ -14,6 +14,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -194,6 +196,27 @@ class Settings:
                 f"airflow.cfg [{SECTION}] kubernetes_startup_timeout: expected a number of seconds, got {text!r}"
             ) from None
 
+    @property
+    def host_id(self) -> str:
+        """This worker's host, as placement names it: ``[det] host_id``, else the machine's name."""
+        value = (self.checked_on_use.get("host_id") or "").strip() or socket.gethostname()
+        if not _HOST_ID.fullmatch(value):
+            raise SettingsError(
+                f"airflow.cfg [{SECTION}] host_id: {value!r} must be letters, digits, '.', '_' or '-' "
+                "(at most 63, starting with a letter or digit)"
+            )
+        return value
+
+    @property
+    def host_slots(self) -> int | None:
+        """Slots this host offers when it has no GPUs to count (``[det] host_slots``); None: not set."""
+        return _int(self.checked_on_use.get, "host_slots", 0) or None
+
+    @property
+    def host_timeout(self) -> float:
+        """Seconds after a host's last heartbeat when its slots stop counting (default 30)."""
+        return float(_int(self.checked_on_use.get, "host_timeout", 30))
+
     def policy_for(self, pool: str | None) -> RunnerPolicy:
         """The cluster's policy with what ``pool_policies`` adds for ``pool``."""
         extra = self.pool_policies.get(pool or "")
@@ -259,6 +282,9 @@ def load(values: Mapping[str, str | None] | None = None) -> Settings:
 
 
 _CHECKED_ON_USE = (
+    "host_id",
+    "host_slots",
+    "host_timeout",
     "scheduler",
     "preemption",
     "slots_per_node",
@@ -266,6 +292,14 @@ _CHECKED_ON_USE = (
     "kubernetes_delete_pods",
     "kubernetes_startup_timeout",
 )
+
+
+_HOST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+
+
+def host_queue(host_id: str) -> str:
+    """The Celery queue the trial tasks placed on ``host_id`` are sent to; its workers listen on it."""
+    return f"det-host-{host_id}"
 
 
 def airflow_defaults(values: Mapping[str, str | None] | None = None) -> dict[str, str]:

@@ -137,6 +137,13 @@ class TrialOperator(BaseOperator):
         """The master's connection, looked up once for the task's life."""
         return DetHook(self.master_conn_id)
 
+    @cached_property
+    def _host_id(self) -> str:
+        """The worker host this task runs on (placement sends a trial's task to its host)."""
+        from det_airflow import settings
+
+        return settings.load().host_id
+
     @property
     def _credentials(self) -> tuple[str, str]:
         return self.hook.credentials
@@ -166,6 +173,7 @@ class TrialOperator(BaseOperator):
             run_id=ti.run_id,
             task_id=ti.task_id,
             map_index=ti.map_index,
+            host=self._host_id,
         )
         client = self._client()
         try:

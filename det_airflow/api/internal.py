@@ -8,6 +8,8 @@ from typing import Any
 from det_airflow.api._http import SERVICE_RETRY_SECONDS, AsyncSession, Session
 from det_airflow.api.models import (
     Finalized,
+    Host,
+    HostReport,
     Registered,
     SearcherStatus,
     SlotAnswer,
@@ -50,6 +52,16 @@ class InternalClient:
             },
         )
         return Registered.model_validate(answer)
+
+    def report_host(self, host_id: str, report: HostReport) -> Host:
+        """A worker host's heartbeat: its inventory; the master counts its slots until the
+        heartbeats stop for ``[det] host_timeout`` seconds."""
+        answer = self.session.request("PUT", f"/internal/hosts/{host_id}", json=report.model_dump())
+        return Host.model_validate(answer.json())
+
+    def leave_host(self, host_id: str) -> None:
+        """The host stops offering slots (its worker shuts down)."""
+        self.session.request("DELETE", f"/internal/hosts/{host_id}")
 
     def searcher_status(self, experiment_id: int) -> SearcherStatus:
         return SearcherStatus.model_validate(

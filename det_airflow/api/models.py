@@ -38,6 +38,9 @@ MAX_DESCRIPTION = 10_000
 MAX_POOL_NAME = 256
 # No control characters: names and labels are printed to terminals.
 _PRINTABLE = r"^[^\x00-\x1f\x7f]*$"
+# A worker host's id names its Celery queue and folders: a hostname's characters only.
+HostId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")]
+MAX_HOST_SLOTS = 4096
 
 
 class _Answer(BaseModel):
@@ -116,6 +119,10 @@ class Trial(_Answer):
     stop_requested: bool
     preempt_requested_at: str | None
     airflow_task: AirflowTask | None
+    host: str | None = Field(None, description="the host its current or latest run is placed on")
+    hosts: list[str] = Field(
+        default_factory=list, description="the hosts its runs ran on, in order (each named once)"
+    )
 
 
 class Metrics(_Answer):
@@ -184,6 +191,7 @@ class Job(_Answer):
     user: str | None = Field(description="null when the caller may not read the experiment")
     resource_pool: str
     experiment_state: ExperimentState
+    hosts: list[str] = Field(default_factory=list, description="the hosts its trials holding slots run on")
 
 
 class JobSettings(_Answer):
@@ -435,6 +443,7 @@ class TaskRef(_Body):
     run_id: str | None = None
     task_id: str | None = None
     map_index: int | None = None
+    host: HostId | None = Field(None, description="the host whose worker runs the task")
 
 
 class SlotStatus(enum.StrEnum):
@@ -456,6 +465,9 @@ class SlotAnswer(_Answer):
     trial: Trial | None = Field(None, description="run: the trial to run")
     token: str | None = Field(None, description="run: the trial's token for this run")
     spec: TrialRunSpec | None = Field(None, description="run: what the trial process needs")
+    host: str | None = Field(
+        None, description="wait: the host the trial is placed on; the slot's task moves to its queue"
+    )
 
 
 class TrialExit(_Body):
@@ -544,3 +556,48 @@ class BestValidationAnswer(_Answer):
 class SearcherOperation(_Answer):
     length: int = Field(description="the length to train to, in the unit of searcher.max_length")
     completed: bool
+
+
+# --- hosts: the workers' inventory (`det agent list`, `det slot list`) -------------------------
+
+
+class HostReport(_Body):
+    """What a worker host's heartbeat tells the master: the slots it offers and where its trial
+    tasks are sent."""
+
+    slot_type: Literal["cpu", "cuda", "rocm"]
+    slots: int = Field(ge=0, le=MAX_HOST_SLOTS)
+    devices: list[Annotated[int, Field(ge=0, le=MAX_HOST_SLOTS)]] = Field(
+        default_factory=list, max_length=MAX_HOST_SLOTS, description="GPU indices (cuda, rocm)"
+    )
+    queue: str = Field(min_length=1, max_length=200, pattern=_PRINTABLE)
+    address: str | None = Field(None, max_length=253, pattern=_PRINTABLE)
+
+
+class HostSlot(_Answer):
+    """One slot of a host and the trial holding it, as `det slot list` shows it."""
+
+    slot_id: int
+    device: int | None = Field(description="the GPU index behind the slot (null for CPU slots)")
+    trial_id: int | None
+    experiment_id: int | None
+    task_name: str | None
+
+
+class Host(_Answer):
+    """A worker host (Determined's agent), as `det agent list` shows it."""
+
+    id: str
+    registered_time: str
+    last_seen: str
+    alive: bool = Field(description="its heartbeat is recent: its slots count for placement")
+    slot_type: str
+    num_slots: int
+    used_slots: int
+    queue: str
+    address: str | None
+    slots: list[HostSlot]
+
+
+class Hosts(_Answer):
+    agents: list[Host]

@@ -35,6 +35,8 @@ from det_airflow.api.models import (
     ExperimentAnswer,
     ExperimentDetail,
     ExperimentList,
+    Host,
+    Hosts,
     Job,
     JobList,
     JobSettings,
@@ -392,6 +394,12 @@ class UserClient:
         """Each update: ``job_id`` and one of priority, weight, max_slots, resource_pool, ahead_of,
         behind_of; all are applied together or none."""
         return self._answer(UpdatedJobs, "POST", "/jobs/update", json={"updates": updates}).jobs
+
+    # --- hosts ---
+
+    def list_agents(self) -> list[Host]:
+        """The worker hosts (Determined's agents) with their slots and the trials holding them."""
+        return self._answer(Hosts, "GET", "/agents").agents
 
     def state_changes(self, kind: str, object_id: int) -> list[StateChange]:
         """Every state an experiment or trial (``kind``) took, oldest first: from, to, time, reason."""

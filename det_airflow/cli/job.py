@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from det_airflow.cli import render
+from det_airflow.cli.agent import format_hosts
 from det_airflow.errors import DetError
 
 if TYPE_CHECKING:
@@ -22,6 +23,7 @@ LIST_HEADERS = (
     "Slots (acquired/needed)",
     "State",
     "User",
+    "Hosts",
 )
 # `update-batch ID.KEY=VALUE` keys and `det e set` fields, as the route names them.
 BATCH_KEYS = {
@@ -133,6 +135,7 @@ def list_row(job: Job) -> list[Any]:
         slots,
         job.state + (f" ({job.preempting_trials} preempting)" if job.preempting_trials else ""),
         job.user if job.user is not None else HIDDEN,
+        format_hosts(job.hosts),
     ]
 
 

@@ -6,6 +6,7 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from det_airflow.cli import render
+from det_airflow.cli.agent import format_hosts
 from det_airflow.cli.logs import add_log_arguments, show_logs_from_args
 
 if TYPE_CHECKING:
@@ -21,6 +22,7 @@ DESCRIBE_HEADERS = (
     "# of Batches",
     "Restarts",
     "Latest Checkpoint",
+    "Hosts",
 )
 METRICS_HEADERS = ("# of Batches", "Group", "Report Time", "Metrics")
 
@@ -92,6 +94,7 @@ def _describe(args: argparse.Namespace) -> None:
         trial.total_batches,
         trial.restarts,
         trial.latest_checkpoint,
+        format_hosts(trial.hosts),
     ]
     render.print_table(DESCRIBE_HEADERS, [row], csv=args.csv)
     if changes is not None:

@@ -284,7 +284,75 @@ def update_waiting_trials(
         ) from None
 
 
-def start_deferred_slots_anew(dag_id: str, run_id: str, map_indexes: list[int]) -> list[int]:
+def route_slot(dag_id: str, run_id: str, map_index: int, queue: str) -> bool:
+    """Send a trial slot's task to ``queue`` from its next start on (the queue of the worker host its
+    trial is placed on): Airflow's executor routes a task instance by its own ``queue``, which a
+    deferred task keeps when it resumes. False when the task instance is not found."""
+    from sqlalchemy import update
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from det_airflow.airflow_compat import TaskInstance, create_session
+
+    try:
+        with create_session() as session:
+            result = session.execute(
+                update(TaskInstance)
+                .where(
+                    TaskInstance.dag_id == dag_id,
+                    TaskInstance.run_id == run_id,
+                    TaskInstance.task_id == "trial",
+                    TaskInstance.map_index == map_index,
+                )
+                .values(queue=queue)
+                .execution_options(synchronize_session=False)
+            )
+            return bool(result.rowcount)  # type: ignore[attr-defined]
+    except SQLAlchemyError as exc:
+        raise AirflowRecordError(
+            f"Airflow task instance {map_index} of DAG run '{run_id}' of DAG '{dag_id}': {exc}"
+        ) from None
+
+
+def requeue_trial_tasks(live_queues: set[str], prefix: str) -> int:
+    """Send back to Airflow's default queue the trial tasks waiting to start (scheduled, up for
+    retry, deferred) on the queue of a worker host that is gone (a queue named ``prefix…`` not in
+    ``live_queues``): any live worker takes them, and the master places their trials again.
+    Answers how many were sent back."""
+    from airflow.sdk import conf
+    from airflow.utils.state import TaskInstanceState
+    from sqlalchemy import or_, update
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from det_airflow.airflow_compat import TaskInstance, create_session
+
+    waiting = [
+        TaskInstanceState.SCHEDULED,
+        TaskInstanceState.UP_FOR_RETRY,
+        TaskInstanceState.DEFERRED,
+        TaskInstanceState.UP_FOR_RESCHEDULE,
+    ]
+    default_queue = conf.get("operators", "default_queue", fallback="default")
+    try:
+        with create_session() as session:
+            result = session.execute(
+                update(TaskInstance)
+                .where(
+                    TaskInstance.task_id == "trial",
+                    TaskInstance.queue.startswith(prefix, autoescape=True),
+                    TaskInstance.queue.not_in(sorted(live_queues)),
+                    or_(TaskInstance.state.in_(waiting), TaskInstance.state.is_(None)),
+                )
+                .values(queue=default_queue)
+                .execution_options(synchronize_session=False)
+            )
+            return int(result.rowcount or 0)  # type: ignore[attr-defined]
+    except SQLAlchemyError as exc:
+        raise AirflowRecordError(f"Airflow's trial task instances: {exc}") from None
+
+
+def start_deferred_slots_anew(
+    dag_id: str, run_id: str, map_indexes: list[int], queues: dict[int, str] | None = None
+) -> list[int]:
     """Start these trial slots of a DAG run now, each in a new try, instead of waiting for their
     triggers; answers the map indexes started (only slots still deferred on their wait for a trial).
 
@@ -295,6 +363,9 @@ def start_deferred_slots_anew(dag_id: str, run_id: str, map_indexes: list[int]) 
     scheduler reads the executor's report that the deferring process exited only after queuing the
     resumed process under the same key (see `MIN_WAIT_SECONDS` in operators/triggers.py). Under a
     new try's key that late report changes nothing.
+
+    ``queues``: map index -> the queue its new try is sent to (the worker host its trial is placed
+    on); clearing otherwise sends it to its task's own queue.
     """
     if not map_indexes:
         return []
@@ -325,6 +396,9 @@ def start_deferred_slots_anew(dag_id: str, run_id: str, map_indexes: list[int]) 
                 ti.end_date = datetime.now(UTC)
                 ti.set_duration()
             clear_task_instances(tis, session, dag_run_state=False)
+            for ti in tis:
+                if queues and ti.map_index in queues:
+                    ti.queue = queues[ti.map_index]
             return sorted(int(ti.map_index) for ti in tis)
     except SQLAlchemyError as exc:
         raise AirflowRecordError(

@@ -68,6 +68,10 @@ JOBS = (
     Job("reclaim lost runs", 5.0, trials.reclaim_lost_runs),
     # Only where preemption is on (airflow.cfg [det]); otherwise it costs no query.
     Job("preempt for waiting jobs", 2.0, trials.preempt_for_waiting_jobs),
+    # A slot told its trial runs on another worker host deferred: start it there now.
+    Job("start placed slots", 2.0, trials.start_placed_slots),
+    # A worker host that stopped heartbeating runs nothing more: its waiting tasks go to the others.
+    Job("requeue from gone hosts", 5.0, trials.requeue_from_gone_hosts),
     # A create's publication interrupted by an API server that stopped (left for 60 s first).
     Job("publish left-staged experiments", 30.0, _publish_left_staged),
     # Parsing grows with the experiments still to run, not with every experiment ever created.

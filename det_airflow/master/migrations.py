@@ -145,6 +145,23 @@ def _v8_told_to_stop(op: Operations) -> None:
         batch.add_column(sa.Column("told_to_stop_run", sa.Integer))
 
 
+def _v9_hosts(op: Operations) -> None:
+    with op.batch_alter_table("det_trials") as batch:
+        batch.add_column(sa.Column("host", sa.String(63)))
+        batch.add_column(sa.Column("hosts", sa.JSON))
+    op.create_table(
+        "det_hosts",
+        sa.Column("id", sa.String(63), primary_key=True),
+        sa.Column("slot_type", sa.String(16), nullable=False),
+        sa.Column("slots", sa.Integer, nullable=False),
+        sa.Column("devices", sa.JSON, nullable=False),
+        sa.Column("queue", sa.String(200), nullable=False),
+        sa.Column("address", sa.String(253)),
+        sa.Column("registered_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("last_seen", sa.DateTime(timezone=True), nullable=False),
+    )
+
+
 def backfill_metric_chunks(conn: Connection, chunks: sa.Table = schema.metric_chunks) -> int:
     """Rebuild the charts' numbers from every stored metric row; returns the trials that had some."""
     metrics = sa.table(
@@ -195,6 +212,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     Migration(7, "one OS identity per experiment owner: det_user_ids", _v7_user_ids),
     Migration(8, "trials: told_to_stop_run, the run the master last asked to stop", _v8_told_to_stop),
+    Migration(9, "hosts: det_hosts, the workers' inventory; det_trials.host and hosts", _v9_hosts),
 )
 
 

@@ -14,7 +14,7 @@ from sqlalchemy import Connection, Row, and_, bindparam, func, select, text
 from det_airflow import settings
 from det_airflow.config import ResourcesConfig
 from det_airflow.errors import DetError
-from det_airflow.master import airflow_bridge, schema
+from det_airflow.master import airflow_bridge, hosts, placement, schema
 from det_airflow.master.lifecycle import now
 from det_airflow.master.queue_policy import (
     BETWEEN_RUNS,
@@ -177,17 +177,30 @@ def is_admitted(trial: Row) -> bool:
     return bool(trial.admitted_run > trial.run_id)
 
 
+def _lock_hosts(conn: Connection) -> None:
+    """Place trials one at a time across pools: every pool's trials share the hosts."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": zlib.crc32(b"det-hosts")})
+
+
 def admit(conn: Connection, exp: Row, trial: Row) -> bool:
-    """Ask the gate for the trial's next run; an admission is recorded and holds its slots."""
+    """Ask the gate for the trial's next run; an admission is recorded and holds its slots. While
+    worker hosts report, the admission also places the trial's whole gang on one of them (best
+    fit); a trial no live host has room for waits."""
     if is_admitted(trial) or trial.state in RUNNING_STATES:
         return True  # a run that is starting again (a retried task) keeps the slots it holds
     _lock_pool(conn, exp.resource_pool)
     if not snapshot(conn, exp.resource_pool).plan().admits(exp.id):
         return False
+    _lock_hosts(conn)
+    loads = hosts.loads(conn)
+    host = placement.best_fit(loads, _gang(exp.config)) if loads else None
+    if loads and host is None:
+        return False
     conn.execute(
         schema.trials.update()
         .where(schema.trials.c.id == trial.id)
-        .values(admitted_run=trial.run_id + 1, admitted_at=now())
+        .values(admitted_run=trial.run_id + 1, admitted_at=now(), host=host)
     )
     return True
 
@@ -321,6 +334,10 @@ def job_rows(conn: Connection, pool: str, capacity: int | None = None) -> list[d
     snap = snapshot(conn, pool, capacity)
     result = plan(snap.capacity, snap.jobs)
     preempting = _preempting(conn, list(snap.rows))
+    job_hosts: dict[int, set[str]] = {}
+    for host_id, held in hosts.holdings(conn).items():
+        for _, exp_id, _ in held:
+            job_hosts.setdefault(exp_id, set()).add(host_id)
     rows = []
     for ahead, job in enumerate(result.order):
         row = snap.rows[job.id]
@@ -346,6 +363,7 @@ def job_rows(conn: Connection, pool: str, capacity: int | None = None) -> list[d
                 "user": row.owner,
                 "resource_pool": pool,
                 "experiment_state": row.state,
+                "hosts": sorted(job_hosts.get(job.id, ())),
             }
         )
     return rows

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import logging
+from typing import Annotated
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Path, Response
 from sqlalchemy.exc import SQLAlchemyError
 
 from det_airflow.api.models import (
     Empty,
     Finalized,
+    Host,
+    HostId,
+    HostReport,
     LogBatch,
     Registered,
     RegisterRun,
@@ -26,6 +30,7 @@ from det_airflow.errors import DetError
 from det_airflow.master import (
     checkpoint_gc,
     experiments,
+    hosts,
     routes_people,
     search,
     serialize,
@@ -78,6 +83,9 @@ def searcher_status(experiment_id: int) -> dict:
 def acquire(experiment_id: int, slot: int, body: TaskRef, dry_run: bool = False) -> dict:
     with get_database().begin() as conn:
         answer = trials.acquire(conn, experiment_id, slot, body.model_dump(), dry_run=dry_run)
+    queue = answer.pop("queue", None)
+    if queue is not None and not dry_run and body.dag_id and body.run_id and body.map_index is not None:
+        trials.route_slot(body.dag_id, body.run_id, body.map_index, queue)
     if "trial" in answer:
         answer["trial"] = serialize.trial(answer["trial"])
     return answer
@@ -131,6 +139,24 @@ def finalize(experiment_id: int) -> dict:
         count = experiments.count_trials(conn, experiment_id)
     _collect_checkpoints(experiment_id)  # trials closed without an exit of their own
     return {"experiment": serialize.experiment(row, num_trials=count), "best_checkpoint": best}
+
+
+@router.put("/hosts/{host_id}", response_model=Host)
+def report_host(host_id: Annotated[HostId, Path()], body: HostReport) -> dict:
+    """A worker host's heartbeat: its slots count for placement until ``[det] host_timeout``
+    seconds pass without one."""
+    with get_database().begin() as conn:
+        hosts.report(conn, host_id, body.model_dump())
+        (answer,) = [h for h in hosts.describe(conn) if h["id"] == host_id]
+    return answer
+
+
+@router.delete("/hosts/{host_id}", response_model=Empty)
+def leave_host(host_id: Annotated[HostId, Path()]) -> dict:
+    """The host's worker shut down: its slots stop counting at once."""
+    with get_database().begin() as conn:
+        hosts.leave(conn, host_id)
+    return {}
 
 
 # The context tar.gz, for trial tasks: the same answer people get.

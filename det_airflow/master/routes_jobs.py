@@ -1,4 +1,5 @@
-"""Routes for people: the job queue (`det job list`, `det job update`, `det e set`)."""
+"""Routes for people: the job queue (`det job list`, `det job update`, `det e set`) and the worker
+hosts (`det agent list`, `det slot list`)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from fastapi import APIRouter, Depends, Query
 from sqlalchemy import Connection, Row
 
 from det_airflow.airflow_compat import requires_authenticated
-from det_airflow.api.models import JobList, JobUpdate, JobUpdates, UpdatedJobs
-from det_airflow.master import airflow_bridge, experiments, queue, queue_policy, schema
+from det_airflow.api.models import Hosts, JobList, JobUpdate, JobUpdates, UpdatedJobs
+from det_airflow.master import airflow_bridge, experiments, hosts, queue, queue_policy, schema
 from det_airflow.master.auth import CrossSiteGuard
 from det_airflow.master.authz import Caller, CallerDep, check_change, readable
 from det_airflow.master.db import get_database
@@ -39,6 +40,14 @@ def list_jobs(
             job["name"] = None
             job["user"] = None
     return {"jobs": jobs[:limit] if limit is not None else jobs}
+
+
+@router.get("/agents", response_model=Hosts)
+def list_agents() -> dict:
+    """The worker hosts (Determined's agents) with their slots and the trials holding them, as
+    `det agent list` and `det slot list` show them. Every logged-in user sees them, as the queue."""
+    with get_database().read() as conn:
+        return {"agents": hosts.describe(conn)}
 
 
 @router.post("/jobs/update", response_model=UpdatedJobs)

@@ -21,7 +21,7 @@ from sqlalchemy import (
 )
 
 # Bump when a table changes; `det admin migrate` brings a database up to this version.
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 metadata = MetaData()
 
@@ -104,6 +104,10 @@ trials = Table(
     # The run the master last answered "stop" (pause, kill, preemption): however the experiment's
     # state has moved since, that run's exit is a stop the master asked for, not the trial's end.
     Column("told_to_stop_run", Integer),
+    # The worker host its admission placed it on (None: no hosts report, or not placed), and every
+    # host its runs ran on, in order.
+    Column("host", String(63)),
+    Column("hosts", JSON),
     UniqueConstraint("experiment_id", "request_id", name="det_trials_request_uq"),
     sqlite_autoincrement=True,
 )
@@ -184,4 +188,18 @@ user_ids = Table(
     metadata,
     Column("username", String(256), primary_key=True),
     Column("uid", Integer, nullable=False, unique=True),
+)
+
+# The worker hosts (Determined's agents): what each one's heartbeat last reported.
+hosts = Table(
+    "det_hosts",
+    metadata,
+    Column("id", String(63), primary_key=True),
+    Column("slot_type", String(16), nullable=False),
+    Column("slots", Integer, nullable=False),
+    Column("devices", JSON, nullable=False),
+    Column("queue", String(200), nullable=False),
+    Column("address", String(253)),
+    Column("registered_at", DateTime(timezone=True), nullable=False),
+    Column("last_seen", DateTime(timezone=True), nullable=False),
 )

@@ -73,6 +73,8 @@ def trial(row: Row, *, masked: bool = False) -> dict[str, Any]:
         "preempt_requested_at": iso(row.preempt_requested_at),
         # The Airflow task instance (and its try) that ran the trial last: a slot runs many trials.
         "airflow_task": _airflow_task(row.task),
+        "host": row.host,
+        "hosts": row.hosts or [],
     }
 
 

@@ -10,7 +10,7 @@ from sqlalchemy import Connection, Row, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
 from det_airflow.api.models import SlotStatus
-from det_airflow.master import experiments, identities, lifecycle, queue, schema, search, trial_logs
+from det_airflow.master import experiments, hosts, identities, lifecycle, queue, schema, search, trial_logs
 from det_airflow.master.auth import hash_token, new_token
 from det_airflow.master.db import Database
 from det_airflow.master.lifecycle import NotFound, now
@@ -102,6 +102,20 @@ def acquire(
     if not _admitted(conn, exp, trial):
         # The job queue has not admitted it: it defers, holding no pool slot.
         return {"status": SlotStatus.WAIT}
+    host = conn.execute(select(trials.c.host).where(trials.c.id == trial.id)).scalar()
+    moving = host is not None and task.get("host") not in (None, host)
+    if host is not None and moving and not dry_run and not hosts.is_live(conn, host):
+        # Placed on a host that has gone since: placed again among the live ones.
+        update_trial(conn, trial.id, admitted_run=trial.run_id, admitted_at=None, host=None)
+        if not _admitted(conn, exp, get_trial(conn, trial.id)):
+            return {"status": SlotStatus.WAIT}
+        host = conn.execute(select(trials.c.host).where(trials.c.id == trial.id)).scalar()
+    if host is not None and task.get("host") not in (None, host):
+        # Placed on another worker host: this slot holds the trial and its task moves to that
+        # host's queue (the route tells Airflow); it runs the trial there.
+        if not dry_run and trial.slot != slot:
+            update_trial(conn, trial.id, slot=slot)
+        return {"status": SlotStatus.WAIT, "host": host, "queue": hosts.queue_of(conn, host)}
     if dry_run:
         return {"status": SlotStatus.RUN}
     token = new_token()
@@ -116,9 +130,18 @@ def acquire(
         token_hash=hash_token(token),
         run_id=trial.run_id + 1,
         task=task,
+        **_ran_on(trial, task.get("host") or host),
     )
     trial = get_trial(conn, trial.id)
     return {"status": SlotStatus.RUN, "trial": trial, "token": token, "spec": trial_spec(conn, exp, trial)}
+
+
+def _ran_on(trial: Row, host: str | None) -> dict[str, Any]:
+    """The trial's host columns for a run starting on ``host`` (nothing when hosts are not in use)."""
+    if host is None:
+        return {}
+    seen = list(trial.hosts or [])
+    return {"host": host, "hosts": seen if host in seen else [*seen, host]}
 
 
 def _done(conn: Connection, experiment_id: int, slot: int) -> dict[str, Any]:
@@ -169,6 +192,70 @@ def start_resumed_slots(db: Database, experiment_id: int) -> list[int]:
     except airflow_bridge.AirflowRecordError as exc:
         logging.getLogger(__name__).warning("%s; the slots resume when their triggers look", exc)
         return []
+
+
+def route_slot(dag_id: str, run_id: str, map_index: int, queue: str) -> None:
+    """Send a slot's task to the queue of the host its trial is placed on; best effort (the
+    housekeeping job `start placed slots` sends it again once the task has deferred)."""
+    from det_airflow.master import airflow_bridge
+
+    try:
+        airflow_bridge.route_slot(dag_id, run_id, map_index, queue)
+    except airflow_bridge.AirflowRecordError as exc:
+        logging.getLogger(__name__).warning("%s; the slot starts on its host when housekeeping looks", exc)
+
+
+def start_placed_slots(db: Database) -> list[int]:
+    """Start at once, on their hosts' queues, the slots holding a trial placed on another host
+    (their tasks deferred after being told so), rather than when their triggers next look.
+    Answers the trials whose slots were started."""
+    from det_airflow.master import airflow_bridge
+
+    trials, exps = schema.trials, schema.experiments
+    with db.read() as conn:
+        rows = conn.execute(
+            select(trials.c.id, trials.c.slot, exps.c.dag_id, exps.c.dag_run_id, schema.hosts.c.queue)
+            .join(exps, exps.c.id == trials.c.experiment_id)
+            .join(schema.hosts, schema.hosts.c.id == trials.c.host)
+            .where(
+                trials.c.state == TrialState.QUEUED,
+                trials.c.slot.is_not(None),
+                trials.c.admitted_run > trials.c.run_id,
+                exps.c.state == ExperimentState.ACTIVE,
+                exps.c.dag_run_id.is_not(None),
+            )
+        ).all()
+    by_run: dict[tuple[str, str], dict[int, tuple[int, str]]] = {}
+    for row in rows:
+        by_run.setdefault((row.dag_id, row.dag_run_id), {})[row.slot] = (row.id, row.queue)
+    started: list[int] = []
+    for (dag_id, run_id), slots in by_run.items():
+        queues = {slot: queue for slot, (_, queue) in slots.items()}
+        try:
+            done = airflow_bridge.start_deferred_slots_anew(dag_id, run_id, sorted(slots), queues)
+        except airflow_bridge.AirflowRecordError as exc:
+            logging.getLogger(__name__).warning("%s; placed slots start when their triggers look", exc)
+            continue
+        started += [slots[slot][0] for slot in done]
+    return started
+
+
+def requeue_from_gone_hosts(db: Database) -> int:
+    """Trial tasks waiting on the queue of a host whose heartbeat stopped go back to the default
+    queue, so that a live worker runs them; answers how many. Costs no Airflow query while no
+    host reports."""
+    from det_airflow import settings
+    from det_airflow.master import airflow_bridge
+
+    with db.read() as conn:
+        if not hosts.all_hosts(conn):
+            return 0
+        live = {row.queue for row in hosts.live_hosts(conn)}
+    try:
+        return airflow_bridge.requeue_trial_tasks(live, settings.host_queue(""))
+    except airflow_bridge.AirflowRecordError as exc:
+        logging.getLogger(__name__).warning("%s; looking again at the next turn", exc)
+        return 0
 
 
 def _admitted(conn: Connection, exp: Row, trial: Row) -> bool:
@@ -339,23 +426,30 @@ def _lost_runs(conn: Connection, which: Any) -> dict[int, tuple[dict[str, Any], 
 
     trials, exps = schema.trials, schema.experiments
     rows = conn.execute(
-        select(trials.c.id, trials.c.task)
+        select(trials.c.id, trials.c.task, trials.c.host)
         .join(exps, exps.c.id == trials.c.experiment_id)
         .where(which, trials.c.state.in_(_RUN_STARTED), trials.c.task.is_not(None))
     ).all()
+    found = {}
+    gone = hosts.gone_hosts(conn)
+    for trial_id, task, host in rows:
+        if host in gone:
+            # Its host stopped heartbeating: the run died with it, whatever Airflow still shows.
+            found[int(trial_id)] = (task, f"its host {host} stopped heartbeating ({gone[host]})")
     # trial id → (its task instance's key, the try that acquired it, the task as recorded)
     runs: dict[int, tuple[tuple[str, str, str, int], int, dict[str, Any]]] = {}
-    for trial_id, task in rows:
+    for trial_id, task, _ in rows:
+        if trial_id in found:
+            continue
         if all((task or {}).get(k) is not None for k in ("dag_id", "run_id", "task_id", "map_index")):
             key = (task["dag_id"], task["run_id"], task["task_id"], int(task["map_index"]))
             runs[trial_id] = (key, int(task.get("try_number", 1)), task)
     if not runs:
-        return {}
+        return found
     try:
         states = airflow_bridge.task_instance_states(sorted({key for key, _, _ in runs.values()}))
     except airflow_bridge.AirflowRecordError:
-        return {}  # logged; the next look tries again
-    found = {}
+        return found  # logged; the next look tries again
     for trial_id, (key, acquired_by, task) in runs.items():
         name = "/".join(map(str, key))
         if key not in states:

@@ -6,22 +6,18 @@ at an existing PostgreSQL instead of a throwaway one (``postgresql://user:pw@hos
 
 from __future__ import annotations
 
-import contextlib
 import os
-import pwd
-import secrets
 import shutil
 import socket
-import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from det_airflow._pgcluster import PgCluster, find_bindir
 from det_airflow.localairflow import LocalAirflow, sqlite_url, write_config
 
 TERMINAL_RUN_STATES = frozenset({"success", "failed"})
@@ -64,111 +60,13 @@ def free_port() -> int:
 
 
 def _pg_bindir() -> Path:
-    """The newest PostgreSQL server binaries (Debian keeps them in /usr/lib/postgresql/N/bin)."""
-    found = sorted(
-        (p.parent for p in Path("/usr/lib/postgresql").glob("*/bin/initdb")),
-        key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0,
-    )
-    if found:
-        return found[-1]
-    if initdb := shutil.which("initdb"):
-        return Path(initdb).parent
+    """The PostgreSQL server binaries the tests' throwaway cluster runs."""
+    if bindir := find_bindir():
+        return bindir
     pytest.fail(
         "PostgreSQL server binaries not found: apt-get install postgresql, "
         "or set DET_TEST_PG_URL to an existing server"
     )
-
-
-@dataclass
-class _PgCluster:
-    """A throwaway PostgreSQL cluster in a temporary folder, listening on 127.0.0.1 only."""
-
-    bindir: Path
-    base: Path
-    port: int
-    password: str
-    as_user: list[str]
-
-    def run(self, *args: str) -> None:
-        result = subprocess.run(
-            [*self.as_user, *args], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120
-        )
-        if result.returncode != 0:
-            log = self.base / "postgres.log"
-            tail = log.read_text()[-3000:] if log.exists() else ""
-            raise RuntimeError(f"{' '.join(args)} failed:\n{result.stdout}{result.stderr}{tail}")
-
-    @classmethod
-    def start(cls) -> _PgCluster:
-        bindir = _pg_bindir()
-        base = Path(tempfile.mkdtemp(prefix="det-pg-"))
-        as_user: list[str] = []
-        if os.geteuid() == 0:  # PostgreSQL refuses to run as root
-            pg = pwd.getpwnam("postgres")
-            as_user = ["runuser", "-u", "postgres", "--"]
-            os.chown(base, pg.pw_uid, pg.pw_gid)
-        cluster = cls(bindir, base, free_port(), secrets.token_urlsafe(16), as_user)
-        try:
-            cluster._init_and_start()
-        except BaseException:
-            cluster.stop()
-            raise
-        return cluster
-
-    def _init_and_start(self) -> None:
-        pwfile = self.base / "pwfile"
-        pwfile.write_text(self.password + "\n")
-        os.chown(pwfile, self.base.stat().st_uid, self.base.stat().st_gid)
-        self.run(
-            str(self.bindir / "initdb"),
-            "-D", str(self.base / "data"),
-            "-U", "postgres",
-            "-E", "UTF8",
-            "--no-locale",
-            "--auth-local=trust",
-            "--auth-host=scram-sha-256",
-            f"--pwfile={pwfile}",
-        )  # fmt: skip
-        pwfile.unlink()
-        # A test database: durability off for speed, sockets in the temporary folder, TCP on loopback.
-        options = (
-            f"-p {self.port} -k {self.base} -c listen_addresses=127.0.0.1 "
-            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
-        )
-        self.run(
-            str(self.bindir / "pg_ctl"), "-D", str(self.base / "data"), "-l", str(self.base / "postgres.log"),
-            "-o", options, "-w", "-t", "60", "start",
-        )  # fmt: skip
-        self.run(
-            str(self.bindir / "createdb"),
-            "-h",
-            str(self.base),
-            "-p",
-            str(self.port),
-            "-U",
-            "postgres",
-            "airflow",
-        )
-
-    @property
-    def url(self) -> str:
-        return f"postgresql://postgres:{self.password}@127.0.0.1:{self.port}/airflow"
-
-    def restart(self) -> None:
-        """Stop the server at once (every connection dropped) and start it again, same options."""
-        self.run(
-            str(self.bindir / "pg_ctl"), "-D", str(self.base / "data"), "-l", str(self.base / "postgres.log"),
-            "-w", "-t", "60", "-m", "fast", "restart",
-        )  # fmt: skip
-
-    def stop(self) -> None:
-        pg_ctl = [str(self.bindir / "pg_ctl"), "-D", str(self.base / "data"), "-w", "-t", "30"]
-        try:
-            self.run(*pg_ctl, "-m", "fast", "stop")
-        except (RuntimeError, subprocess.TimeoutExpired):
-            with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
-                self.run(*pg_ctl, "-m", "immediate", "stop")
-        shutil.rmtree(self.base, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -178,7 +76,7 @@ def postgres_url() -> Iterator[str]:
         yield url
         return
     t0 = time.monotonic()
-    cluster = _PgCluster.start()
+    cluster = PgCluster.start_throwaway(_pg_bindir())
     _timings.append(f"postgres: initdb + start + createdb {time.monotonic() - t0:.1f} s")
     _clusters.append(cluster)
     try:
@@ -188,7 +86,7 @@ def postgres_url() -> Iterator[str]:
         cluster.stop()
 
 
-_clusters: list[_PgCluster] = []
+_clusters: list[PgCluster] = []
 
 
 @pytest.fixture

@@ -39,9 +39,16 @@ def _job(**fields: Any) -> Job:
 def test_list_shows_the_columns_determined_shows(capsys: pytest.CaptureFixture[str]) -> None:
     render.print_table(LIST_HEADERS, [list_row(_job())], csv=True)
     assert capsys.readouterr().out.splitlines() == [
-        "#,ID,Type,Job Name,Priority,Submitted,Slots (acquired/needed),State,User",
-        "1,7,TYPE_EXPERIMENT,mnist,42,2025-03-01 12:00:00+0000,4/8,STATE_SCHEDULED,alice",
+        "#,ID,Type,Job Name,Priority,Submitted,Slots (acquired/needed),State,User,Hosts",
+        "1,7,TYPE_EXPERIMENT,mnist,42,2025-03-01 12:00:00+0000,4/8,STATE_SCHEDULED,alice,",
     ]
+
+
+def test_list_shows_the_hosts_a_job_runs_on_last(capsys: pytest.CaptureFixture[str]) -> None:
+    render.print_table(LIST_HEADERS, [list_row(_job(hosts=["gpu-a", "gpu-b"]))], csv=True)
+    header, row = capsys.readouterr().out.splitlines()
+    assert header.endswith(",User,Hosts")
+    assert row.endswith(',alice,"gpu-a, gpu-b"')
 
 
 def test_a_job_that_never_fits_its_pool_says_so() -> None:

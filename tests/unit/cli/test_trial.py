@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from typing import Any
 
@@ -99,6 +101,16 @@ def test_describe(det: Any, master: Any) -> None:
     assert header[:6] == ["Trial ID", "Experiment ID", "State", "H-Params", "Started", "Ended"]
     assert "COMPLETED" in result.out
     assert "Metrics:" not in result.out
+
+
+def test_describe_shows_the_hosts_the_trial_ran_on(det: Any, master: Any) -> None:
+    master.trials[10] |= {"host": "gpu-b", "hosts": ["gpu-a", "gpu-b"]}
+    result = det("t", "describe", "10", "--csv")
+    assert result.code == 0, result.err
+    header, row = list(csv.reader(io.StringIO(result.out)))
+    assert header[-2:] == ["Latest Checkpoint", "Hosts"]
+    assert row[-1] == "gpu-a, gpu-b"
+    assert json.loads(det("t", "describe", "10", "--json").out)["trial"]["hosts"] == ["gpu-a", "gpu-b"]
 
 
 def test_describe_metrics_and_json(det: Any, master: Any) -> None:

@@ -4,6 +4,27 @@
  */
 
 export interface paths {
+    "/api/v1/agents": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Agents
+         * @description The worker hosts (Determined's agents) with their slots and the trials holding them, as
+         *     `det agent list` and `det slot list` show them. Every logged-in user sees them, as the queue.
+         */
+        get: operations["list_agents_api_v1_agents_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/checkpoints/{uuid}": {
         parameters: {
             query?: never;
@@ -344,6 +365,31 @@ export interface paths {
         /** Acquire */
         post: operations["acquire_api_v1_internal_experiments__experiment_id__slots__slot__acquire_post"];
         delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/internal/hosts/{host_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Report Host
+         * @description A worker host's heartbeat: its slots count for placement until ``[det] host_timeout``
+         *     seconds pass without one.
+         */
+        put: operations["report_host_api_v1_internal_hosts__host_id__put"];
+        post?: never;
+        /**
+         * Leave Host
+         * @description The host's worker shut down: its slots stop counting at once.
+         */
+        delete: operations["leave_host_api_v1_internal_hosts__host_id__delete"];
         options?: never;
         head?: never;
         patch?: never;
@@ -1089,6 +1135,82 @@ export interface components {
             detail?: components["schemas"]["ValidationError"][];
         };
         /**
+         * Host
+         * @description A worker host (Determined's agent), as `det agent list` shows it.
+         */
+        Host: {
+            /** Address */
+            address: string | null;
+            /**
+             * Alive
+             * @description its heartbeat is recent: its slots count for placement
+             */
+            alive: boolean;
+            /** Id */
+            id: string;
+            /** Last Seen */
+            last_seen: string;
+            /** Num Slots */
+            num_slots: number;
+            /** Queue */
+            queue: string;
+            /** Registered Time */
+            registered_time: string;
+            /** Slot Type */
+            slot_type: string;
+            /** Slots */
+            slots: components["schemas"]["HostSlot"][];
+            /** Used Slots */
+            used_slots: number;
+        };
+        /**
+         * HostReport
+         * @description What a worker host's heartbeat tells the master: the slots it offers and where its trial
+         *     tasks are sent.
+         */
+        HostReport: {
+            /** Address */
+            address?: string | null;
+            /**
+             * Devices
+             * @description GPU indices (cuda, rocm)
+             */
+            devices?: number[];
+            /** Queue */
+            queue: string;
+            /**
+             * Slot Type
+             * @enum {string}
+             */
+            slot_type: "cpu" | "cuda" | "rocm";
+            /** Slots */
+            slots: number;
+        };
+        /**
+         * HostSlot
+         * @description One slot of a host and the trial holding it, as `det slot list` shows it.
+         */
+        HostSlot: {
+            /**
+             * Device
+             * @description the GPU index behind the slot (null for CPU slots)
+             */
+            device: number | null;
+            /** Experiment Id */
+            experiment_id: number | null;
+            /** Slot Id */
+            slot_id: number;
+            /** Task Name */
+            task_name: string | null;
+            /** Trial Id */
+            trial_id: number | null;
+        };
+        /** Hosts */
+        Hosts: {
+            /** Agents */
+            agents: components["schemas"]["Host"][];
+        };
+        /**
          * Job
          * @description An unfinished experiment in its pool's queue, as `det job list` shows it.
          */
@@ -1098,6 +1220,11 @@ export interface components {
             experiment_state: components["schemas"]["ExperimentState"];
             /** Fits Pool */
             fits_pool: boolean;
+            /**
+             * Hosts
+             * @description the hosts its trials holding slots run on
+             */
+            hosts?: string[];
             /** Id */
             id: number;
             /** Jobs Ahead */
@@ -1368,6 +1495,11 @@ export interface components {
          */
         SlotAnswer: {
             /**
+             * Host
+             * @description wait: the host the trial is placed on; the slot's task moves to its queue
+             */
+            host?: string | null;
+            /**
              * Message
              * @description refused: why
              */
@@ -1420,6 +1552,11 @@ export interface components {
         TaskRef: {
             /** Dag Id */
             dag_id?: string | null;
+            /**
+             * Host
+             * @description the host whose worker runs the task
+             */
+            host?: string | null;
             /** Map Index */
             map_index?: number | null;
             /** Run Id */
@@ -1442,6 +1579,16 @@ export interface components {
             end_time: string | null;
             /** Experiment Id */
             experiment_id: number;
+            /**
+             * Host
+             * @description the host its current or latest run is placed on
+             */
+            host?: string | null;
+            /**
+             * Hosts
+             * @description the hosts its runs ran on, in order (each named once)
+             */
+            hosts?: string[];
             /** Hparams */
             hparams: {
                 [key: string]: unknown;
@@ -1621,6 +1768,26 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export interface operations {
+    list_agents_api_v1_agents_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Hosts"];
+                };
+            };
+        };
+    };
     describe_checkpoint_api_v1_checkpoints__uuid__get: {
         parameters: {
             query?: never;
@@ -2350,6 +2517,72 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["SlotAnswer"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    report_host_api_v1_internal_hosts__host_id__put: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                host_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["HostReport"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Host"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    leave_host_api_v1_internal_hosts__host_id__delete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                host_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Empty"];
                 };
             };
             /** @description Validation Error */

@@ -47,6 +47,7 @@ export function QueuePage() {
                 <th>State</th>
                 <th>User</th>
                 <th>Submitted</th>
+                <th>Hosts</th>
                 <th />
               </tr>
             </thead>
@@ -98,6 +99,7 @@ function JobRows({ job, first, open, onToggle, onDone }: RowProps) {
         </td>
         <td>{job.user ?? DASH}</td>
         <td>{formatDate(job.submitted)}</td>
+        <td data-testid="job-hosts">{job.hosts?.length ? job.hosts.join(", ") : DASH}</td>
         <td>
           <button type="button" onClick={onToggle} data-testid="manage-job">
             {open ? "Close" : "Manage"}
@@ -106,7 +108,7 @@ function JobRows({ job, first, open, onToggle, onDone }: RowProps) {
       </tr>
       {open ? (
         <tr className="manage">
-          <td colSpan={10}>
+          <td colSpan={11}>
             <ManageJob job={job} first={first} onDone={onDone} />
           </td>
         </tr>

@@ -102,6 +102,7 @@ export function TrialPage({ id }: { id: number }) {
         </span>
         <span>Batches: {t.total_batches}</span>
         <span>Restarts: {t.restarts}</span>
+        <span data-testid="trial-hosts">Hosts: {t.hosts?.length ? t.hosts.join(", ") : DASH}</span>
         <span>
           Best validation:{" "}
           {t.best_validation

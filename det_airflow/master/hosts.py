@@ -1,0 +1,160 @@
+"""The worker hosts (Determined's agents): their heartbeats, what they hold, where trials go.
+
+Each worker host reports its slots every few seconds (det_airflow/celery_config.py); a host whose
+last report is older than ``[det] host_timeout`` seconds offers nothing. While some host is alive,
+the job queue's admission also places the trial (master/placement.py) on one of them and records
+it in ``det_trials.host``; the trial's task is sent to that host's Celery queue. With no host
+reporting (one machine, LocalExecutor) nothing is placed and admission is the pool's alone.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import UTC, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, Row, select
+
+from det_airflow import settings
+from det_airflow.master import schema
+from det_airflow.master.lifecycle import now
+from det_airflow.master.placement import HostLoad
+from det_airflow.master.queue_policy import BETWEEN_RUNS, RUNNING_STATES, holds_and_waits
+from det_airflow.master.serialize import iso
+
+
+def report(conn: Connection, host_id: str, inventory: dict[str, Any]) -> Row:
+    """Record a host's heartbeat: its inventory, seen now."""
+    table = schema.hosts
+    values = {**inventory, "last_seen": now()}
+    if conn.execute(select(table.c.id).where(table.c.id == host_id)).first() is None:
+        conn.execute(table.insert().values(id=host_id, registered_at=values["last_seen"], **values))
+    else:
+        conn.execute(table.update().where(table.c.id == host_id).values(**values))
+    return conn.execute(select(table).where(table.c.id == host_id)).one()
+
+
+def leave(conn: Connection, host_id: str) -> bool:
+    """The host stops offering slots (its worker shut down); False when it was not known."""
+    table = schema.hosts
+    return bool(conn.execute(table.delete().where(table.c.id == host_id)).rowcount)  # type: ignore[attr-defined]
+
+
+def _timeout() -> timedelta:
+    return timedelta(seconds=settings.load().host_timeout)
+
+
+def is_alive(row: Row) -> bool:
+    seen = (
+        row.last_seen if row.last_seen.tzinfo else row.last_seen.replace(tzinfo=UTC)
+    )  # SQLite keeps no zone
+    return bool(seen >= now() - _timeout())
+
+
+def all_hosts(conn: Connection) -> list[Row]:
+    return list(conn.execute(select(schema.hosts).order_by(schema.hosts.c.id)))
+
+
+def live_hosts(conn: Connection) -> list[Row]:
+    table = schema.hosts
+    since = now() - _timeout()
+    return list(conn.execute(select(table).where(table.c.last_seen >= since).order_by(table.c.id)))
+
+
+def holdings(conn: Connection) -> dict[str, list[tuple[int, int, int]]]:
+    """Host id -> the trials placed on it that hold slots now: (trial id, experiment id, slots)."""
+    trials, exps = schema.trials, schema.experiments
+    rows = conn.execute(
+        select(
+            trials.c.id,
+            trials.c.experiment_id,
+            trials.c.host,
+            trials.c.state,
+            trials.c.run_id,
+            trials.c.admitted_run,
+            trials.c.pause_requested,
+            trials.c.stop_requested,
+            exps.c.state.label("exp_state"),
+            exps.c.config,
+        )
+        .join(exps, exps.c.id == trials.c.experiment_id)
+        .where(
+            trials.c.host.is_not(None),
+            trials.c.state.in_([s.value for s in (*RUNNING_STATES, *BETWEEN_RUNS)]),
+        )
+        .order_by(trials.c.id)
+    )
+    held: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
+    for row in rows:
+        holds, _ = holds_and_waits(
+            row.exp_state, row.state, row.admitted_run > row.run_id, row.pause_requested, row.stop_requested
+        )
+        if holds:
+            gang = max(1, int(row.config.get("resources", {}).get("slots_per_trial", 1)))
+            held[row.host].append((row.id, row.experiment_id, gang))
+    return held
+
+
+def loads(conn: Connection) -> list[HostLoad]:
+    """The live hosts with the slots their trials hold, as placement sees them."""
+    held = holdings(conn)
+    return [
+        HostLoad(row.id, row.slots, sum(gang for _, _, gang in held.get(row.id, ())))
+        for row in live_hosts(conn)
+    ]
+
+
+def is_live(conn: Connection, host_id: str) -> bool:
+    table = schema.hosts
+    since = now() - _timeout()
+    found = conn.execute(select(table.c.id).where(table.c.id == host_id, table.c.last_seen >= since))
+    return found.first() is not None
+
+
+def gone_hosts(conn: Connection) -> dict[str, str]:
+    """Host id -> when it was last seen, for the hosts whose heartbeat stopped."""
+    table = schema.hosts
+    since = now() - _timeout()
+    rows = conn.execute(select(table.c.id, table.c.last_seen).where(table.c.last_seen < since))
+    return {host_id: f"last seen {iso(seen)}" for host_id, seen in rows}
+
+
+def queue_of(conn: Connection, host_id: str) -> str | None:
+    return conn.execute(select(schema.hosts.c.queue).where(schema.hosts.c.id == host_id)).scalar()
+
+
+def describe(conn: Connection) -> list[dict[str, Any]]:
+    """Every known host with its slots and the trials holding them, as `det agent list` and
+    `det slot list` show them (``api.models.Host``)."""
+    held = holdings(conn)
+    result = []
+    for row in all_hosts(conn):
+        slots = []
+        taken = [(trial, exp) for trial, exp, gang in held.get(row.id, ()) for _ in range(gang)]
+        devices = list(row.devices or [])
+        for index in range(row.slots):
+            trial, exp = taken[index] if index < len(taken) else (None, None)
+            slots.append(
+                {
+                    "slot_id": index,
+                    "device": devices[index] if index < len(devices) else None,
+                    "trial_id": trial,
+                    "experiment_id": exp,
+                    "task_name": f"Trial {trial} (Experiment {exp})" if trial is not None else None,
+                }
+            )
+        result.append(
+            {
+                "id": row.id,
+                "registered_time": iso(row.registered_at),
+                "last_seen": iso(row.last_seen),
+                "alive": is_alive(row),
+                "slot_type": row.slot_type,
+                "num_slots": row.slots,
+                "used_slots": min(len(taken), row.slots),
+                "queue": row.queue,
+                "address": row.address,
+                "slots": slots,
+            }
+        )
+    return result

@@ -1,0 +1,252 @@
+"""det-airflow across hosts on Airflow's CeleryExecutor: two Celery workers, each a host of its own
+(its host id, 2 CPU slots, its Celery queue and trial folders), Redis from Debian, PostgreSQL, and
+checkpoints in an S3-compatible store (moto's standalone server).
+
+What is simulated: both "hosts" are processes of this one machine (separate Celery workers with
+their own host ids, queues, trial work and lock folders); a host's death is its worker's processes
+and its trials' processes killed with SIGKILL.
+
+- Trials of 2 slots each are placed whole, each on one host, never two on one 2-slot host at once;
+  every trial's record names the host it ran on, and `det agent list` / `det slot list` show both.
+- A host killed mid-trial: its heartbeat stops, its trial's run is lost, and the trial restarts on
+  the other host from its latest checkpoint in the bucket, no training step stored twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import psycopg2
+import pytest
+import yaml
+
+from det_airflow.localairflow import CeleryLayout, LocalAirflow, celery_workers, write_config
+from tests.integration.conftest import default_config_extra, free_port
+from tests.integration.det_env import DetEnv, wait_until
+from tests.s3_server import s3_server
+
+pytestmark = pytest.mark.integration
+
+BUCKET = "det-celery"
+HOSTS = ("worker-1", "worker-2")
+
+# Trains STEPS steps of STEP_SECONDS each, checkpointing each step before reporting it (a run killed
+# between the two never reports a step the restart reports again); resumes from the latest checkpoint.
+TRAIN = """\
+import os
+import time
+
+import det_airflow as det
+
+steps = int(os.environ["STEPS"])
+info = det.get_cluster_info()
+with det.core.init() as core:
+    start = 0
+    if info.latest_checkpoint:
+        with core.checkpoint.restore_path(info.latest_checkpoint) as path:
+            start = int((path / "step").read_text())
+        print(f"resumed at step {start}", flush=True)
+    for step in range(start + 1, steps + 1):
+        time.sleep(float(os.environ["STEP_SECONDS"]))
+        with core.checkpoint.store_path({"steps_completed": step}) as (path, _):
+            (path / "step").write_text(str(step))
+        core.train.report_training_metrics(steps_completed=step, metrics={"loss": 1.0 / step})
+"""
+
+
+def _database(postgres_url: str, name: str) -> str:
+    """A database of its own on the tests' PostgreSQL server (created if missing)."""
+    conn = psycopg2.connect(postgres_url.replace("/airflow", "/postgres"))
+    try:
+        conn.autocommit = True  # CREATE DATABASE runs outside a transaction
+        with conn.cursor() as cursor:
+            cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
+            if cursor.fetchone() is None:
+                cursor.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        conn.close()
+    scheme, _, rest = postgres_url.partition("://")
+    return f"postgresql+psycopg2://{rest.rsplit('/', 1)[0]}/{name}"
+
+
+@pytest.fixture(scope="module")
+def s3_url() -> Iterator[str]:
+    with s3_server(BUCKET) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def celery_airflow(postgres_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalAirflow]:
+    base = tmp_path_factory.mktemp("celery-airflow")
+    extra = default_config_extra()
+    # A dead host is noticed within seconds: its heartbeat (every 5 s) counts for 8 s, and Airflow
+    # fails a task whose supervisor stopped heartbeating after 20 s.
+    extra["det"] = {**extra["det"], "host_timeout": "8"}
+    extra["scheduler"] = {
+        "task_instance_heartbeat_timeout": "20",
+        "task_instance_heartbeat_timeout_detection_interval": "5",
+    }
+    af = write_config(
+        base / "home",
+        sql_alchemy_conn=_database(postgres_url, "airflow_celery"),
+        dags_folder=base / "dags",
+        port=free_port(),
+        extra=extra,
+        celery=CeleryLayout(free_port(), celery_workers(len(HOSTS), host_slots=2)),
+    )
+    try:
+        af.migrate()
+        af.start()
+        af.wait_ready(timeout=300)
+    except Exception as e:
+        af.stop()
+        pytest.fail(f"the Celery Airflow did not start: {e}\n\n{af.log_tails()}", pytrace=False)
+    try:
+        yield af
+    finally:
+        af.stop()
+
+
+@pytest.fixture(scope="module")
+def det(celery_airflow: LocalAirflow, s3_url: str, tmp_path_factory: pytest.TempPathFactory) -> DetEnv:
+    extra = json.dumps({"endpoint_url": s3_url, "region_name": "us-east-1"})
+    celery_airflow.airflow("connections", "delete", "aws_default")
+    added = celery_airflow.airflow(
+        "connections", "add", "aws_default", "--conn-type", "aws",
+        "--conn-login", "det", "--conn-password", "det", "--conn-extra", extra,
+    )  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    env = DetEnv.install(celery_airflow, tmp_path_factory.mktemp("det-config"))
+    # Each worker's heartbeat reads det_default, which `det admin migrate` just made.
+    wait_until(lambda: _alive(env) == set(HOSTS) or None, timeout=60, what="both hosts to report")
+    return env
+
+
+def _alive(det: DetEnv) -> set[str]:
+    return {a["id"] for a in det.get("/agents")["agents"] if a["alive"]}
+
+
+def _experiment(
+    tmp_path: Path, name: str, *, trials: int, steps: int, step_seconds: float
+) -> tuple[Path, Path]:
+    context = tmp_path / "context"
+    context.mkdir(exist_ok=True)
+    (context / "train.py").write_text(TRAIN)
+    config = {
+        "name": name,
+        "entrypoint": "python3 train.py",
+        "hyperparameters": {"x": {"type": "categorical", "vals": list(range(trials))}},
+        "searcher": {"name": "grid", "metric": "loss", "max_length": {"batches": steps}},
+        "resources": {"slots_per_trial": 2},
+        "max_restarts": 2,
+        "checkpoint_storage": {"type": "s3", "bucket": BUCKET, "prefix": name, "save_trial_latest": 1},
+        "environment": {"environment_variables": [f"STEPS={steps}", f"STEP_SECONDS={step_seconds}"]},
+    }
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path, context
+
+
+def _runs(det: DetEnv, trial_id: int) -> list[tuple[float, float]]:
+    """(start, end) of each run of a trial, from its state changes."""
+    changes = det.get(f"/trials/{trial_id}/state-changes")["state_changes"]
+    runs, started = [], None
+    for change in changes:
+        at = datetime.fromisoformat(change["time"]).timestamp()
+        if change["to"] == "STARTING":
+            started = at
+        elif started is not None and change["to"] not in ("PULLING", "STARTING", "RUNNING"):
+            runs.append((started, at))
+            started = None
+    return runs
+
+
+def test_gangs_are_placed_whole_on_both_hosts(det: DetEnv, tmp_path: Path) -> None:
+    config, context = _experiment(tmp_path, "placed", trials=4, steps=4, step_seconds=0.5)
+    experiment_id = det.create(config, context)
+    experiment = det.wait_experiment(experiment_id, timeout=400)["experiment"]
+    trials = det.get(f"/experiments/{experiment_id}/trials")["trials"]
+
+    assert experiment["state"] == "COMPLETED", [t["state"] for t in trials]
+    assert len(trials) == 4
+    assert all(len(t["hosts"]) == 1 and t["hosts"][0] in HOSTS for t in trials), [t["hosts"] for t in trials]
+    assert {t["hosts"][0] for t in trials} == set(HOSTS), "one host ran every trial"
+    # Each host has 2 slots and each trial holds 2: no two runs on one host overlap.
+    for host in HOSTS:
+        runs = sorted(run for t in trials if t["host"] == host for run in _runs(det, t["id"]))
+        for (_, end), (start, _) in zip(runs, runs[1:], strict=False):
+            assert start >= end - 0.5, f"two trials held {host}'s slots at once: {runs}"
+
+    agents = det.det("agent", "list").stdout
+    for host in HOSTS:
+        assert host in agents and f"det-host-{host}" in agents
+    slots = det.det("slot", "list", "--json").stdout
+    assert sorted({s["agent_id"] for s in json.loads(slots)}) == list(HOSTS)
+    described = det.det("trial", "describe", str(trials[0]["id"])).stdout
+    assert trials[0]["hosts"][0] in described
+
+
+def _kill_host(af: LocalAirflow, host: str) -> None:
+    """The host dies: its Celery worker's processes and the trial processes it started, at once."""
+    index = HOSTS.index(host) + 1
+    # The pid file's first field: the worker's pid, which leads its own session.
+    session = int((af.home / "pids" / f"celery-worker-{index}.pid").read_text().split()[0])
+    victims = {session}
+    work_dir = str(af.home / "hosts" / host)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.getsid(int(entry.name)) == session or os.readlink(entry / "cwd").startswith(work_dir):
+                victims.add(int(entry.name))
+        except OSError:
+            continue
+    for pid in victims:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def test_a_trial_of_a_killed_host_resumes_on_the_other_host(det: DetEnv, tmp_path: Path) -> None:
+    config, context = _experiment(tmp_path, "fault", trials=1, steps=16, step_seconds=0.5)
+    experiment_id = det.create(config, context)
+
+    def checkpointed() -> dict[str, Any] | None:
+        (trial,) = det.get(f"/experiments/{experiment_id}/trials")["trials"] or [None]
+        if (
+            trial
+            and trial["state"] == "RUNNING"
+            and trial["latest_checkpoint"]
+            and trial["total_batches"] >= 3
+        ):
+            return dict(trial)
+        return None
+
+    running = wait_until(checkpointed, timeout=180, what="the trial to checkpoint")
+    assert running is not None
+    dead = running["host"]
+    _kill_host(det.af, dead)
+    wait_until(lambda: dead not in _alive(det) or None, timeout=60, what=f"{dead} to be seen gone")
+    experiment = det.wait_experiment(experiment_id, timeout=400)["experiment"]
+    (trial,) = det.get(f"/experiments/{experiment_id}/trials")["trials"]
+    logs = det.det("trial", "logs", str(trial["id"])).stdout
+
+    assert experiment["state"] == "COMPLETED", logs
+    (alive,) = set(HOSTS) - {dead}
+    assert trial["hosts"] == [dead, alive]
+    assert trial["restarts"] == 1, (logs, det.get(f"/trials/{trial['id']}/state-changes"))
+    assert "resumed at step" in logs
+    steps = [
+        m["steps_completed"] for m in det.get(f"/trials/{trial['id']}/metrics?group=training")["metrics"]
+    ]
+    assert steps == sorted(set(steps)) and steps[-1] == 16, "a step was stored twice or lost"
+    agents = {a["id"]: a for a in det.get("/agents")["agents"]}
+    assert dead not in agents or agents[dead]["alive"] is False
+    assert agents[alive]["used_slots"] == 0

@@ -1,0 +1,197 @@
+"""Worker hosts on the master: heartbeats, placement of each admitted trial's gang on one host
+(best fit, never more slots than a host reported), the slot's task routed to that host, and what
+`det agent list` and each trial's record show."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import update
+
+from det_airflow.master import auth, hosts, schema, trials
+from det_airflow.master.auth import SERVICE_TOKEN_SETTING, hash_token
+from det_airflow.master.db import set_setting
+from det_airflow.master.lifecycle import now
+from tests.unit.master.creating import Creator
+from tests.unit.master.people_app import People
+from tests.unit.master.test_queue import end_runs, experiment, set_pool_slots
+
+SERVICE_TOKEN = "service-token"
+TASK = {"dag_id": "det_x", "run_id": "r", "task_id": "trial", "map_index": 0, "try_number": 1}
+
+
+@pytest.fixture
+def service_headers(people: People, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """What det's own processes send: the service token of the det_default connection."""
+    with people.db.begin() as conn:
+        set_setting(conn, SERVICE_TOKEN_SETTING, hash_token(SERVICE_TOKEN))
+    monkeypatch.setattr(auth, "_service_hash_cache", (0.0, None))
+    return {"Authorization": f"Bearer {SERVICE_TOKEN}"}
+
+
+def report(people: People, host_id: str, slots: int) -> None:
+    inventory = {"slot_type": "cpu", "slots": slots, "devices": [], "queue": f"det-host-{host_id}"}
+    with people.db.begin() as conn:
+        hosts.report(conn, host_id, {**inventory, "address": host_id})
+
+
+def ask(people: People, e: int, slot: int, host: str | None, *, dry_run: bool = False) -> dict[str, Any]:
+    with people.db.begin() as conn:
+        answer = trials.acquire(conn, e, slot, {**TASK, "map_index": slot, "host": host}, dry_run=dry_run)
+    return {k: v for k, v in answer.items() if k in ("status", "host", "queue")}
+
+
+def trial_of(people: People, e: int) -> Any:
+    with people.db.read() as conn:
+        return conn.execute(schema.trials.select().where(schema.trials.c.experiment_id == e)).first()
+
+
+def test_a_gang_goes_to_the_host_it_fills_most_tightly(people: People, creator: Creator) -> None:
+    set_pool_slots(64)
+    report(people, "big", 4)
+    report(people, "small", 2)
+    e = experiment(people, slots_per_trial=2)
+    # The task asked from the 4-slot host; the 2-slot host fits the gang exactly.
+    assert ask(people, e, 0, "big") == {"status": "wait", "host": "small", "queue": "det-host-small"}
+    held = trial_of(people, e)
+    assert (held.host, held.slot, held.state) == ("small", 0, "QUEUED"), "the slot holds it until it moves"
+    assert ask(people, e, 0, "small")["status"] == "run"
+    ran = trial_of(people, e)
+    assert (ran.host, ran.hosts, ran.state) == ("small", ["small"], "STARTING")
+
+
+def test_no_host_is_given_more_slots_than_it_reported(people: People, creator: Creator) -> None:
+    set_pool_slots(64)  # the pool would admit all of them: the hosts decide
+    report(people, "a", 2)
+    report(people, "b", 2)
+    e = experiment(people, slots_per_trial=1, trials_=5)
+    placed = []
+    for slot in range(5):
+        answer = ask(people, e, slot, None)
+        placed.append(answer.get("host") if answer["status"] == "wait" else trial_of_slot(people, e, slot))
+    assert sorted(p for p in placed if p) == ["a", "a", "b", "b"]
+    assert placed[4] is None, "a fifth 1-slot trial was placed on 4 slots"
+    with people.db.read() as conn:
+        assert {h.id: h.used for h in hosts.loads(conn)} == {"a": 2, "b": 2}
+    end_runs(people, e)
+    with people.db.read() as conn:
+        assert {h.id: h.used for h in hosts.loads(conn)} == {"a": 0, "b": 0}
+
+
+def trial_of_slot(people: People, e: int, slot: int) -> str | None:
+    with people.db.read() as conn:
+        row = conn.execute(
+            schema.trials.select().where(schema.trials.c.experiment_id == e, schema.trials.c.slot == slot)
+        ).first()
+    return None if row is None else row.host
+
+
+def test_a_gang_larger_than_any_free_host_waits_for_one_whole_host(people: People, creator: Creator) -> None:
+    set_pool_slots(64)
+    report(people, "a", 4)
+    report(people, "b", 4)
+    small = experiment(people, slots_per_trial=1, trials_=2)
+    assert ask(people, small, 0, "a")["status"] == "run"
+    assert ask(people, small, 1, "b")["host"] == "a", "best fit keeps host b whole"
+    assert ask(people, small, 1, "a")["status"] == "run"
+    big = experiment(people, slots_per_trial=4)
+    assert ask(people, big, 0, "a") == {"status": "wait", "host": "b", "queue": "det-host-b"}
+    third = experiment(people, slots_per_trial=3)
+    assert ask(people, third, 0, "a") == {"status": "wait"}, "3 slots on a host with 2 free"
+
+
+def test_a_host_whose_heartbeat_stopped_offers_nothing(people: People, creator: Creator) -> None:
+    set_pool_slots(64)
+    report(people, "gone", 8)
+    report(people, "here", 1)
+    with people.db.begin() as conn:
+        conn.execute(
+            update(schema.hosts)
+            .where(schema.hosts.c.id == "gone")
+            .values(last_seen=now() - timedelta(minutes=5))
+        )
+    e = experiment(people, slots_per_trial=2)
+    assert ask(people, e, 0, "here") == {"status": "wait"}
+    listed = {a["id"]: a["alive"] for a in people.call("alice", "GET", "/agents").json()["agents"]}
+    assert listed == {"gone": False, "here": True}
+
+
+def test_without_hosts_admission_is_the_pools_alone(people: People, creator: Creator) -> None:
+    set_pool_slots(2)
+    e = experiment(people, slots_per_trial=2)
+    assert ask(people, e, 0, "this-machine")["status"] == "run"
+    ran = trial_of(people, e)
+    assert (ran.host, ran.hosts) == ("this-machine", ["this-machine"]), "where the run ran is kept"
+
+
+def test_agent_list_shows_each_slot_and_the_trial_holding_it(people: People, creator: Creator) -> None:
+    set_pool_slots(64)
+    report(people, "w1", 3)
+    e = experiment(people, slots_per_trial=2)
+    assert ask(people, e, 0, "w1")["status"] == "run"
+    (agent,) = people.call("bob", "GET", "/agents").json()["agents"]
+    trial_id = trial_of(people, e).id
+    assert (agent["num_slots"], agent["used_slots"], agent["queue"]) == (3, 2, "det-host-w1")
+    assert [s["trial_id"] for s in agent["slots"]] == [trial_id, trial_id, None]
+    assert agent["slots"][0]["task_name"] == f"Trial {trial_id} (Experiment {e})"
+    jobs = people.call("bob", "GET", "/jobs").json()["jobs"]
+    assert [j["hosts"] for j in jobs if j["id"] == e] == [["w1"]]
+    assert people.call("alice", "GET", f"/trials/{trial_id}").json()["trial"]["hosts"] == ["w1"]
+
+
+def test_a_heartbeat_registers_the_host_and_a_shutdown_removes_it(
+    people: People, service_headers: dict[str, str]
+) -> None:
+    body = {"slot_type": "cuda", "slots": 2, "devices": [2, 3], "queue": "det-host-gpu1", "address": "gpu1"}
+    answer = people.client.put("/api/v1/internal/hosts/gpu1", json=body, headers=service_headers)
+    assert answer.status_code == 200, answer.text
+    host = answer.json()
+    assert (host["alive"], host["num_slots"], host["used_slots"]) == (True, 2, 0)
+    assert [(s["slot_id"], s["device"]) for s in host["slots"]] == [(0, 2), (1, 3)]
+    again = people.client.put("/api/v1/internal/hosts/gpu1", json=body, headers=service_headers).json()
+    assert again["registered_time"] == host["registered_time"]
+    assert people.client.delete("/api/v1/internal/hosts/gpu1", headers=service_headers).status_code == 200
+    assert people.call("alice", "GET", "/agents").json() == {"agents": []}
+
+
+def test_only_the_service_reports_hosts(people: People, service_headers: dict[str, str]) -> None:
+    body = {"slot_type": "cpu", "slots": 2, "queue": "det-host-x"}
+    answer = people.client.put("/api/v1/internal/hosts/x", json=body)
+    assert answer.status_code == 401
+    answer = people.call("admin", "PUT", "/internal/hosts/x", json=body)
+    assert answer.status_code == 403, "a person's login is not the service token"
+    with people.db.read() as conn:
+        assert hosts.all_hosts(conn) == []
+
+
+@pytest.mark.parametrize(
+    ("host_id", "body", "field"),
+    [
+        ("bad host", {"slot_type": "cpu", "slots": 2, "queue": "q"}, "host_id"),
+        ("x", {"slot_type": "tpu", "slots": 2, "queue": "q"}, "slot_type"),
+        ("x", {"slot_type": "cpu", "slots": -1, "queue": "q"}, "slots"),
+    ],
+)
+def test_a_bad_report_is_refused_naming_the_field(
+    people: People, service_headers: dict[str, str], host_id: str, body: dict[str, Any], field: str
+) -> None:
+    answer = people.client.put(f"/api/v1/internal/hosts/{host_id}", json=body, headers=service_headers)
+    assert answer.status_code == 422
+    assert field in answer.text
+    with people.db.read() as conn:
+        assert hosts.all_hosts(conn) == []
+
+
+def test_a_trial_placed_on_a_host_that_went_away_is_placed_again(people: People, creator: Creator) -> None:
+    set_pool_slots(64)
+    report(people, "a", 2)
+    report(people, "b", 4)
+    e = experiment(people, slots_per_trial=2)
+    assert ask(people, e, 0, "b")["host"] == "a"
+    with people.db.begin() as conn:
+        hosts.leave(conn, "a")  # its worker shut down before the task moved there
+    # The task, sent back to the default queue, lands on b: the trial is placed there and runs.
+    assert ask(people, e, 0, "b")["status"] == "run"
+    assert trial_of(people, e).hosts == ["b"]
