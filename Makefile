@@ -86,7 +86,7 @@ trial-image: venv
 	$(PY) images/trial_image.py --tag det-airflow-trial:cpu
 
 test: venv
-	$(VENV)/bin/pytest -q -rs tests
+	$(VENV)/bin/pytest -q -rs --durations=40 tests
 
 # Mutation testing of the pure modules with their unit tests ([tool.mutmut] in pyproject.toml); about
 # 30 min on 2 cores, so not part of `make test` or CI. Narrow it with a glob of mutant names:

@@ -1,7 +1,9 @@
 """Orchestration overhead: a 16-trial det experiment against the same work as a plain mapped-task DAG.
 
 Both run on the same freshly started local Airflow (the quickstart's setup: LocalExecutor, SQLite,
-or PostgreSQL with --pg-url), through the same 4-slot pool, and run the same training script: it
+or PostgreSQL with --pg-url; with `--executor celery`, the CeleryExecutor with Redis, PostgreSQL of
+the home's own unless --pg-url, and --workers Celery workers, each a det host offering slots/workers
+slots), through the same 4-slot pool, and run the same training script: it
 sleeps WORK seconds in small steps and reports metrics through the Core API (to the master for the
 experiment; to the local store in the plain DAG). Per-trial overhead is the wall time each trial costs
 beyond its training, amortized at the pool's concurrency:
@@ -12,6 +14,7 @@ The experiment's wall time runs from `POST /experiments` (as `det experiment cre
 does not exist yet) to COMPLETED; the plain DAG's from its trigger (already parsed) to success.
 
     .venv/bin/python benchmarks/orchestration_overhead.py [--trials 16] [--slots 4] [--work 3] [--repeat 5]
+        [--executor local|celery] [--workers 2]
 
 `--work 0` measures trials per minute for trivial trials (the script still starts, reports and exits).
 """
@@ -35,7 +38,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from det_airflow.context_archive import pack_context  # noqa: E402
-from det_airflow.localairflow import sqlite_url, write_config  # noqa: E402
+from det_airflow.localairflow import (  # noqa: E402
+    EXECUTORS,
+    LocalAirflow,
+    init_celery,
+    sqlite_url,
+    write_config,
+)
 
 WORK_SCRIPT = """
 import json, os, sys, time
@@ -160,6 +169,46 @@ def run_plain(client: httpx.Client, seconds: float, times: Path):  # type: ignor
     return wall, t0_wall, run_id
 
 
+def configure_airflow(args: argparse.Namespace, base: Path, dags: Path) -> LocalAirflow:
+    """Write the benchmark's airflow.cfg for the chosen executor. In Celery mode without --pg-url
+    this starts the home's own PostgreSQL server, which `LocalAirflow.stop()` stops again."""
+    home = base / "home"
+    extra = {"det": {"trial_work_dir": str(base / "trials")}}
+    if args.executor == "local":
+        url = args.pg_url or sqlite_url(home)
+        return write_config(home, sql_alchemy_conn=url, dags_folder=dags, port=args.port, extra=extra)
+    layout, url, _ = init_celery(
+        home, workers=args.workers, host_slots=args.slots // args.workers, sql_alchemy_conn=args.pg_url
+    )
+    try:
+        return write_config(
+            home, sql_alchemy_conn=url, dags_folder=dags, port=args.port, extra=extra, celery=layout
+        )
+    except BaseException:
+        LocalAirflow(home=home, port=args.port, url="", dags_folder=dags, celery=layout).stop()
+        raise
+
+
+def wait_for_hosts(af: LocalAirflow, client: httpx.Client) -> None:
+    """In Celery mode, wait until every worker's heartbeat shows its host alive: admission places
+    trials only on live hosts."""
+    if af.celery is None:
+        return
+    expected = {w.host_id for w in af.celery.workers}
+
+    def alive() -> bool:
+        agents = client.get("/det/api/v1/agents").json()["agents"]
+        return {a["id"] for a in agents if a["alive"]} >= expected
+
+    wait_for(alive, 120, f"hosts {', '.join(sorted(expected))} to report", interval=1)
+
+
+def executor_heading(args: argparse.Namespace) -> str:
+    if args.executor == "local":
+        return EXECUTORS["local"]
+    return f"{EXECUTORS['celery']} ({args.workers} workers × {args.slots // args.workers} slots)"
+
+
 def training_times(folder: Path) -> list[float]:
     times = [json.loads(p.read_text()) for p in folder.glob("*.json")]
     return [t["end"] - t["start"] for t in times]
@@ -170,7 +219,14 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=16)
     parser.add_argument("--slots", type=int, default=4)
     parser.add_argument("--work", type=float, default=3.0, help="training seconds per trial")
-    parser.add_argument("--pg-url", help="PostgreSQL URL for Airflow's database (default SQLite)")
+    parser.add_argument(
+        "--pg-url",
+        help="PostgreSQL URL for Airflow's database (default: SQLite; with celery, a PostgreSQL of the home's own)",
+    )
+    parser.add_argument("--executor", choices=sorted(EXECUTORS), default="local", help="Airflow executor")
+    parser.add_argument(
+        "--workers", type=int, default=2, help="Celery workers (det hosts), each with slots/workers slots"
+    )
     parser.add_argument("--port", type=int, default=8191)
     parser.add_argument("--timeline", action="store_true", help="print when each task ran")
     parser.add_argument("--repeat", type=int, default=5, help="measured rounds (det, then plain, each)")
@@ -181,6 +237,8 @@ def main() -> int:
         help="skip the warm-up run of each path (long runs: --trials 1000 --work 0)",
     )
     args = parser.parse_args()
+    if args.executor == "celery" and (args.workers < 1 or args.slots % args.workers):
+        parser.error(f"--slots ({args.slots}) must be a multiple of --workers ({args.workers})")
 
     base = Path(tempfile.mkdtemp(prefix="det-bench-"))
     base.chmod(0o755)  # trials running as their own user reach their times folder through it
@@ -191,13 +249,7 @@ def main() -> int:
     (dags / "plain_bench.py").write_text(f"WORK = {str(work)!r}\nTRIALS = {args.trials}\n" + PLAIN_DAG)
     (work / "train.py").write_text(WORK_SCRIPT)
 
-    af = write_config(
-        base / "home",
-        sql_alchemy_conn=args.pg_url or sqlite_url(base / "home"),
-        dags_folder=dags,
-        port=args.port,
-        extra={"det": {"trial_work_dir": str(base / "trials")}},
-    )
+    af = configure_airflow(args, base, dags)
     try:
         af.migrate()
         subprocess.run(
@@ -205,9 +257,10 @@ def main() -> int:
         )
         af.airflow("pools", "set", "bench", str(args.slots), "benchmark pool")
         af.start()
-        af.wait_ready()
+        af.wait_ready(timeout=300)
         client = af.client(timeout=60)
         wait_for(lambda: client.get("/api/v2/dags/plain_bench").status_code == 200, 120, "plain DAG")
+        wait_for_hosts(af, client)
         # Warm up both paths once (first task processes, imports, caches), then measure.
         if args.warm_up:
             run_det(client, work, args, 0.1, base / "warm-det")
@@ -232,7 +285,7 @@ def main() -> int:
         af.stop()
 
     print(
-        f"trials {args.trials}, pool slots {args.slots}, training {args.work:.1f} s per trial, {args.repeat} rounds"
+        f"{executor_heading(args)}: trials {args.trials}, pool slots {args.slots}, training {args.work:.1f} s per trial, {args.repeat} rounds"
     )
     print("round | det wall  train/trial  overhead/trial | plain wall  train/trial  overhead/trial | ratio")
     det_overheads, plain_overheads = [], []

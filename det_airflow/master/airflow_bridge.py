@@ -313,6 +313,33 @@ def route_slot(dag_id: str, run_id: str, map_index: int, queue: str) -> bool:
         ) from None
 
 
+def slots_waiting_for_a_trial(dag_id: str, run_id: str) -> list[int]:
+    """The map indexes of a DAG run's trial slots whose task is deferred waiting for a trial (not
+    watching a trial's pods)."""
+    from airflow.utils.state import TaskInstanceState
+    from sqlalchemy import select
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from det_airflow.airflow_compat import TaskInstance, create_session
+
+    try:
+        with create_session() as session:
+            found = session.scalars(
+                select(TaskInstance.map_index).where(
+                    TaskInstance.dag_id == dag_id,
+                    TaskInstance.run_id == run_id,
+                    TaskInstance.task_id == "trial",
+                    TaskInstance.state == TaskInstanceState.DEFERRED,
+                    TaskInstance.next_method == "resume",
+                )
+            )
+            return sorted(int(index) for index in found)
+    except SQLAlchemyError as exc:
+        raise AirflowRecordError(
+            f"Airflow task instances of DAG run '{run_id}' of DAG '{dag_id}': {exc}"
+        ) from None
+
+
 def requeue_trial_tasks(live_queues: set[str], prefix: str) -> int:
     """Send back to Airflow's default queue the trial tasks waiting to start (scheduled, up for
     retry, deferred) on the queue of a worker host that is gone (a queue named ``prefix…`` not in

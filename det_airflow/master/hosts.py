@@ -9,6 +9,7 @@ reporting (one machine, LocalExecutor) nothing is placed and admission is the po
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from datetime import UTC, timedelta
 from typing import Any
@@ -40,8 +41,17 @@ def leave(conn: Connection, host_id: str) -> bool:
     return bool(conn.execute(table.delete().where(table.c.id == host_id)).rowcount)  # type: ignore[attr-defined]
 
 
+_TIMEOUT_READ_EVERY_S = 10.0
+_timeout_read: tuple[float, timedelta] | None = None
+
+
 def _timeout() -> timedelta:
-    return timedelta(seconds=settings.load().host_timeout)
+    """``[det] host_timeout``, read again every few seconds: placement asks for it at each admission."""
+    global _timeout_read
+    at = time.monotonic()
+    if _timeout_read is None or at - _timeout_read[0] > _TIMEOUT_READ_EVERY_S:
+        _timeout_read = (at, timedelta(seconds=settings.load().host_timeout))
+    return _timeout_read[1]
 
 
 def is_alive(row: Row) -> bool:
@@ -75,7 +85,6 @@ def holdings(conn: Connection) -> dict[str, list[tuple[int, int, int]]]:
             trials.c.pause_requested,
             trials.c.stop_requested,
             exps.c.state.label("exp_state"),
-            exps.c.config,
         )
         .join(exps, exps.c.id == trials.c.experiment_id)
         .where(
@@ -84,24 +93,39 @@ def holdings(conn: Connection) -> dict[str, list[tuple[int, int, int]]]:
         )
         .order_by(trials.c.id)
     )
-    held: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
-    for row in rows:
-        holds, _ = holds_and_waits(
+    holding = [
+        row
+        for row in rows
+        if holds_and_waits(
             row.exp_state, row.state, row.admitted_run > row.run_id, row.pause_requested, row.stop_requested
-        )
-        if holds:
-            gang = max(1, int(row.config.get("resources", {}).get("slots_per_trial", 1)))
-            held[row.host].append((row.id, row.experiment_id, gang))
+        )[0]
+    ]
+    gangs = _gangs(conn, {row.experiment_id for row in holding})
+    held: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
+    for row in holding:
+        held[row.host].append((row.id, row.experiment_id, gangs[row.experiment_id]))
     return held
 
 
+def _gangs(conn: Connection, experiment_ids: set[int]) -> dict[int, int]:
+    """Experiment id -> the slots each of its trials holds (one config read per experiment)."""
+    if not experiment_ids:
+        return {}
+    exps = schema.experiments
+    rows = conn.execute(select(exps.c.id, exps.c.config).where(exps.c.id.in_(sorted(experiment_ids))))
+    return {
+        exp_id: max(1, int(config.get("resources", {}).get("slots_per_trial", 1))) for exp_id, config in rows
+    }
+
+
 def loads(conn: Connection) -> list[HostLoad]:
-    """The live hosts with the slots their trials hold, as placement sees them."""
+    """The live hosts with the slots their trials hold, as placement sees them (none, at the cost
+    of one query, where no host reports)."""
+    live = live_hosts(conn)
+    if not live:
+        return []
     held = holdings(conn)
-    return [
-        HostLoad(row.id, row.slots, sum(gang for _, _, gang in held.get(row.id, ())))
-        for row in live_hosts(conn)
-    ]
+    return [HostLoad(row.id, row.slots, sum(gang for _, _, gang in held.get(row.id, ()))) for row in live]
 
 
 def is_live(conn: Connection, host_id: str) -> bool:

@@ -70,6 +70,8 @@ JOBS = (
     Job("preempt for waiting jobs", 2.0, trials.preempt_for_waiting_jobs),
     # A slot told its trial runs on another worker host deferred: start it there now.
     Job("start placed slots", 2.0, trials.start_placed_slots),
+    # While worker hosts report: slots freed are taken again at once, on the waiting trial's host.
+    Job("start waiting slots", 2.0, trials.start_waiting_slots),
     # A worker host that stopped heartbeating runs nothing more: its waiting tasks go to the others.
     Job("requeue from gone hosts", 5.0, trials.requeue_from_gone_hosts),
     # A create's publication interrupted by an API server that stopped (left for 60 s first).
@@ -111,6 +113,18 @@ def _run_logged(job: Job, db: Database) -> bool:
     return True
 
 
+# Wakes the thread early: its stop, or a job asked for now (`run_soon`).
+_wake = threading.Event()
+_soon: set[str] = set()
+
+
+def run_soon(name: str) -> None:
+    """Run the job ``name`` at the thread's next turn, now rather than at its interval: a request
+    that changed what the job looks at (a trial's end frees slots) need not wait for it."""
+    _soon.add(name)
+    _wake.set()
+
+
 def _loop(stop: threading.Event) -> None:
     due = dict.fromkeys((job.name for job in JOBS), 0.0)
     while True:
@@ -119,8 +133,12 @@ def _loop(stop: threading.Event) -> None:
             if due[job.name] <= turn:
                 _run_logged(job, get_database())
                 due[job.name] = turn + job.every_seconds
-        if stop.wait(max(0.0, min(due.values()) - time.monotonic())):
+        _wake.wait(max(0.0, min(due.values()) - time.monotonic()))
+        _wake.clear()
+        if stop.is_set():
             return
+        while _soon:
+            due[_soon.pop()] = 0.0
 
 
 _lock = threading.Lock()
@@ -149,6 +167,7 @@ def stop(timeout: float = 30.0) -> None:
         thread, event = _running
         _running = None
     event.set()
+    _wake.set()
     thread.join(timeout)
 
 

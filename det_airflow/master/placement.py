@@ -26,15 +26,18 @@ class HostLoad:
         return max(self.slots - self.used, 0)
 
 
-def best_fit(hosts: Iterable[HostLoad], gang: int) -> str | None:
+def best_fit(hosts: Iterable[HostLoad], gang: int, prefer: str | None = None) -> str | None:
     """The host for a trial of ``gang`` slots: of those with enough free slots, the one left with
-    the fewest (ties: the host id, so decisions repeat); None when no host has room now."""
+    the fewest; between equally good hosts ``prefer`` (where the asking task already runs, which
+    saves moving it), then the host id, so decisions repeat. None when no host has room now."""
     chosen: HostLoad | None = None
+    best: tuple[int, bool, str] | None = None
     for host in hosts:
         if host.free < gang:
             continue
-        if chosen is None or (host.free, host.id) < (chosen.free, chosen.id):
-            chosen = host
+        key = (host.free, host.id != prefer, host.id)
+        if best is None or key < best:
+            chosen, best = host, key
     return None if chosen is None else chosen.id
 
 

@@ -183,10 +183,10 @@ def _lock_hosts(conn: Connection) -> None:
         conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": zlib.crc32(b"det-hosts")})
 
 
-def admit(conn: Connection, exp: Row, trial: Row) -> bool:
+def admit(conn: Connection, exp: Row, trial: Row, prefer_host: str | None = None) -> bool:
     """Ask the gate for the trial's next run; an admission is recorded and holds its slots. While
     worker hosts report, the admission also places the trial's whole gang on one of them (best
-    fit); a trial no live host has room for waits."""
+    fit, ``prefer_host`` between equally good hosts); a trial no live host has room for waits."""
     if is_admitted(trial) or trial.state in RUNNING_STATES:
         return True  # a run that is starting again (a retried task) keeps the slots it holds
     _lock_pool(conn, exp.resource_pool)
@@ -194,7 +194,7 @@ def admit(conn: Connection, exp: Row, trial: Row) -> bool:
         return False
     _lock_hosts(conn)
     loads = hosts.loads(conn)
-    host = placement.best_fit(loads, _gang(exp.config)) if loads else None
+    host = placement.best_fit(loads, _gang(exp.config), prefer_host) if loads else None
     if loads and host is None:
         return False
     conn.execute(

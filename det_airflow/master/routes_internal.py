@@ -31,6 +31,7 @@ from det_airflow.master import (
     checkpoint_gc,
     experiments,
     hosts,
+    housekeeping,
     routes_people,
     search,
     serialize,
@@ -44,6 +45,7 @@ from det_airflow.master.trial_logs import append_logs
 from det_airflow.states import ExperimentState, TrialState
 
 router = APIRouter(prefix="/internal", dependencies=[ServiceAuth])
+WAITING_SLOTS = "start waiting slots"
 
 
 @router.post("/experiments/register", response_model=Registered)
@@ -95,6 +97,7 @@ def acquire(experiment_id: int, slot: int, body: TaskRef, dry_run: bool = False)
 def trial_exit(trial_id: int, body: TrialExit) -> dict:
     with get_database().begin() as conn:
         trial, retry = trials.exit_run(conn, trial_id, body.exit_code)
+    housekeeping.run_soon(WAITING_SLOTS)  # the slots it held may start a waiting trial at once
     if TrialState(trial.state).is_terminal:
         _collect_checkpoints(trial.experiment_id)
     return {"trial": serialize.trial(trial), "retry": retry}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from sqlalchemy import Connection, Row, select, update
+from sqlalchemy import Connection, Row, and_, exists, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
 from det_airflow.api.models import SlotStatus
@@ -99,7 +99,7 @@ def acquire(
     if trial is None:
         # A search waiting on a lost run goes on once housekeeping reclaims that run.
         return _done(conn, experiment_id, slot) if exp.search_done else {"status": SlotStatus.WAIT}
-    if not _admitted(conn, exp, trial):
+    if not _admitted(conn, exp, trial, task.get("host")):
         # The job queue has not admitted it: it defers, holding no pool slot.
         return {"status": SlotStatus.WAIT}
     host = conn.execute(select(trials.c.host).where(trials.c.id == trial.id)).scalar()
@@ -107,7 +107,7 @@ def acquire(
     if host is not None and moving and not dry_run and not hosts.is_live(conn, host):
         # Placed on a host that has gone since: placed again among the live ones.
         update_trial(conn, trial.id, admitted_run=trial.run_id, admitted_at=None, host=None)
-        if not _admitted(conn, exp, get_trial(conn, trial.id)):
+        if not _admitted(conn, exp, get_trial(conn, trial.id), task.get("host")):
             return {"status": SlotStatus.WAIT}
         host = conn.execute(select(trials.c.host).where(trials.c.id == trial.id)).scalar()
     if host is not None and task.get("host") not in (None, host):
@@ -240,6 +240,92 @@ def start_placed_slots(db: Database) -> list[int]:
     return started
 
 
+def start_waiting_slots(db: Database) -> list[int]:
+    """While worker hosts report: admit the waiting trials the job queue and the hosts have room
+    for, each into a slot whose task is deferred waiting for a trial, and start that slot at once on
+    the host the trial is placed on (a new try of its task, as an activation does), rather than
+    when its trigger next looks and wherever Celery sends it. Slots that a trial's end frees are
+    taken again within moments, and the trial starts where it was placed, without a move.
+    Answers the trials started this way."""
+    from det_airflow.master import airflow_bridge
+
+    trials, exps = schema.trials, schema.experiments
+    unheld = and_(
+        trials.c.experiment_id == exps.c.id,
+        trials.c.state == TrialState.QUEUED,
+        trials.c.slot.is_(None),
+        trials.c.pause_requested.is_(False),
+    )
+    with db.read() as conn:
+        if not hosts.live_hosts(conn):
+            return []
+        waiting = conn.execute(
+            select(exps.c.id, exps.c.dag_id, exps.c.dag_run_id)
+            .where(
+                exps.c.state == ExperimentState.ACTIVE,
+                exps.c.dag_run_id.is_not(None),
+                exists().where(unheld),
+            )
+            .order_by(exps.c.id)
+        ).all()
+    started: list[int] = []
+    for experiment_id, dag_id, run_id in waiting:
+        try:
+            deferred = airflow_bridge.slots_waiting_for_a_trial(dag_id, run_id)
+            if not deferred:
+                continue
+            with db.begin() as conn:
+                placed = _place_in_deferred_slots(conn, experiment_id, deferred)
+            if placed:
+                queues = {slot: queue_name for slot, (_, queue_name) in placed.items()}
+                done = airflow_bridge.start_deferred_slots_anew(dag_id, run_id, sorted(placed), queues)
+                started += [placed[slot][0] for slot in done]
+        except airflow_bridge.AirflowRecordError as exc:
+            # A slot given its trial but not started asks for it when its trigger fires.
+            logging.getLogger(__name__).warning("%s; waiting slots start when their triggers look", exc)
+    return started
+
+
+def _place_in_deferred_slots(
+    conn: Connection, experiment_id: int, deferred: list[int]
+) -> dict[int, tuple[int, str]]:
+    """Give each deferred slot holding no trial the experiment's next waiting trial, while the job
+    queue admits it onto a host: slot -> (trial id, the queue of its host)."""
+    trials = schema.trials
+    exp = experiments.get_experiment(conn, experiment_id, lock=True)
+    if exp.state != ExperimentState.ACTIVE:
+        return {}
+    held = set(
+        conn.execute(
+            select(trials.c.slot).where(
+                trials.c.experiment_id == experiment_id, trials.c.slot.is_not(None), trials.c.state.in_(_OPEN)
+            )
+        ).scalars()
+    )
+    placed: dict[int, tuple[int, str]] = {}
+    for slot in (s for s in deferred if s not in held):
+        trial = conn.execute(
+            select(trials)
+            .where(
+                trials.c.experiment_id == experiment_id,
+                trials.c.slot.is_(None),
+                trials.c.state == TrialState.QUEUED,
+                trials.c.pause_requested.is_(False),
+            )
+            .order_by(trials.c.id)
+            .limit(1)
+        ).first()
+        if trial is None or not queue.admit(conn, exp, trial):
+            break
+        host = conn.execute(select(trials.c.host).where(trials.c.id == trial.id)).scalar()
+        queue_name = hosts.queue_of(conn, host) if host is not None else None
+        if queue_name is None:
+            break  # admitted without a host (none live now): its slot asks when its trigger fires
+        update_trial(conn, trial.id, slot=slot)
+        placed[slot] = (trial.id, queue_name)
+    return placed
+
+
 def requeue_from_gone_hosts(db: Database) -> int:
     """Trial tasks waiting on the queue of a host whose heartbeat stopped go back to the default
     queue, so that a live worker runs them; answers how many. Costs no Airflow query while no
@@ -258,13 +344,14 @@ def requeue_from_gone_hosts(db: Database) -> int:
         return 0
 
 
-def _admitted(conn: Connection, exp: Row, trial: Row) -> bool:
-    """Ask the queue; when it says no, preempt lower-priority trials and ask again (a preempted
-    trial that had not started frees its slots at once). Slots held by lost runs are freed by
-    housekeeping (master/housekeeping.py), not here."""
-    if queue.admit(conn, exp, trial):
+def _admitted(conn: Connection, exp: Row, trial: Row, host: str | None = None) -> bool:
+    """Ask the queue (placing the trial, ``host`` first between equally good hosts); when it says
+    no, preempt lower-priority trials and ask again (a preempted trial that had not started frees
+    its slots at once). Slots held by lost runs are freed by housekeeping
+    (master/housekeeping.py), not here."""
+    if queue.admit(conn, exp, trial, host):
         return True
-    return bool(_preempt_for_waiting(conn, exp.resource_pool)) and queue.admit(conn, exp, trial)
+    return bool(_preempt_for_waiting(conn, exp.resource_pool)) and queue.admit(conn, exp, trial, host)
 
 
 def _preempt_for_waiting(conn: Connection, pool: str) -> dict[int, int]:

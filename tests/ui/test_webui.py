@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -321,6 +322,8 @@ def test_trial_logs_filter_by_rank(page: Page, airflow: LocalAirflow, curves: di
     page.goto(ui(airflow, f"dag/{experiment['dag_id']}/run/{experiment['dag_run_id']}/map/0"))
     expect(page).to_have_url(re.compile(rf"#/trials/({'|'.join(map(str, trial_ids))})$"))
     trial_id = int(page.url.rsplit("/", 1)[1])
+    # Where its runs ran: this machine, the host of the local Airflow's one worker.
+    expect(page.get_by_test_id("trial-hosts")).to_have_text(f"Hosts: {socket.gethostname()}")
 
     logs = page.get_by_test_id("logs")
     lines = logs.get_by_test_id("log-line")

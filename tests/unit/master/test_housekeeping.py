@@ -100,3 +100,9 @@ def test_a_job_is_run_by_its_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert housekeeping.run_job("one", db) is True
     assert housekeeping.run_job("two", db) is False
     assert ran == ["one"]
+
+
+def test_a_trials_exit_asks_for_a_job_that_exists() -> None:
+    from det_airflow.master import routes_internal
+
+    assert routes_internal.WAITING_SLOTS in {job.name for job in housekeeping.JOBS}
