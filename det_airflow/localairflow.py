@@ -280,6 +280,54 @@ def prepare_postgres(cluster: _pgcluster.PgCluster) -> None:
         raise LocalAirflowError(f"the PostgreSQL server in {cluster.base}: {e}") from None
 
 
+SET_ASIDE_SUBDIR = ".set-aside"  # dot folder: no parse of the DAGs folder looks inside
+
+
+def set_aside_unknown_experiment_files(dags_folder: Path, sql_alchemy_conn: str) -> list[Path]:
+    """Move the experiment files of the DAGs folder (``experiments/exp_<id>.yaml``) whose experiment
+    this database does not hold into ``experiments/.set-aside/``; answers their new paths.
+
+    Such files were written for another database: a home made anew, or one switched between
+    SQLite and the Celery mode's PostgreSQL. Left in place, the DAG processor would run them as
+    DAGs of experiments this master never created, under the ids its next `det experiment create`
+    hands out. Run before Airflow starts, so no parse sees them.
+    """
+    from sqlalchemy import create_engine, inspect, text
+
+    from det_airflow.dagfactory import EXPERIMENTS_SUBDIR
+
+    folder = Path(dags_folder) / EXPERIMENTS_SUBDIR
+    files = {}
+    for path in folder.glob("exp_*.yaml"):
+        number = path.stem.removeprefix("exp_")
+        if number.isdigit():
+            files[int(number)] = path
+    if not files:
+        return []
+    engine = create_engine(sql_alchemy_conn)
+    try:
+        with engine.connect() as conn:
+            known = (
+                set(conn.execute(text("SELECT id FROM det_experiments")).scalars())
+                if inspect(conn).has_table("det_experiments")
+                else set()
+            )
+    finally:
+        engine.dispose()
+    target = folder / SET_ASIDE_SUBDIR
+    moved = []
+    for experiment_id, path in sorted(files.items()):
+        if experiment_id in known:
+            continue
+        target.mkdir(mode=0o750, exist_ok=True)
+        destination = target / path.name
+        if destination.exists():
+            destination = target / f"{path.stem}.{int(time.time())}{path.suffix}"
+        os.replace(path, destination)
+        moved.append(destination)
+    return moved
+
+
 def write_config(
     home: Path,
     *,
@@ -987,6 +1035,8 @@ def main(argv: list[str] | None = None) -> int:
                 celery=celery,
             )
             af.migrate()
+            for path in set_aside_unknown_experiment_files(af.dags_folder, sql_alchemy_conn):
+                print(f"Set aside {path.name} into {path.parent}: an experiment of another database")
             for folder in [*opened, *af.opened_for_trials]:
                 print(
                     f"Let other users pass through {folder} (chmod o+x, no listing): trials run as an unprivileged user"
