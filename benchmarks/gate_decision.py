@@ -16,17 +16,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from _timing import timed_ms  # noqa: E402
 from sqlalchemy import create_engine, select  # noqa: E402
 
 from det_airflow.master import queue, queue_policy, schema  # noqa: E402
@@ -48,19 +46,6 @@ def _jobs(jobs: int, trials: int) -> list[queue_policy.Job]:
         )
         for i in range(jobs)
     ]
-
-
-def _timed_ms(fn: Callable[[], object], repeat: int) -> tuple[float, float]:
-    """(median, fastest) of ``repeat`` calls after a warm-up; the fastest is the cost without the
-    interference of other work on a shared machine."""
-    for _ in range(min(repeat, 20)):
-        fn()
-    samples = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples) * 1000, min(samples) * 1000
 
 
 def _fill(conn, jobs: list[queue_policy.Job]) -> None:  # type: ignore[no-untyped-def]
@@ -108,8 +93,8 @@ def main() -> None:
     args = parser.parse_args()
     jobs = _jobs(args.jobs, args.trials)
 
-    pure = _timed_ms(lambda: queue_policy.plan(CAPACITY, jobs).admits(jobs[-1].id), 5000)
-    trivial = _timed_ms(lambda: (sorted(jobs, key=queue_policy.order_key), sum(j.held for j in jobs)), 5000)
+    pure = timed_ms(lambda: queue_policy.plan(CAPACITY, jobs).admits(jobs[-1].id), 5000)
+    trivial = timed_ms(lambda: (sorted(jobs, key=queue_policy.order_key), sum(j.held for j in jobs)), 5000)
 
     with tempfile.TemporaryDirectory() as folder:
         engine = create_engine(f"sqlite:///{folder}/det.db")
@@ -120,10 +105,10 @@ def main() -> None:
             snap = queue.snapshot(conn, "gpus", capacity=CAPACITY)
             waiting = sum(job.waiting for job in snap.jobs)
             assert waiting == args.trials, f"the snapshot saw {waiting} waiting trials, not {args.trials}"
-            on_tables = _timed_ms(
+            on_tables = timed_ms(
                 lambda: queue.snapshot(conn, "gpus", capacity=CAPACITY).plan().admits(jobs[-1].id), 300
             )
-            row_read = _timed_ms(
+            row_read = timed_ms(
                 lambda: conn.execute(
                     select(schema.experiments).where(schema.experiments.c.id == jobs[-1].id)
                 ).first(),

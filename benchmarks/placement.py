@@ -19,11 +19,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,6 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from _timing import timed_ms  # noqa: E402
 from sqlalchemy import create_engine  # noqa: E402
 
 from det_airflow.master import hosts as master_hosts  # noqa: E402
@@ -88,19 +86,6 @@ def build(hosts: int, slots: int, jobs: int, trials: int) -> Cluster:
     return Cluster(jobs=queued, hosts=loads)
 
 
-def _timed_ms(fn: Callable[[], object], repeat: int) -> tuple[float, float]:
-    """(median, fastest) of ``repeat`` calls after a warm-up; the fastest is the cost without the
-    interference of other work on a shared machine."""
-    for _ in range(min(repeat, 20)):
-        fn()
-    samples = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples) * 1000, min(samples) * 1000
-
-
 def _fill(conn, cluster: Cluster) -> None:  # type: ignore[no-untyped-def]
     """The cluster on the det tables: its hosts, its jobs, their running trials placed on the hosts
     as the cluster's loads say, and their waiting trials."""
@@ -151,7 +136,7 @@ def on_tables(cluster: Cluster, repeat: int) -> tuple[float, float]:
         with engine.connect() as conn:
             loads = master_hosts.loads(conn)
             assert len(loads) == len(cluster.hosts), f"{len(loads)} live hosts read, not {len(cluster.hosts)}"
-            timed = _timed_ms(lambda: placement.best_fit(master_hosts.loads(conn), gang), repeat)
+            timed = timed_ms(lambda: placement.best_fit(master_hosts.loads(conn), gang), repeat)
         engine.dispose()
     return timed
 
@@ -161,12 +146,10 @@ def measure(cluster: Cluster, repeat: int) -> dict[str, tuple[float, float]]:
     one = gangs[0]
     return {
         "hosts' loads on SQLite + best_fit": on_tables(cluster, max(repeat // 10, 20)),
-        "admission (plan)": _timed_ms(lambda: queue_policy.plan(cluster.capacity, cluster.jobs), repeat),
-        "placement of one trial (best_fit)": _timed_ms(
-            lambda: placement.best_fit(cluster.hosts, one), repeat
-        ),
-        "decision for one trial (plan + best_fit)": _timed_ms(cluster.decide, repeat),
-        "every waiting trial (place)": _timed_ms(lambda: placement.place(cluster.hosts, gangs), repeat // 10),
+        "admission (plan)": timed_ms(lambda: queue_policy.plan(cluster.capacity, cluster.jobs), repeat),
+        "placement of one trial (best_fit)": timed_ms(lambda: placement.best_fit(cluster.hosts, one), repeat),
+        "decision for one trial (plan + best_fit)": timed_ms(cluster.decide, repeat),
+        "every waiting trial (place)": timed_ms(lambda: placement.place(cluster.hosts, gangs), repeat // 10),
     }
 
 

@@ -40,21 +40,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     agent = subparsers.add_parser("agent", aliases=["a"], help="list worker hosts (agents)")
     agent_verbs = agent.add_subparsers(dest="verb", metavar="VERB", required=True)
     agents = agent_verbs.add_parser("list", aliases=["ls"], help="list the worker hosts and their slots")
-    _add_output(agents)
+    render.add_output_flags(agents)
     agents.set_defaults(func=_list_agents)
 
     slot = subparsers.add_parser("slot", aliases=["s"], help="list the slots of worker hosts")
     slot_verbs = slot.add_subparsers(dest="verb", metavar="VERB", required=True)
     slots = slot_verbs.add_parser("list", aliases=["ls"], help="list every slot and the trial holding it")
     slots.add_argument("--agent", metavar="ID", help="only the slots of this agent (host id)")
-    _add_output(slots)
+    render.add_output_flags(slots)
     slots.set_defaults(func=_list_slots)
-
-
-def _add_output(parser: argparse.ArgumentParser) -> None:
-    out = parser.add_mutually_exclusive_group()
-    out.add_argument("--csv", action="store_true", help="print CSV")
-    out.add_argument("--json", action="store_true", help="print JSON")
 
 
 def _connect(args: argparse.Namespace) -> UserClient:

@@ -98,12 +98,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     ls = verbs.add_parser("list", aliases=["ls"], help="list experiments")
     ls.add_argument("--all", "-a", action="store_true", help="include archived experiments")
-    _add_output_flags(ls)
+    render.add_output_flags(ls)
     ls.set_defaults(func=_list)
 
     lt = verbs.add_parser("list-trials", aliases=["lt"], help="list an experiment's trials")
     _add_id(lt)
-    _add_output_flags(lt)
+    render.add_output_flags(lt)
     lt.set_defaults(func=_list_trials)
 
     describe = verbs.add_parser("describe", help="show an experiment and its trials")
@@ -112,7 +112,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     describe.add_argument(
         "--states", action="store_true", help="add every state the experiment took, when and why"
     )
-    _add_output_flags(describe)
+    render.add_output_flags(describe)
     describe.set_defaults(func=_describe)
 
     config = verbs.add_parser("config", help="show the experiment's configuration (defaults filled)")
@@ -166,12 +166,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _add_id(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("experiment_id", metavar="ID", type=int, help="experiment ID")
-
-
-def _add_output_flags(parser: argparse.ArgumentParser) -> None:
-    out = parser.add_mutually_exclusive_group()
-    out.add_argument("--csv", action="store_true", help="print CSV")
-    out.add_argument("--json", action="store_true", help="print JSON")
 
 
 def _connect(args: argparse.Namespace) -> UserClient:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import sys
@@ -83,6 +84,13 @@ def print_state_changes(changes: list[StateChange], *, csv: bool) -> None:
         for c in changes
     ]
     print_table(STATE_CHANGE_HEADERS, rows, csv=csv)
+
+
+def add_output_flags(parser: argparse.ArgumentParser) -> None:
+    """``--csv`` or ``--json`` instead of the table (one of them at most)."""
+    out = parser.add_mutually_exclusive_group()
+    out.add_argument("--csv", action="store_true", help="print CSV")
+    out.add_argument("--json", action="store_true", help="print JSON")
 
 
 def print_table(

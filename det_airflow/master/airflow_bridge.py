@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from det_airflow import settings
 from det_airflow.config import priority_weight
@@ -239,55 +240,9 @@ def existing_dag_runs(runs: list[tuple[str, str]]) -> set[tuple[str, str]]:
         raise AirflowRecordError(f"Airflow's DAG runs: {exc}") from None
 
 
-def update_waiting_trials(
-    dag_id: str, run_id: str, *, priority: int | None = None, pool: str | None = None
-) -> int:
-    """Rewrite Airflow's view of an experiment's trial task instances that have not started:
-    ``priority_weight = 100 - priority`` and the pool; returns how many were changed."""
-    from airflow.utils.state import TaskInstanceState
-    from sqlalchemy import or_, update
-    from sqlalchemy.exc import SQLAlchemyError
-
-    from det_airflow.airflow_compat import TaskInstance, create_session
-
-    values: dict[str, object] = {}
-    if priority is not None:
-        values["priority_weight"] = priority_weight(priority)
-    if pool is not None:
-        values["pool"] = pool
-    if not values:
-        return 0
-    waiting = [
-        TaskInstanceState.SCHEDULED,
-        TaskInstanceState.QUEUED,
-        TaskInstanceState.DEFERRED,
-        TaskInstanceState.UP_FOR_RETRY,
-        TaskInstanceState.UP_FOR_RESCHEDULE,
-    ]
-    try:
-        with create_session() as session:
-            result = session.execute(
-                update(TaskInstance)
-                .where(
-                    TaskInstance.dag_id == dag_id,
-                    TaskInstance.run_id == run_id,
-                    TaskInstance.task_id == "trial",
-                    or_(TaskInstance.state.in_(waiting), TaskInstance.state.is_(None)),
-                )
-                .values(**values)
-                .execution_options(synchronize_session=False)
-            )
-            return int(result.rowcount or 0)  # type: ignore[attr-defined]
-    except SQLAlchemyError as exc:
-        raise AirflowRecordError(
-            f"Airflow task instances of DAG run '{run_id}' of DAG '{dag_id}': {exc}"
-        ) from None
-
-
-def route_slot(dag_id: str, run_id: str, map_index: int, queue: str) -> bool:
-    """Send a trial slot's task to ``queue`` from its next start on (the queue of the worker host its
-    trial is placed on): Airflow's executor routes a task instance by its own ``queue``, which a
-    deferred task keeps when it resumes. False when the task instance is not found."""
+def _update_trial_task_instances(where: list[Any], values: dict[str, object], what: str) -> int:
+    """Write ``values`` into the trial task instances ``where`` selects, in one UPDATE; answers how
+    many were changed. ``what`` names them in the error."""
     from sqlalchemy import update
     from sqlalchemy.exc import SQLAlchemyError
 
@@ -297,20 +252,67 @@ def route_slot(dag_id: str, run_id: str, map_index: int, queue: str) -> bool:
         with create_session() as session:
             result = session.execute(
                 update(TaskInstance)
-                .where(
-                    TaskInstance.dag_id == dag_id,
-                    TaskInstance.run_id == run_id,
-                    TaskInstance.task_id == "trial",
-                    TaskInstance.map_index == map_index,
-                )
-                .values(queue=queue)
+                .where(TaskInstance.task_id == "trial", *where)
+                .values(**values)
                 .execution_options(synchronize_session=False)
             )
-            return bool(result.rowcount)  # type: ignore[attr-defined]
+            return int(result.rowcount or 0)  # type: ignore[attr-defined]
     except SQLAlchemyError as exc:
-        raise AirflowRecordError(
-            f"Airflow task instance {map_index} of DAG run '{run_id}' of DAG '{dag_id}': {exc}"
-        ) from None
+        raise AirflowRecordError(f"{what}: {exc}") from None
+
+
+def _not_started(*states: Any) -> Any:
+    """Task instances in one of ``states`` or in none yet."""
+    from sqlalchemy import or_
+
+    from det_airflow.airflow_compat import TaskInstance
+
+    return or_(TaskInstance.state.in_(states), TaskInstance.state.is_(None))
+
+
+def update_waiting_trials(
+    dag_id: str, run_id: str, *, priority: int | None = None, pool: str | None = None
+) -> int:
+    """Rewrite Airflow's view of an experiment's trial task instances that have not started:
+    ``priority_weight = 100 - priority`` and the pool; returns how many were changed."""
+    from airflow.utils.state import TaskInstanceState
+
+    from det_airflow.airflow_compat import TaskInstance
+
+    values: dict[str, object] = {}
+    if priority is not None:
+        values["priority_weight"] = priority_weight(priority)
+    if pool is not None:
+        values["pool"] = pool
+    if not values:
+        return 0
+    waiting = _not_started(
+        TaskInstanceState.SCHEDULED,
+        TaskInstanceState.QUEUED,
+        TaskInstanceState.DEFERRED,
+        TaskInstanceState.UP_FOR_RETRY,
+        TaskInstanceState.UP_FOR_RESCHEDULE,
+    )
+    return _update_trial_task_instances(
+        [TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id, waiting],
+        values,
+        f"Airflow task instances of DAG run '{run_id}' of DAG '{dag_id}'",
+    )
+
+
+def route_slot(dag_id: str, run_id: str, map_index: int, queue: str) -> bool:
+    """Send a trial slot's task to ``queue`` from its next start on (the queue of the worker host its
+    trial is placed on): Airflow's executor routes a task instance by its own ``queue``, which a
+    deferred task keeps when it resumes. False when the task instance is not found."""
+    from det_airflow.airflow_compat import TaskInstance
+
+    where = [
+        TaskInstance.dag_id == dag_id,
+        TaskInstance.run_id == run_id,
+        TaskInstance.map_index == map_index,
+    ]
+    what = f"Airflow task instance {map_index} of DAG run '{run_id}' of DAG '{dag_id}'"
+    return bool(_update_trial_task_instances(where, {"queue": queue}, what))
 
 
 def slots_waiting_for_a_trial(dag_id: str, run_id: str) -> list[int]:
@@ -347,34 +349,22 @@ def requeue_trial_tasks(live_queues: set[str], prefix: str) -> int:
     Answers how many were sent back."""
     from airflow.sdk import conf
     from airflow.utils.state import TaskInstanceState
-    from sqlalchemy import or_, update
-    from sqlalchemy.exc import SQLAlchemyError
 
-    from det_airflow.airflow_compat import TaskInstance, create_session
+    from det_airflow.airflow_compat import TaskInstance
 
-    waiting = [
+    waiting = _not_started(
         TaskInstanceState.SCHEDULED,
         TaskInstanceState.UP_FOR_RETRY,
         TaskInstanceState.DEFERRED,
         TaskInstanceState.UP_FOR_RESCHEDULE,
+    )
+    where = [
+        TaskInstance.queue.startswith(prefix, autoescape=True),
+        TaskInstance.queue.not_in(sorted(live_queues)),
+        waiting,
     ]
     default_queue = conf.get("operators", "default_queue", fallback="default")
-    try:
-        with create_session() as session:
-            result = session.execute(
-                update(TaskInstance)
-                .where(
-                    TaskInstance.task_id == "trial",
-                    TaskInstance.queue.startswith(prefix, autoescape=True),
-                    TaskInstance.queue.not_in(sorted(live_queues)),
-                    or_(TaskInstance.state.in_(waiting), TaskInstance.state.is_(None)),
-                )
-                .values(queue=default_queue)
-                .execution_options(synchronize_session=False)
-            )
-            return int(result.rowcount or 0)  # type: ignore[attr-defined]
-    except SQLAlchemyError as exc:
-        raise AirflowRecordError(f"Airflow's trial task instances: {exc}") from None
+    return _update_trial_task_instances(where, {"queue": default_queue}, "Airflow's trial task instances")
 
 
 def start_deferred_slots_anew(

@@ -71,9 +71,11 @@ def live_hosts(conn: Connection) -> list[Row]:
     return list(conn.execute(select(table).where(table.c.last_seen >= since).order_by(table.c.id)))
 
 
-def holdings(conn: Connection) -> dict[str, list[tuple[int, int, int]]]:
-    """Host id -> the trials placed on it that hold slots now: (trial id, experiment id, slots)."""
+def holdings(conn: Connection, host_id: str | None = None) -> dict[str, list[tuple[int, int, int]]]:
+    """Host id -> the trials placed on it that hold slots now: (trial id, experiment id, slots);
+    every host's, or ``host_id``'s alone."""
     trials, exps = schema.trials, schema.experiments
+    placed = trials.c.host.is_not(None) if host_id is None else trials.c.host == host_id
     rows = conn.execute(
         select(
             trials.c.id,
@@ -88,7 +90,7 @@ def holdings(conn: Connection) -> dict[str, list[tuple[int, int, int]]]:
         )
         .join(exps, exps.c.id == trials.c.experiment_id)
         .where(
-            trials.c.host.is_not(None),
+            placed,
             trials.c.state.in_([s.value for s in (*RUNNING_STATES, *BETWEEN_RUNS)]),
         )
         .order_by(trials.c.id)
@@ -147,12 +149,14 @@ def queue_of(conn: Connection, host_id: str) -> str | None:
     return conn.execute(select(schema.hosts.c.queue).where(schema.hosts.c.id == host_id)).scalar()
 
 
-def describe(conn: Connection) -> list[dict[str, Any]]:
-    """Every known host with its slots and the trials holding them, as `det agent list` and
-    `det slot list` show them (``api.models.Host``)."""
-    held = holdings(conn)
+def describe(conn: Connection, host_id: str | None = None) -> list[dict[str, Any]]:
+    """Every known host (or only ``host_id``) with its slots and the trials holding them, as
+    `det agent list` and `det slot list` show them (``api.models.Host``)."""
+    held = holdings(conn, host_id)
+    table = schema.hosts
+    rows = all_hosts(conn) if host_id is None else conn.execute(select(table).where(table.c.id == host_id))
     result = []
-    for row in all_hosts(conn):
+    for row in rows:
         slots = []
         taken = [(trial, exp) for trial, exp, gang in held.get(row.id, ()) for _ in range(gang)]
         devices = list(row.devices or [])

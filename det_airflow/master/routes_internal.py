@@ -150,7 +150,7 @@ def report_host(host_id: Annotated[HostId, Path()], body: HostReport) -> dict:
     seconds pass without one."""
     with get_database().begin() as conn:
         hosts.report(conn, host_id, body.model_dump())
-        (answer,) = [h for h in hosts.describe(conn) if h["id"] == host_id]
+        (answer,) = hosts.describe(conn, host_id)
     return answer
 
 
