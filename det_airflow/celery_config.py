@@ -4,8 +4,10 @@
 Celery app the provider's own defaults, unchanged; importing this module also connects Celery's
 worker signals, so that every Celery worker is a det-airflow *host*: once it is ready, its main
 process sends the master its inventory (:func:`det_airflow.hosts.inventory`) every
-:data:`HEARTBEAT_SECONDS`, and says goodbye when it shuts down. The scheduler and the API server
-import this module too; the signals never fire there.
+:data:`HEARTBEAT_SECONDS`, and says goodbye when it shuts down. When the heartbeat's answer says
+file removals wait for the host (checkpoints, its trial work folders: master/removals.py), a thread
+of its own claims and carries them out, so that a long removal never delays a heartbeat. The
+scheduler and the API server import this module too; the signals never fire there.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from airflow.providers.celery.executors.default_celery import DEFAULT_CELERY_CON
 from celery.signals import worker_ready, worker_shutdown
 
 from det_airflow.api.internal import InternalClient
-from det_airflow.api.models import HostReport
+from det_airflow.api.models import HostReport, Removal
 from det_airflow.hosts import inventory
 from det_airflow.operators.hooks import DetHook
 
@@ -36,6 +38,10 @@ class HostClient(Protocol):
     """What the heartbeat needs of the master's client (:class:`InternalClient`)."""
 
     def report_host(self, host_id: str, report: HostReport) -> object: ...
+
+    def claim_removals(self, host_id: str) -> list[Removal]: ...
+
+    def finish_removal(self, host_id: str, removal_id: int, not_removed: list[str]) -> None: ...
 
     def leave_host(self, host_id: str) -> None: ...
 
@@ -75,8 +81,10 @@ class HostHeartbeat:
         client_factory: Callable[[], HostClient] = master_client,
         read_inventory: Callable[[], tuple[str, HostReport]] = inventory,
         interval: float = HEARTBEAT_SECONDS,
+        removals: HostRemovals | None = None,
     ) -> None:
         self._client_factory = client_factory
+        self.removals = removals
         self._read_inventory = read_inventory
         self.interval = interval
         self._client: HostClient | None = None
@@ -92,7 +100,7 @@ class HostHeartbeat:
             self.host_id, report = self._read_inventory()
             if self._client is None:
                 self._client = self._client_factory()
-            self._client.report_host(self.host_id, report)
+            answer = self._client.report_host(self.host_id, report)
             self.reported = True
         except Exception as e:  # a heartbeat must never take the worker down
             self._failed(f"{e.__class__.__name__}: {e}")
@@ -100,6 +108,8 @@ class HostHeartbeat:
         if self.last_error is not None:
             log.info("det-airflow host %s: heartbeat reaches the master again", self.host_id)
             self.last_error = None
+        if self.removals is not None and getattr(answer, "removals_waiting", None):
+            self.removals.wake(self.host_id)
         return True
 
     def _failed(self, message: str) -> None:
@@ -128,13 +138,17 @@ class HostHeartbeat:
             self._stopping.wait(self.interval)
 
     def start(self) -> None:
-        """Beat in a daemon thread."""
+        """Beat in a daemon thread (and remove files in another)."""
+        if self.removals is not None:
+            self.removals.start()
         self._thread = threading.Thread(target=self.run, name="det-host-heartbeat", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
         """Stop beating (waiting for a beat in flight) and tell the master the host leaves."""
         self._stopping.set()
+        if self.removals is not None:
+            self.removals.stop()
         if self._thread is not None:
             self._thread.join(timeout=2 * self.interval)
         self.leave()
@@ -153,6 +167,68 @@ class HostHeartbeat:
             self._drop_client()
 
 
+class HostRemovals:
+    """Carries out the file removals the master queued for this host, in a thread of its own:
+    woken by the heartbeat, it claims removals until none is left, carries each one out
+    (``file_cleanup.carry_out``: the host's own roots, the owner's identity) and reports it."""
+
+    def __init__(
+        self,
+        client_factory: Callable[[], HostClient] = master_client,
+        carry_out: Callable[[Removal], list[str]] | None = None,
+    ) -> None:
+        self._client_factory = client_factory
+        self._carry_out = carry_out or _carry_out
+        self._due = threading.Event()
+        self._stopping = threading.Event()
+        self._host_id: str | None = None
+        self._thread: threading.Thread | None = None
+        self.done = 0
+
+    def wake(self, host_id: str) -> None:
+        self._host_id = host_id
+        self._due.set()
+
+    def work_off(self, host_id: str) -> int:
+        """Claim and carry out removals until none waits; answers how many were carried out."""
+        client = self._client_factory()
+        count = 0
+        try:
+            while not self._stopping.is_set() and (batch := client.claim_removals(host_id)):
+                for removal in batch:
+                    client.finish_removal(host_id, removal.id, self._carry_out(removal))
+                    count += 1
+        finally:
+            client.close()
+        self.done += count
+        return count
+
+    def run(self) -> None:
+        while not self._stopping.is_set():
+            self._due.wait()
+            self._due.clear()
+            if self._stopping.is_set() or self._host_id is None:
+                continue
+            try:
+                self.work_off(self._host_id)
+            except Exception as e:  # tried again when the next heartbeat says removals wait
+                log.warning("det-airflow host %s: file removals not done (%s)", self._host_id, e)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self.run, name="det-host-removals", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._due.set()
+
+
+def _carry_out(removal: Removal) -> list[str]:
+    from det_airflow.master import file_cleanup
+
+    return file_cleanup.carry_out(file_cleanup.Removal(**removal.model_dump(exclude={"id"})))
+
+
 _heartbeat: HostHeartbeat | None = None
 
 
@@ -160,7 +236,7 @@ _heartbeat: HostHeartbeat | None = None
 def _start_heartbeat(**_: object) -> None:
     global _heartbeat
     if _heartbeat is None:
-        _heartbeat = HostHeartbeat()
+        _heartbeat = HostHeartbeat(removals=HostRemovals())
         _heartbeat.start()
 
 
@@ -172,4 +248,4 @@ def _stop_heartbeat(**_: object) -> None:
         _heartbeat = None
 
 
-__all__ = ["DET_CELERY_CONFIG", "HEARTBEAT_SECONDS", "HostHeartbeat", "master_client"]
+__all__ = ["DET_CELERY_CONFIG", "HEARTBEAT_SECONDS", "HostHeartbeat", "HostRemovals", "master_client"]

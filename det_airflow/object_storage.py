@@ -78,7 +78,20 @@ def _connection_credentials(conn_id: str) -> dict[str, str]:
         ) from None
     from botocore.exceptions import BotoCoreError, ClientError
 
-    hook = AwsBaseHook(aws_conn_id=conn_id, client_type="s3")
+    class StorageHook(AwsBaseHook):
+        @classmethod
+        def get_connection(cls, conn_id: str) -> Any:
+            """The Task SDK's lookup, else Airflow core's: a Celery worker's main process (where a
+            host removes checkpoints) runs no task, and there the Task SDK reads only
+            ``AIRFLOW_CONN_*`` variables and secrets backends, not the metadata database."""
+            try:
+                return super().get_connection(conn_id)
+            except Exception:
+                from det_airflow import airflow_compat
+
+                return airflow_compat.Connection.get_connection_from_secrets(conn_id)
+
+    hook = StorageHook(aws_conn_id=conn_id, client_type="s3")
     try:
         config = hook.conn_config
         credentials = hook.get_credentials()

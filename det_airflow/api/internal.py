@@ -8,9 +8,12 @@ from typing import Any
 from det_airflow.api._http import SERVICE_RETRY_SECONDS, AsyncSession, Session
 from det_airflow.api.models import (
     Finalized,
-    Host,
+    HostBeat,
     HostReport,
     Registered,
+    Removal,
+    RemovalDone,
+    Removals,
     SearcherStatus,
     SlotAnswer,
     SlotStatus,
@@ -53,11 +56,22 @@ class InternalClient:
         )
         return Registered.model_validate(answer)
 
-    def report_host(self, host_id: str, report: HostReport) -> Host:
+    def report_host(self, host_id: str, report: HostReport) -> HostBeat:
         """A worker host's heartbeat: its inventory; the master counts its slots until the
         heartbeats stop for ``[det] host_timeout`` seconds."""
         answer = self.session.request("PUT", f"/internal/hosts/{host_id}", json=report.model_dump())
-        return Host.model_validate(answer.json())
+        return HostBeat.model_validate(answer.json())
+
+    def claim_removals(self, host_id: str) -> list[Removal]:
+        """File removals queued for this host (and for any host), now claimed by it."""
+        return Removals.model_validate(
+            self.session.post(f"/internal/hosts/{host_id}/removals/claim", {})
+        ).removals
+
+    def finish_removal(self, host_id: str, removal_id: int, not_removed: list[str]) -> None:
+        """Report a claimed removal: done, or what was not removed (it is tried again later)."""
+        body = RemovalDone(not_removed=not_removed).model_dump()
+        self.session.post(f"/internal/hosts/{host_id}/removals/{removal_id}/done", body)
 
     def leave_host(self, host_id: str) -> None:
         """The host stops offering slots (its worker shuts down)."""

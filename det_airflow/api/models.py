@@ -188,6 +188,11 @@ class Job(_Answer):
     state: Literal["STATE_QUEUED", "STATE_SCHEDULED"]
     preempting_trials: int
     fits_pool: bool
+    largest_host_slots: int | None = Field(
+        None,
+        description="the most slots a live worker host has (null without hosts): a trial whose "
+        "slots_per_trial exceed it waits for a host that large",
+    )
     user: str | None = Field(description="null when the caller may not read the experiment")
     resource_pool: str
     experiment_state: ExperimentState
@@ -296,6 +301,10 @@ class StateChanges(_Answer):
 
 class Deleted(_Answer):
     not_removed: list[str] = Field(description="what could not be removed; empty when all is gone")
+    removing: list[str] = Field(
+        default_factory=list,
+        description="files queued for removal, removed in the background by the hosts that have them",
+    )
 
 
 class TrialAnswer(_Answer):
@@ -601,3 +610,36 @@ class Host(_Answer):
 
 class Hosts(_Answer):
     agents: list[Host]
+
+
+class HostBeat(Host):
+    """The master's answer to a host's heartbeat: its record, and the work queued for it."""
+
+    removals_waiting: int = Field(0, description="file removals this host may claim now")
+
+
+# --- file removals: done by the hosts that have the files ---------------------------------------
+
+
+class Removal(_Answer):
+    """Files queued for removal: the checkpoints ``uuids`` of an experiment's checkpoint storage
+    (``kind`` checkpoints) or its trial work folder on this host (``kind`` work_dir)."""
+
+    id: int
+    kind: Literal["checkpoints", "work_dir"]
+    experiment_id: int
+    pool: str | None
+    storage: dict[str, Any] | None
+    uuids: list[str]
+    uid: int | None = Field(description="remove as this uid (null: as the host's own user)")
+    gid: int | None
+
+
+class Removals(_Answer):
+    removals: list[Removal]
+
+
+class RemovalDone(_Body):
+    """How a claimed removal went: done when ``not_removed`` is empty."""
+
+    not_removed: list[Annotated[str, Field(max_length=4096)]] = Field(default_factory=list, max_length=1000)

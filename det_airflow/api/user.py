@@ -352,9 +352,10 @@ class UserClient:
     def unarchive_experiment(self, experiment_id: int) -> Experiment:
         return self._experiment_action(experiment_id, "unarchive")
 
-    def delete_experiment(self, experiment_id: int) -> list[str]:
-        """Delete an ended experiment; returns what the master could not remove (empty when all is gone)."""
-        return self._answer(Deleted, "DELETE", f"/experiments/{experiment_id}").not_removed
+    def delete_experiment(self, experiment_id: int) -> Deleted:
+        """Delete an ended experiment; the answer says what the master could not remove (empty
+        when all is gone) and which files the hosts are removing in the background."""
+        return self._answer(Deleted, "DELETE", f"/experiments/{experiment_id}")
 
     def add_label(self, experiment_id: int, label: str) -> Experiment:
         return self._answer(

@@ -443,11 +443,13 @@ def _delete(args: argparse.Namespace) -> int:
         if answer.strip().lower() not in ("y", "yes"):
             print("Aborting experiment deletion.")
             return 0
-    not_removed = _connect(args).delete_experiment(args.experiment_id)
+    deleted = _connect(args).delete_experiment(args.experiment_id)
     print(f"Deleted experiment {args.experiment_id}")
-    for what in not_removed:
+    if deleted.removing:
+        print(render.clean(f"Removing in the background: {'; '.join(deleted.removing)}"))
+    for what in deleted.not_removed:
         print(render.clean(f"not removed: {what}"), file=sys.stderr)
-    return 1 if not_removed else 0
+    return 1 if deleted.not_removed else 0
 
 
 def _label(args: argparse.Namespace) -> None:

@@ -121,10 +121,16 @@ def _list(args: argparse.Namespace) -> None:
 
 
 def list_row(job: Job) -> list[Any]:
-    """One `det job list` line; a job whose gang can never fit its pool says so in its slots."""
+    """One `det job list` line; a job whose gang can never fit its pool, or no live host, says so
+    in its slots."""
     slots = f"{job.acquired_slots}/{job.needed_slots}"
     if not job.fits_pool:
         slots += f" (needs {job.slots_per_trial} per trial: never fits pool '{job.resource_pool}')"
+    elif job.largest_host_slots is not None and job.slots_per_trial > job.largest_host_slots:
+        slots += (
+            f" (needs {job.slots_per_trial} per trial: waits for a host with that many slots;"
+            f" the largest live host has {job.largest_host_slots})"
+        )
     return [
         job.jobs_ahead,
         job.id,

@@ -150,17 +150,14 @@ def delete_dag(dag_id: str) -> None:
     request_reparse()
 
 
-def stale_dags_without_runs(prefix: str) -> list[str]:
-    """DAG ids starting with `prefix` that Airflow marks stale (no file builds them) and that have
-    no run: such a DAG holds nothing, unlike a stale DAG that keeps a user's history."""
-    from sqlalchemy import exists, select
+def stale_dags(prefix: str) -> list[str]:
+    """DAG ids starting with `prefix` that Airflow marks stale (no file builds them)."""
+    from sqlalchemy import select
 
-    from det_airflow.airflow_compat import DagModel, DagRun, create_session
+    from det_airflow.airflow_compat import DagModel, create_session
 
     query = select(DagModel.dag_id).where(
-        DagModel.dag_id.startswith(prefix, autoescape=True),
-        DagModel.is_stale.is_(True),
-        ~exists().where(DagRun.dag_id == DagModel.dag_id),
+        DagModel.dag_id.startswith(prefix, autoescape=True), DagModel.is_stale.is_(True)
     )
     with create_session() as session:
         return list(session.scalars(query))

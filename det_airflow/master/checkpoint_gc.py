@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Connection, Row, select
 
 from det_airflow.config import CheckpointStorageConfig
-from det_airflow.master import experiments, file_cleanup, lifecycle, schema
+from det_airflow.master import experiments, file_cleanup, lifecycle, removals, schema
 from det_airflow.master.db import Database
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 def checkpoints_to_delete(conn: Connection, experiment_id: int, cfg: ExperimentConfig) -> list[Row]:
     """The COMPLETED checkpoints of the experiment that its policy does not keep.
 
-    The rows have ``uuid``, ``trial_id`` and ``storage`` (for ``remove_checkpoint_files``) and
+    The rows have ``uuid``, ``trial_id`` and ``storage`` (for ``file_cleanup.refused_checkpoints``) and
     ``state`` (for ``lifecycle.delete_checkpoint``), among others.
     """
     # No storage section of its own: the policy defaults of the storage config apply.
@@ -46,30 +46,22 @@ def checkpoints_to_delete(conn: Connection, experiment_id: int, cfg: ExperimentC
     return [row for row in rows if row.uuid not in keep]
 
 
-def remove_checkpoint_files(conn: Connection, experiment: Row, rows: Iterable[Row]) -> list[str]:
-    """Remove each checkpoint's folder, as the owner's identity (master/file_cleanup.py); what
-    could not be removed, one line each."""
-    identity = file_cleanup.owner_identity(conn, experiment.owner)
-    return file_cleanup.remove_checkpoints(experiment, [(row.uuid, row.storage) for row in rows], identity)
-
-
 def collect(db: Database, experiment_id: int) -> list[str]:
-    """Delete what the experiment's policy does not keep: rows first (DELETED, in one transaction),
-    then, once that is committed, the folders of ``shared_fs`` storage and the objects of ``s3``
-    storage (a ``directory`` storage is a container's own). Returns what could not be removed."""
+    """Delete what the experiment's policy does not keep: in one transaction, the rows become
+    DELETED and the removal of their files (``shared_fs`` folders, ``s3`` objects; a ``directory``
+    storage is a container's own) is queued for a host (master/removals.py). Returns what will not
+    be removed."""
     with db.begin() as conn:
         exp = experiments.get_experiment(conn, experiment_id)
         cfg = experiments.experiment_config(exp)
         garbage = checkpoints_to_delete(conn, experiment_id, cfg)
         for row in garbage:
             lifecycle.delete_checkpoint(conn, row, _REASON)
-    if not garbage or (exp.config.get("checkpoint_storage") or {}).get("type") not in _REMOVED_HERE:
-        return []
-    with db.begin() as conn:
-        return remove_checkpoint_files(conn, exp, garbage)
+        uuids, refused = file_cleanup.refused_checkpoints(exp, [(row.uuid, row.storage) for row in garbage])
+        removals.queue_checkpoints(conn, exp, uuids)
+    return refused
 
 
-_REMOVED_HERE = ("shared_fs", "s3")
 _REASON = "checkpoint_storage keeps neither it as one of the experiment's save_experiment_best, nor "
 _REASON += "as one of its trial's save_trial_best or save_trial_latest"
 

@@ -8,9 +8,8 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Row, select
 from sqlalchemy.exc import SQLAlchemyError
 
-from det_airflow import settings
 from det_airflow.dagfactory import FINISHED_SUBDIR, experiment_dag_id, experiment_file
-from det_airflow.master import airflow_bridge, experiments, file_cleanup, lifecycle, schema, search
+from det_airflow.master import airflow_bridge, experiments, file_cleanup, lifecycle, removals, schema, search
 from det_airflow.master.lifecycle import StateError
 from det_airflow.states import ExperimentState
 
@@ -18,16 +17,18 @@ if TYPE_CHECKING:
     from det_airflow.master.db import Database
 
 
-def delete_experiment(db: Database, experiment_id: int) -> list[str]:
-    """Remove an ended experiment and everything it owned; returns what could not be removed.
+def delete_experiment(db: Database, experiment_id: int) -> tuple[list[str], list[str]]:
+    """Remove an ended experiment and everything it owned; answers ``(not_removed, removing)``:
+    what could not be removed, and the files queued for removal by the hosts that have them
+    (master/removals.py), in the transaction that deletes the rows.
 
-    Files and Airflow's records go first and the rows last, so after a failure part way the
-    experiment is still listed and the delete can be run again.
+    Airflow's records and the optuna study go first and the rows last, so after a failure part way
+    the experiment is still listed and the delete can be run again.
     """
     with db.read() as conn:
         row = experiments.get_experiment(conn, experiment_id)
         checkpoints = conn.execute(
-            select(schema.checkpoints.c.uuid, schema.checkpoints.c.storage).where(
+            select(schema.checkpoints.c.uuid, schema.checkpoints.c.storage, schema.checkpoints.c.state).where(
                 schema.checkpoints.c.experiment_id == experiment_id
             )
         ).all()
@@ -45,29 +46,22 @@ def delete_experiment(db: Database, experiment_id: int) -> list[str]:
             f"experiment {experiment_id} is {row.state}, but its DAG run '{running[0]}' of DAG "
             f"'{row.dag_id}' is still running in Airflow; delete the experiment once that run has ended"
         )
-    with db.begin() as conn:
-        identity = file_cleanup.owner_identity(conn, row.owner)
-    work_dir = settings.load().trial_work_dir
-    not_removed = [
-        *_remove_airflow_records(row),
-        *file_cleanup.remove_checkpoints(row, checkpoints, identity),
-        *_remove_optuna_study(row),
-        # The platform names this folder and made it (root-owned when the worker is root).
-        *file_cleanup.remove_tree(
-            work_dir / f"exp_{experiment_id}", [work_dir], "trial work directory", identity=None
-        ),
-    ]
+    # A DELETED checkpoint's removal was queued when it was deleted.
+    kept = [(c.uuid, c.storage) for c in checkpoints if c.state != "DELETED"]
+    uuids, refused = file_cleanup.refused_checkpoints(row, kept)
+    not_removed = [*_remove_airflow_records(row), *_remove_optuna_study(row), *refused]
     with db.begin() as conn:
         experiments.get_experiment(conn, experiment_id, lock=True)
+        removing = [*removals.queue_checkpoints(conn, row, uuids), *removals.queue_work_dirs(conn, row)]
         trial_ids = select(schema.trials.c.id).where(schema.trials.c.experiment_id == experiment_id)
         lifecycle.forget(conn, "experiment", [experiment_id])
         lifecycle.forget(conn, "trial", conn.execute(trial_ids).scalars().all())
-        lifecycle.forget(conn, "checkpoint", [uuid for uuid, _ in checkpoints])
+        lifecycle.forget(conn, "checkpoint", [c.uuid for c in checkpoints])
         for table in (schema.trial_logs, schema.metrics, schema.checkpoints):
             conn.execute(table.delete().where(table.c.trial_id.in_(trial_ids)))
         conn.execute(schema.trials.delete().where(schema.trials.c.experiment_id == experiment_id))
         conn.execute(schema.experiments.delete().where(schema.experiments.c.id == experiment_id))
-    return not_removed
+    return not_removed, removing
 
 
 def _remove_airflow_records(row: Row) -> list[str]:

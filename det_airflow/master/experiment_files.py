@@ -128,12 +128,14 @@ def forget_deleted_experiment_dags(conn: Connection) -> list[str]:
     """Delete the DAGs of deleted experiments that Airflow registered again; returns their ids.
 
     A parse of the DAG processor that began before `det e delete` removed the experiment's file
-    can finish after the delete removed its DAG, and register the DAG once more: stale, with no
-    runs. Only such DAGs (experiment DAG id, no experiment row, stale, no run) are removed.
+    can finish after the delete removed its DAG, and register the DAG once more; its ``@once``
+    schedule may even get a new run before the next parse marks it stale. Such DAGs (an experiment
+    DAG id whose experiment row is gone, stale) are removed with their runs: an experiment id is
+    never reused, so no experiment of today owns them.
     """
     prefix = experiment_dag_id(0).removesuffix("0")
     candidates: dict[int, str] = {}
-    for dag_id in airflow_bridge.stale_dags_without_runs(prefix):
+    for dag_id in airflow_bridge.stale_dags(prefix):
         number = dag_id.removeprefix(prefix)
         if number.isdigit():
             candidates[int(number)] = dag_id

@@ -62,10 +62,7 @@ def remove_tree(
     target = Path(os.path.abspath(path))
     found = _under(target, roots)
     if found is None:
-        allowed = ", ".join(str(r) for r in roots) or "none configured"
-        return [
-            f"{what} at {target}: not under the checkpoint root or an allowed folder ({allowed}); not removed"
-        ]
+        return [outside_roots(target, roots, what)]
     root, parts = found
     if os.geteuid() != 0 or identity is None:
         problem = _remove(root, parts)
@@ -74,6 +71,15 @@ def remove_tree(
     else:
         problem = _remove_as(identity, root, parts)
     return [f"{what} at {target}: {problem}; not removed"] if problem else []
+
+
+def outside_roots(path: str | os.PathLike[str], roots: Sequence[Path], what: str) -> str:
+    """The "not removed" line of a folder outside every root; empty when it lies under one."""
+    target = Path(os.path.abspath(path))
+    if _under(target, roots) is not None:
+        return ""
+    allowed = ", ".join(str(r) for r in roots) or "none configured"
+    return f"{what} at {target}: not under the checkpoint root or an allowed folder ({allowed}); not removed"
 
 
 def _under(target: Path, roots: Sequence[Path]) -> tuple[Path, tuple[str, ...]] | None:
@@ -191,28 +197,81 @@ def owner_identity(conn: Connection, owner: str) -> Identity:
     return Identity(uid, uid)
 
 
-def remove_checkpoints(
-    experiment: Row, checkpoints: Sequence[tuple[str, Mapping[str, Any] | None]], identity: Identity
-) -> list[str]:
-    """Remove the folders of ``(uuid, storage)`` pairs of ``experiment``; what was not removed.
+def refused_checkpoints(
+    experiment: Row, checkpoints: Sequence[tuple[str, Mapping[str, Any] | None]]
+) -> tuple[list[str], list[str]]:
+    """Which checkpoints of ``experiment`` (``(uuid, storage)`` pairs) may have their files removed:
+    ``(uuids, not_removed lines)``.
 
-    A folder is removed only where the experiment's own storage puts that uuid, so a stored
-    ``storage.path`` that says otherwise never takes anything else with it.
+    A ``shared_fs`` folder is removed only where the experiment's own storage puts that uuid and
+    under the pool's roots, so a stored ``storage.path`` that says otherwise never takes anything
+    else with it. An ``s3`` checkpoint's objects lie under the experiment's own prefix. Other
+    storage (a container's own ``directory``) has no files of a host to remove.
     """
     config = experiment.config.get("checkpoint_storage") or {}
     if config.get("type") == "s3":
-        return remove_stored_checkpoints(config, [uuid for uuid, _ in checkpoints])
+        return [uuid for uuid, _ in checkpoints], []
     if config.get("type") != "shared_fs":
-        return []  # a container's own path: not files of this machine
+        return [], []
     roots = roots_for(experiment.resource_pool)
+    uuids: list[str] = []
     not_removed: list[str] = []
     for uuid, storage in checkpoints:
         location = (storage or {}).get("path")
         expected = checkpoint_folder(config, uuid)
         if not location or expected is None or Path(os.path.abspath(location)) != expected:
             not_removed.append(f"checkpoint {uuid}: its files are not at a known path ({location!r})")
+        elif problem := outside_roots(expected, roots, f"checkpoint {uuid}"):
+            not_removed.append(problem)
+        else:
+            uuids.append(uuid)
+    return uuids, not_removed
+
+
+class Removal(NamedTuple):
+    """Files the master queued for removal (``det_removals``), as the host removing them reads it."""
+
+    kind: str  # CHECKPOINTS or WORK_DIR
+    experiment_id: int
+    pool: str | None
+    storage: Mapping[str, Any] | None
+    uuids: Sequence[str]
+    uid: int | None
+    gid: int | None
+
+
+CHECKPOINTS = "checkpoints"
+WORK_DIR = "work_dir"
+
+
+def carry_out(removal: Removal) -> list[str]:
+    """Remove the files of ``removal`` from this host (its own ``[det]`` roots and trial work
+    folder); what was not removed, one line each. Never raises: a failure is such a line."""
+    try:
+        return _carry_out(removal)
+    except Exception as exc:  # recorded with the removal, to be tried again
+        return [f"{removal.kind} of experiment {removal.experiment_id}: {exc.__class__.__name__}: {exc}"]
+
+
+def _carry_out(removal: Removal) -> list[str]:
+    current = settings.load()
+    if removal.kind == WORK_DIR:
+        # The platform names this folder and made it (root-owned when the worker is root).
+        work_dir = current.trial_work_dir
+        own = work_dir / f"exp_{removal.experiment_id}"
+        return remove_tree(own, [work_dir], "trial work directory", identity=None)
+    config = removal.storage or {}
+    if config.get("type") == "s3":
+        return remove_stored_checkpoints(config, removal.uuids)
+    identity = Identity(removal.uid, removal.gid or 0) if removal.uid is not None else None
+    roots = current.allowed_roots(current.policy_for(removal.pool))
+    not_removed: list[str] = []
+    for uuid in removal.uuids:
+        folder = checkpoint_folder(config, uuid)
+        if folder is None:
+            not_removed.append(f"checkpoint {uuid}: its storage has no folder on a host")
             continue
-        not_removed += remove_tree(expected, roots, f"checkpoint {uuid}", identity=identity)
+        not_removed += remove_tree(folder, roots, f"checkpoint {uuid}", identity=identity)
     return not_removed
 
 

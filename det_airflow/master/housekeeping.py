@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from fastapi import FastAPI
 
-from det_airflow.master import experiment_files, trials
+from det_airflow.master import experiment_files, removals, trials
 from det_airflow.master.db import Database, get_database
 
 log = logging.getLogger(__name__)
@@ -60,6 +60,10 @@ def _forget_deleted_dags(db: Database) -> object:
         return experiment_files.forget_deleted_experiment_dags(conn)
 
 
+#: The job that removes queued files where no worker host reports; the requests that queue
+#: removals ask for it at once (`run_soon`).
+REMOVE_FILES = "remove files"
+
 # In the order a turn runs them: an experiment whose DAG run is gone ends before its runs would be
 # reclaimed one by one as lost.
 JOBS = (
@@ -79,6 +83,8 @@ JOBS = (
     # Parsing grows with the experiments still to run, not with every experiment ever created.
     Job("retire finished experiment files", 30.0, _retire_finished_files),
     Job("forget deleted experiments' DAGs", 30.0, _forget_deleted_dags),
+    # Checkpoints and trial folders queued for removal, on one machine (hosts remove their own).
+    Job(REMOVE_FILES, 10.0, removals.remove_here),
 )
 
 

@@ -162,6 +162,26 @@ def _v9_hosts(op: Operations) -> None:
     )
 
 
+def _v10_removals(op: Operations) -> None:
+    op.create_table(
+        "det_removals",
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column("experiment_id", sa.Integer, nullable=False),
+        sa.Column("kind", sa.String(16), nullable=False),
+        sa.Column("host", sa.String(63)),
+        sa.Column("pool", sa.String(256)),
+        sa.Column("storage", sa.JSON),
+        sa.Column("uuids", sa.JSON, nullable=False),
+        sa.Column("uid", sa.Integer),
+        sa.Column("gid", sa.Integer),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("claimed_by", sa.String(63)),
+        sa.Column("claimed_at", sa.DateTime(timezone=True)),
+        sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
+        sa.Column("problem", sa.Text),
+    )
+
+
 def backfill_metric_chunks(conn: Connection, chunks: sa.Table = schema.metric_chunks) -> int:
     """Rebuild the charts' numbers from every stored metric row; returns the trials that had some."""
     metrics = sa.table(
@@ -213,6 +233,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(7, "one OS identity per experiment owner: det_user_ids", _v7_user_ids),
     Migration(8, "trials: told_to_stop_run, the run the master last asked to stop", _v8_told_to_stop),
     Migration(9, "hosts: det_hosts, the workers' inventory; det_trials.host and hosts", _v9_hosts),
+    Migration(10, "file removals done by the hosts that have the files: det_removals", _v10_removals),
 )
 
 

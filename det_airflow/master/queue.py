@@ -334,6 +334,8 @@ def job_rows(conn: Connection, pool: str, capacity: int | None = None) -> list[d
     snap = snapshot(conn, pool, capacity)
     result = plan(snap.capacity, snap.jobs)
     preempting = _preempting(conn, list(snap.rows))
+    # While worker hosts report, a trial's gang must fit one of them whole.
+    largest_host = max((row.slots for row in hosts.live_hosts(conn)), default=None)
     job_hosts: dict[int, set[str]] = {}
     for host_id, held in hosts.holdings(conn).items():
         for _, exp_id, _ in held:
@@ -360,6 +362,7 @@ def job_rows(conn: Connection, pool: str, capacity: int | None = None) -> list[d
                 "state": STATE_SCHEDULED if job.held > 0 else STATE_QUEUED,
                 "preempting_trials": preempting.get(job.id, 0),
                 "fits_pool": job.id not in result.unfit,
+                "largest_host_slots": largest_host,
                 "user": row.owner,
                 "resource_pool": pool,
                 "experiment_state": row.state,

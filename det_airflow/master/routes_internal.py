@@ -11,12 +11,14 @@ from sqlalchemy.exc import SQLAlchemyError
 from det_airflow.api.models import (
     Empty,
     Finalized,
-    Host,
+    HostBeat,
     HostId,
     HostReport,
     LogBatch,
     Registered,
     RegisterRun,
+    RemovalDone,
+    Removals,
     SearcherStatus,
     SlotAnswer,
     TaskRef,
@@ -32,6 +34,7 @@ from det_airflow.master import (
     experiments,
     hosts,
     housekeeping,
+    removals,
     routes_people,
     search,
     serialize,
@@ -115,6 +118,7 @@ def _collect_checkpoints(experiment_id: int) -> None:
     try:
         for problem in checkpoint_gc.collect(get_database(), experiment_id):
             logging.getLogger(__name__).warning("checkpoint garbage collection: %s", problem)
+        housekeeping.run_soon(housekeeping.REMOVE_FILES)  # what it queued, where no host reports
     except (DetError, SQLAlchemyError):
         logging.getLogger(__name__).exception("checkpoint garbage collection of experiment %s", experiment_id)
 
@@ -144,14 +148,30 @@ def finalize(experiment_id: int) -> dict:
     return {"experiment": serialize.experiment(row, num_trials=count), "best_checkpoint": best}
 
 
-@router.put("/hosts/{host_id}", response_model=Host)
+@router.put("/hosts/{host_id}", response_model=HostBeat)
 def report_host(host_id: Annotated[HostId, Path()], body: HostReport) -> dict:
     """A worker host's heartbeat: its slots count for placement until ``[det] host_timeout``
-    seconds pass without one."""
+    seconds pass without one. The answer says how many file removals wait for it."""
     with get_database().begin() as conn:
         hosts.report(conn, host_id, body.model_dump())
         (answer,) = hosts.describe(conn, host_id)
-    return answer
+        waiting = removals.waiting_for(conn, host_id)
+    return {**answer, "removals_waiting": waiting}
+
+
+@router.post("/hosts/{host_id}/removals/claim", response_model=Removals)
+def claim_removals(host_id: Annotated[HostId, Path()]) -> dict:
+    """File removals for this host to carry out: those of shared storage and of its own folders."""
+    with get_database().begin() as conn:
+        rows = removals.claim(conn, host_id)
+    return {"removals": [{"id": row.id, **removals.as_removal(row)._asdict()} for row in rows]}
+
+
+@router.post("/hosts/{host_id}/removals/{removal_id}/done", response_model=Empty)
+def finish_removal(host_id: Annotated[HostId, Path()], removal_id: int, body: RemovalDone) -> dict:
+    with get_database().begin() as conn:
+        removals.finish(conn, removal_id, body.not_removed, host_id=host_id)
+    return {}
 
 
 @router.delete("/hosts/{host_id}", response_model=Empty)

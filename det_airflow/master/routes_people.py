@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Response
@@ -43,7 +41,9 @@ from det_airflow.master import (
     experiment_state,
     experiments,
     file_cleanup,
+    housekeeping,
     lifecycle,
+    removals,
     reports,
     schema,
     serialize,
@@ -314,7 +314,9 @@ def delete_experiment(experiment_id: int, caller: CallerDep) -> dict:
     db = get_database()
     with db.read() as conn:
         check_change(caller, experiments.get_experiment(conn, experiment_id), "delete")
-    return {"not_removed": experiment_deletion.delete_experiment(db, experiment_id)}
+    not_removed, removing = experiment_deletion.delete_experiment(db, experiment_id)
+    housekeeping.run_soon(housekeeping.REMOVE_FILES)
+    return {"not_removed": not_removed, "removing": removing}
 
 
 @router.get("/trials/{trial_id}", response_model=TrialAnswer)
@@ -405,20 +407,13 @@ def delete_checkpoint(uuid: str, caller: CallerDep) -> dict:
                 f"checkpoint {uuid} is the latest of trial {trial.id}, which is {trial.state} "
                 "and would resume from it; delete it once the trial has ended"
             )
-        folder = _checkpoint_folder(exp, row)
+        uuids, refused = file_cleanup.refused_checkpoints(exp, [(uuid, row.storage)])
+        if refused:
+            raise DetError(f"cannot remove the files of {refused[0]}")
         reports.delete_checkpoint(conn, row.trial_id, uuid)
-        # Inside the transaction: if the files cannot be removed, the checkpoint stays COMPLETED.
-        storage_config = exp.config.get("checkpoint_storage") or {}
-        if storage_config.get("type") == "s3":
-            problems = file_cleanup.remove_stored_checkpoints(storage_config, [uuid])
-            if problems:
-                raise DetError(f"cannot remove the files of {problems[0]}")
-        if folder is not None:
-            identity = file_cleanup.owner_identity(conn, exp.owner)
-            roots = file_cleanup.roots_for(exp.resource_pool)
-            problems = file_cleanup.remove_tree(folder, roots, f"checkpoint {uuid}", identity=identity)
-            if problems:
-                raise DetError(f"cannot remove the files of {problems[0]}")
+        # With the row: the files go once a host has removed them (master/removals.py).
+        removals.queue_checkpoints(conn, exp, uuids)
+    housekeeping.run_soon(housekeeping.REMOVE_FILES)
     return {}
 
 
@@ -469,21 +464,6 @@ def _chunks(body: Any, size: int = 1 << 20) -> Iterator[bytes]:
             yield chunk
     finally:
         body.close()
-
-
-def _checkpoint_folder(exp: Row, checkpoint: Row) -> Path | None:
-    """The checkpoint's folder on this machine, only where the experiment's own storage puts it."""
-    storage_config = exp.config.get("checkpoint_storage") or {}
-    folder = file_cleanup.checkpoint_folder(storage_config, checkpoint.uuid)
-    if folder is None:
-        return None  # a container path or a cloud bucket: not files of this machine
-    stored = Path(os.path.abspath(str((checkpoint.storage or {}).get("path", ""))))
-    if stored != folder:
-        raise DetError(
-            f"checkpoint {checkpoint.uuid}: its path {stored} is not a folder of the experiment's "
-            f"checkpoint storage {folder.parent}; not deleting it"
-        )
-    return folder
 
 
 @router.get("/me", response_model=Me)

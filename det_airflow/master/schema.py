@@ -21,7 +21,7 @@ from sqlalchemy import (
 )
 
 # Bump when a table changes; `det admin migrate` brings a database up to this version.
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 metadata = MetaData()
 
@@ -202,4 +202,25 @@ hosts = Table(
     Column("address", String(253)),
     Column("registered_at", DateTime(timezone=True), nullable=False),
     Column("last_seen", DateTime(timezone=True), nullable=False),
+)
+
+# Files to remove (checkpoints, trial work folders): queued by the master, removed by the host that
+# has them (master/removals.py). No foreign key: a removal outlives its deleted experiment.
+removals = Table(
+    "det_removals",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("experiment_id", Integer, nullable=False),
+    Column("kind", String(16), nullable=False),  # "checkpoints" or "work_dir"
+    Column("host", String(63)),  # the host whose disk has them; None: any host (shared storage)
+    Column("pool", String(256)),  # the experiment's resource pool: its allowed roots
+    Column("storage", JSON),  # the experiment's checkpoint_storage
+    Column("uuids", JSON, nullable=False),
+    Column("uid", Integer),  # the identity to remove as; None: the remover's own
+    Column("gid", Integer),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("claimed_by", String(63)),
+    Column("claimed_at", DateTime(timezone=True)),
+    Column("attempts", Integer, nullable=False, server_default="0"),
+    Column("problem", Text),
 )

@@ -44,6 +44,46 @@ def asha_config(tmp_path: Path, name: str, **searcher: object) -> Path:
     return path
 
 
+# A trial without a model: its validation loss follows from the hyperparameters the search drew, so
+# the search methods rank trials as they would the example's, without starting PyTorch in every
+# trial process. Reports, checkpoints and stops at every scheduling_unit, as the example does.
+HPARAM_LOSS = """\
+import logging
+import time
+
+import det_airflow as det
+
+logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s")
+info = det.get_cluster_info()
+hparams = info.trial.hparams
+unit = int(info.trial.config["scheduling_unit"])
+batches = 0
+with det.core.init() as core_context:
+    for op in core_context.searcher.operations():
+        while batches < op.length:
+            time.sleep(0.5)  # a trial that trains takes a while between reports
+            batches = min(batches + unit, op.length)
+            loss = hparams["dropout1"] + hparams["dropout2"] + 1.0 / batches
+            core_context.train.report_training_metrics(batches, {"loss": loss})
+            core_context.train.report_validation_metrics(batches, {"validation_loss": loss, "batches": batches})
+            with core_context.checkpoint.store_path({"steps_completed": batches}) as (path, _):
+                (path / "batches").write_text(str(batches))
+            op.report_progress(batches)
+            logging.info("batch %d: loss %f", batches, loss)
+            if core_context.preempt.should_preempt():
+                raise SystemExit(0)
+        op.report_completed(loss)
+"""
+
+
+def hparam_loss_context(tmp_path: Path) -> Path:
+    """A context folder whose ``train.py`` (the example's entrypoint) is :data:`HPARAM_LOSS`."""
+    context = tmp_path / "hparam-loss"
+    context.mkdir()
+    (context / "train.py").write_text(HPARAM_LOSS)
+    return context
+
+
 def pool_occupancy(det: DetEnv) -> dict[str, int]:
     with det.api() as client:
         pool = client.get("/api/v2/pools/default_pool").raise_for_status().json()
@@ -51,7 +91,7 @@ def pool_occupancy(det: DetEnv) -> dict[str, int]:
 
 
 def test_asha_stops_trials_early_replaces_them_and_frees_their_slots(det: DetEnv, tmp_path: Path) -> None:
-    experiment_id = det.create(asha_config(tmp_path, "asha-integration"))
+    experiment_id = det.create(asha_config(tmp_path, "asha-integration"), hparam_loss_context(tmp_path))
 
     answer = det.wait_experiment(experiment_id, timeout=900)
 
@@ -86,7 +126,9 @@ def test_asha_stops_trials_early_replaces_them_and_frees_their_slots(det: DetEnv
 
 
 def test_search_survives_a_restart_of_the_api_server(det: DetEnv, tmp_path: Path) -> None:
-    experiment_id = det.create(asha_config(tmp_path, "asha-restart", max_concurrent_trials=2))
+    experiment_id = det.create(
+        asha_config(tmp_path, "asha-restart", max_concurrent_trials=2), hparam_loss_context(tmp_path)
+    )
     wait_until(
         lambda: [
             t for t in det.get(f"/experiments/{experiment_id}/trials")["trials"] if t["total_batches"] >= 40
@@ -122,7 +164,7 @@ def test_tpe_sampler_keeps_its_study_in_the_database(det: DetEnv, tmp_path: Path
         "sampler": "tpe",
     }
     config.write_text(yaml.safe_dump(data))
-    experiment_id = det.create(config)
+    experiment_id = det.create(config, hparam_loss_context(tmp_path))
     answer = det.wait_experiment(experiment_id, timeout=600)
     assert answer["experiment"]["state"] == "COMPLETED"
 
@@ -264,7 +306,7 @@ def test_promotion_asha_pauses_trials_at_their_rung_and_resumes_the_promoted(
 
 def test_missing_searcher_metric_ends_the_experiment_with_a_clear_error(det: DetEnv, tmp_path: Path) -> None:
     config = asha_config(tmp_path, "asha-missing-metric", metric="val_acc", max_trials=2)
-    experiment_id = det.create(config)
+    experiment_id = det.create(config, hparam_loss_context(tmp_path))
 
     answer = det.wait_experiment(experiment_id, timeout=600)
 

@@ -2,21 +2,35 @@
 (its host id, 2 CPU slots, its Celery queue and trial folders), Redis from Debian, PostgreSQL, and
 checkpoints in an S3-compatible store (moto's standalone server).
 
-What is simulated: both "hosts" are processes of this one machine (separate Celery workers with
+What is simulated: the "hosts" are processes of this one machine (separate Celery workers with
 their own host ids, queues, trial work and lock folders); a host's death is its worker's processes
-and its trials' processes killed with SIGKILL.
+and its trials' processes killed with SIGKILL; a broker crash is Redis killed with SIGKILL and
+started again on its port, empty (it keeps nothing on disk); a machine joining the cluster is one
+more Celery worker started with a host id, slots and folders of its own.
+
+The tests run in file order and share one Airflow: the host added is stopped before the last test,
+which kills a host for good.
 
 - Trials of 2 slots each are placed whole, each on one host, never two on one 2-slot host at once;
   every trial's record names the host it ran on, and `det agent list` / `det slot list` show both.
+  The hosts, not the API server, remove the checkpoints garbage collection and `det e delete` let
+  go, and each host its own trial work folder.
+- The broker restarted mid-trial: the running trials go on in their first run, no training step
+  stored twice, and the trial queued behind them starts afterwards and completes.
+- A host added while a trial waits (4 slots, more than any live host has): the trial starts on
+  the new host and completes there; `det agent list` shows the new host.
 - A host killed mid-trial: its heartbeat stops, its trial's run is lost, and the trial restarts on
   the other host from its latest checkpoint in the bucket, no training step stored twice.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import os
 import signal
+import time
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -26,10 +40,10 @@ import psycopg2
 import pytest
 import yaml
 
-from det_airflow.localairflow import CeleryLayout, LocalAirflow, celery_workers, write_config
+from det_airflow.localairflow import CeleryLayout, CeleryWorker, LocalAirflow, celery_workers, write_config
 from tests.integration.conftest import default_config_extra, free_port
 from tests.integration.det_env import DetEnv, wait_until
-from tests.s3_server import s3_server
+from tests.s3_server import s3_client, s3_server
 
 pytestmark = pytest.mark.integration
 
@@ -133,7 +147,7 @@ def _alive(det: DetEnv) -> set[str]:
 
 
 def _experiment(
-    tmp_path: Path, name: str, *, trials: int, steps: int, step_seconds: float
+    tmp_path: Path, name: str, *, trials: int, steps: int, step_seconds: float, slots: int = 2
 ) -> tuple[Path, Path]:
     context = tmp_path / "context"
     context.mkdir(exist_ok=True)
@@ -143,7 +157,7 @@ def _experiment(
         "entrypoint": "python3 train.py",
         "hyperparameters": {"x": {"type": "categorical", "vals": list(range(trials))}},
         "searcher": {"name": "grid", "metric": "loss", "max_length": {"batches": steps}},
-        "resources": {"slots_per_trial": 2},
+        "resources": {"slots_per_trial": slots},
         "max_restarts": 2,
         "checkpoint_storage": {"type": "s3", "bucket": BUCKET, "prefix": name, "save_trial_latest": 1},
         "environment": {"environment_variables": [f"STEPS={steps}", f"STEP_SECONDS={step_seconds}"]},
@@ -167,7 +181,7 @@ def _runs(det: DetEnv, trial_id: int) -> list[tuple[float, float]]:
     return runs
 
 
-def test_gangs_are_placed_whole_on_both_hosts(det: DetEnv, tmp_path: Path) -> None:
+def test_gangs_are_placed_whole_on_both_hosts(det: DetEnv, s3_url: str, tmp_path: Path) -> None:
     config, context = _experiment(tmp_path, "placed", trials=4, steps=4, step_seconds=0.5)
     experiment_id = det.create(config, context)
     experiment = det.wait_experiment(experiment_id, timeout=400)["experiment"]
@@ -190,6 +204,141 @@ def test_gangs_are_placed_whole_on_both_hosts(det: DetEnv, tmp_path: Path) -> No
     assert sorted({s["agent_id"] for s in json.loads(slots)}) == list(HOSTS)
     described = det.det("trial", "describe", str(trials[0]["id"])).stdout
     assert trials[0]["hosts"][0] in described
+
+    # The hosts remove files, not the API server: garbage collection keeps each trial's latest.
+    kept = {t["latest_checkpoint"] for t in trials}
+    wait_until(
+        lambda: _checkpoint_uuids(s3_url, "placed") == kept or None, "the bucket to hold the kept only"
+    )
+    work_dirs = [det.af.home / "hosts" / host / "trials" / f"exp_{experiment_id}" for host in HOSTS]
+    assert all(folder.is_dir() for folder in work_dirs)
+    det.wait_dag_run(experiment)
+    deleted = det.det("experiment", "delete", str(experiment_id), "--yes").stdout
+    assert "the trial work directory on worker-1; the trial work directory on worker-2" in deleted
+    wait_until(
+        lambda: not _checkpoint_uuids(s3_url, "placed") and not any(f.exists() for f in work_dirs) or None,
+        "the deleted experiment's objects and both hosts' trial work folders removed",
+    )
+
+
+def _checkpoint_uuids(s3_url: str, prefix: str) -> set[str]:
+    listed = s3_client(s3_url).list_objects_v2(Bucket=BUCKET, Prefix=f"{prefix}/").get("Contents", [])
+    return {o["Key"].split("/")[1] for o in listed}
+
+
+def _training_steps(det: DetEnv, trial_id: int) -> list[int]:
+    """The steps of a trial's stored training metrics, in the order stored."""
+    metrics = det.get(f"/trials/{trial_id}/metrics?group=training")["metrics"]
+    return [m["steps_completed"] for m in metrics]
+
+
+def _restart_broker(af: LocalAirflow) -> None:
+    """Redis crashes (SIGKILL, losing what it held) and localairflow starts it again on its port."""
+    pid = int((af.home / "pids" / "redis.pid").read_text().split()[0])
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: af.status()["redis"] is None, timeout=30, what="Redis to die")
+    af.start()  # starts what does not run: Redis alone
+
+
+def test_running_trials_continue_across_a_broker_restart(det: DetEnv, tmp_path: Path) -> None:
+    steps = 24
+    config, context = _experiment(tmp_path, "broker", trials=3, steps=steps, step_seconds=0.5)
+    experiment_id = det.create(config, context)
+
+    def training_on_every_host() -> list[dict[str, Any]] | None:
+        trials = det.get(f"/experiments/{experiment_id}/trials")["trials"]
+        running = [t for t in trials if t["state"] == "RUNNING" and t["total_batches"] >= 2]
+        return running if len(running) == len(HOSTS) else None
+
+    running = wait_until(training_on_every_host, timeout=180, what="a trial training on each host")
+    assert running is not None
+    restarted_at = time.time()
+    _restart_broker(det.af)
+    after = {t["id"]: t for t in det.get(f"/experiments/{experiment_id}/trials")["trials"]}
+    assert all(
+        after[t["id"]]["state"] == "RUNNING" and after[t["id"]]["total_batches"] < steps for t in running
+    ), f"a trial ended before the broker came back: {after}"
+    det.af.wait_ready(timeout=300)  # Redis answers, and every worker answers Celery's ping through it
+    experiment = det.wait_experiment(experiment_id, timeout=400)["experiment"]
+    trials = det.get(f"/experiments/{experiment_id}/trials")["trials"]
+
+    assert experiment["state"] == "COMPLETED", [(t["id"], t["state"], t["restarts"]) for t in trials]
+    assert len(trials) == 3
+    for trial in trials:
+        assert _training_steps(det, trial["id"]) == list(range(1, steps + 1)), trial
+    by_id = {t["id"]: t for t in trials}
+    for trial in running:
+        runs = _runs(det, trial["id"])
+        assert by_id[trial["id"]]["restarts"] == 0 and len(runs) == 1, (trial["id"], runs)
+    (queued,) = [t for t in trials if t["id"] not in {r["id"] for r in running}]
+    ((started, _),) = _runs(det, queued["id"])
+    assert started > restarted_at, "the trial queued behind started before the broker restart"
+    assert len(queued["hosts"]) == 1 and queued["hosts"][0] in HOSTS, queued["hosts"]
+
+
+def _slot_task_states(det: DetEnv, experiment_id: int) -> list[str]:
+    """The Airflow states of the experiment's trial slot tasks."""
+    experiment = det.get(f"/experiments/{experiment_id}")["experiment"]
+    if not experiment.get("dag_run_id"):
+        return []
+    path = f"/api/v2/dags/{experiment['dag_id']}/dagRuns/{experiment['dag_run_id']}/taskInstances"
+    with det.api() as client:
+        instances = client.get(path).raise_for_status().json()["task_instances"]
+    return [ti["state"] for ti in instances if ti["task_id"] == "trial"]
+
+
+def _add_host(af: LocalAirflow, worker: CeleryWorker) -> None:
+    """A machine joins the cluster: one more Celery worker, a host with its own id, slots, queue and
+    folders, started by localairflow like the others."""
+    assert af.celery is not None
+    folder = af.home / "hosts" / worker.host_id
+    folder.mkdir(exist_ok=True)
+    folder.chmod(0o711)  # as for the other hosts: trials pass through to their work folders
+    af.celery = dataclasses.replace(af.celery, workers=(*af.celery.workers, worker))
+    af.start()  # starts what does not run: the new worker alone
+
+
+def _stop_host(af: LocalAirflow, worker: CeleryWorker) -> None:
+    """The host leaves as its admin stops it: SIGTERM to its worker, a warm shutdown that tells the
+    master it leaves. ``af.stop()`` would still stop it, since the layout names it."""
+    pid = int((af.home / "pids" / f"{worker.component}.pid").read_text().split()[0])
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGTERM)
+    wait_until(lambda: af.status()[worker.component] is None, timeout=120, what=f"{worker.host_id} to stop")
+
+
+def test_a_trial_too_big_for_every_host_starts_on_a_host_added(det: DetEnv, tmp_path: Path) -> None:
+    af = det.af
+    assert af.celery is not None
+    layout = af.celery
+    config, context = _experiment(tmp_path, "wide", trials=1, steps=4, step_seconds=0.5, slots=4)
+    experiment_id = det.create(config, context)
+    # Its slot asked for the trial and was told to wait: no live host has 4 slots.
+    wait_until(
+        lambda: "deferred" in _slot_task_states(det, experiment_id) or None,
+        timeout=180,
+        what="the trial's slot to wait for a host",
+    )
+    (waiting,) = det.get(f"/experiments/{experiment_id}/trials")["trials"]
+    assert waiting["state"] == "QUEUED" and waiting["hosts"] == [], waiting
+    (job,) = [j for j in json.loads(det.det("job", "list", "--json").stdout) if j["id"] == experiment_id]
+    assert (job["state"], job["acquired_slots"], job["needed_slots"]) == ("STATE_QUEUED", 0, 4), job
+
+    added = CeleryWorker(len(layout.workers) + 1, host_slots=4)
+    try:
+        _add_host(af, added)
+        experiment = det.wait_experiment(experiment_id, timeout=400)["experiment"]
+        agents = det.det("agent", "list").stdout
+    finally:
+        _stop_host(af, added)
+    af.celery = layout
+    (trial,) = det.get(f"/experiments/{experiment_id}/trials")["trials"]
+
+    assert experiment["state"] == "COMPLETED", det.det("trial", "logs", str(trial["id"])).stdout
+    assert trial["hosts"] == [added.host_id]
+    assert _training_steps(det, trial["id"]) == [1, 2, 3, 4]
+    assert added.host_id in agents and f"det-host-{added.host_id}" in agents, agents
+    wait_until(lambda: added.host_id not in _alive(det) or None, timeout=60, what=f"{added.host_id} to leave")
 
 
 def _kill_host(af: LocalAirflow, host: str) -> None:
@@ -243,9 +392,7 @@ def test_a_trial_of_a_killed_host_resumes_on_the_other_host(det: DetEnv, tmp_pat
     assert trial["hosts"] == [dead, alive]
     assert trial["restarts"] == 1, (logs, det.get(f"/trials/{trial['id']}/state-changes"))
     assert "resumed at step" in logs
-    steps = [
-        m["steps_completed"] for m in det.get(f"/trials/{trial['id']}/metrics?group=training")["metrics"]
-    ]
+    steps = _training_steps(det, trial["id"])
     assert steps == sorted(set(steps)) and steps[-1] == 16, "a step was stored twice or lost"
     agents = {a["id"]: a for a in det.get("/agents")["agents"]}
     assert dead not in agents or agents[dead]["alive"] is False

@@ -83,30 +83,31 @@ def test_yaml_dropped_into_dags_folder_runs_with_airflow_dags_trigger(det: DetEn
     (folder / "notes.yaml").write_text("just: some other yaml\n")  # not an experiment: left alone
 
     airflow_api.wait_for_dag("det_digits_drop")
-    result = det.af.airflow("dags", "trigger", "det_digits_drop")
-    assert result.returncode == 0, result.stderr
+    # A run's conf overrides what the DAG's params offer; anything else fails the register task.
+    conf = {"description": "lr sweep by hand", "hyperparameters": {"learning_rate": 0.5}}
+    bad_conf = {"hyperparameters": {"lr": 0.1}}
+    # The three runs go at once: the DAG (not an experiment's own) runs many at a time.
+    for conf_args in ((), ("-c", json.dumps(conf)), ("-c", json.dumps(bad_conf))):
+        result = det.af.airflow("dags", "trigger", "det_digits_drop", *conf_args)
+        assert result.returncode == 0, result.stderr
     runs = airflow_api.http.get("/api/v2/dags/det_digits_drop/dagRuns").raise_for_status().json()["dag_runs"]
-    run = airflow_api.wait_for_run("det_digits_drop", runs[0]["dag_run_id"], timeout=300)
+    by_conf = {json.dumps(r["conf"], sort_keys=True): r["dag_run_id"] for r in runs}
+    assert len(by_conf) == 3, runs
+
+    run = airflow_api.wait_for_run("det_digits_drop", by_conf["{}"], timeout=300)
     assert run["state"] == "success", run["tis"]
     assert run["tis"]["finalize"] == "success"
-    experiments = [e for e in det.get("/experiments")["experiments"] if e["dag_id"] == "det_digits_drop"]
+    experiments = [e for e in det.get("/experiments")["experiments"] if e["dag_run_id"] == run["dag_run_id"]]
     assert len(experiments) == 1
+    assert experiments[0]["dag_id"] == "det_digits_drop"
     assert experiments[0]["state"] == "COMPLETED"
     assert experiments[0]["name"] == "dropped digits"
     assert not [e for e in airflow_api.import_errors() if "notes.yaml" in e["stack_trace"]]
 
-    # A run's conf overrides what the DAG's params offer; anything else fails the register task.
-    conf = {"description": "lr sweep by hand", "hyperparameters": {"learning_rate": 0.5}}
-    result = det.af.airflow("dags", "trigger", "det_digits_drop", "-c", json.dumps(conf))
-    assert result.returncode == 0, result.stderr
-    bad = det.af.airflow("dags", "trigger", "det_digits_drop", "-c", '{"hyperparameters": {"lr": 0.1}}')
-    assert bad.returncode == 0, bad.stderr
-    runs = airflow_api.http.get("/api/v2/dags/det_digits_drop/dagRuns").raise_for_status().json()["dag_runs"]
-    by_conf = {json.dumps(r["conf"], sort_keys=True): r["dag_run_id"] for r in runs}
     good_run = airflow_api.wait_for_run(
         "det_digits_drop", by_conf[json.dumps(conf, sort_keys=True)], timeout=300
     )
-    bad_run_id = by_conf['{"hyperparameters": {"lr": 0.1}}']
+    bad_run_id = by_conf[json.dumps(bad_conf, sort_keys=True)]
     bad_run = airflow_api.wait_for_run("det_digits_drop", bad_run_id, timeout=300)
     assert good_run["state"] == "success", good_run["tis"]
     overridden = [
@@ -120,7 +121,9 @@ def test_yaml_dropped_into_dags_folder_runs_with_airflow_dags_trigger(det: DetEn
         f"/api/v2/dags/det_digits_drop/dagRuns/{bad_run_id}/taskInstances/register/logs/1"
     ).text
     assert "hyperparameters.lr: not a hyperparameter of this experiment" in log, log[-3000:]
-    assert not [e for e in det.get("/experiments")["experiments"] if e["dag_run_id"] == bad_run_id]
+    # One experiment for each run that passed register: the first and the overridden.
+    dropped = [e for e in det.get("/experiments")["experiments"] if e["dag_id"] == "det_digits_drop"]
+    assert sorted(e["dag_run_id"] for e in dropped) == sorted([run["dag_run_id"], good_run["dag_run_id"]])
 
 
 def test_failed_trial_resumes_from_its_checkpoint_on_retry(det: DetEnv, tmp_path: Path) -> None:

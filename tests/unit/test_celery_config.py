@@ -130,6 +130,9 @@ def test_the_worker_signals_start_and_stop_the_heartbeat(monkeypatch: pytest.Mon
     events: list[str] = []
 
     class Spy:
+        def __init__(self, **_: object) -> None:
+            pass
+
         def start(self) -> None:
             events.append("start")
 

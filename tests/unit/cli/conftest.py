@@ -134,6 +134,7 @@ class FakeMaster:
     final_state: str = "COMPLETED"
     # What the master's delete answers it could not remove.
     not_removed: list[str] = field(default_factory=list)
+    removing: list[str] = field(default_factory=list)
     ticks: dict[int, int] = field(default_factory=dict)
 
     def reset(self) -> None:
@@ -380,7 +381,7 @@ def build_app(master: FakeMaster) -> FastAPI:
             )
         master.actions.append(("delete", experiment_id))
         del master.experiments[experiment_id]
-        return {"not_removed": master.not_removed}
+        return {"not_removed": master.not_removed, "removing": master.removing}
 
     @app.post(f"{api}/trials/{{trial_id}}/kill")
     def kill_trial(trial_id: int, user: str = Depends(person)) -> Any:

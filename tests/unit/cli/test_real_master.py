@@ -11,6 +11,7 @@ import json
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -192,7 +193,10 @@ def test_lifecycle_of_an_experiment(det: Any, real_master: RealMaster, as_user: 
     as_json = json.loads(det("e", "describe", str(n), "--states", "--json").out)
     assert [c["to"] for c in as_json["state_changes"]][-1] == "CANCELED"
 
-    assert det("e", "delete", str(n), "--yes").out == f"Deleted experiment {n}\n"
+    deleted = det("e", "delete", str(n), "--yes").out.splitlines()
+    assert deleted[0] == f"Deleted experiment {n}"
+    # Its trial work folder goes in the background, on the host its trials ran on.
+    assert deleted[1:] == [f"Removing in the background: the trial work directory on {socket.gethostname()}"]
     result = det("e", "describe", str(n))
     assert (result.code, result.err) == (1, f"Error: experiment {n} not found\n")
 

@@ -22,7 +22,7 @@ from fastapi import HTTPException, Request
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from det_airflow.master import schema
+from det_airflow.master import removals, schema
 from det_airflow.master.app import create_app
 from det_airflow.master.db import Database, get_database
 from tests.unit.master.owners import checkpoint_root, owned_by
@@ -77,6 +77,10 @@ class People:
             # Stands for the login a real client sends; the body limit only looks for its presence.
             headers.setdefault("Authorization", f"Bearer login-of-{user}")
         return self.client.request(method, f"/api/v1{path}", headers=headers, **kwargs)
+
+    def remove_files(self) -> int:
+        """Run the master's own removal of queued files (no worker host reports); how many it did."""
+        return removals.remove_here(self.db)
 
     def experiment(self, experiment_id: int) -> Any:
         with self.db.read() as conn:
@@ -196,6 +200,7 @@ def people(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[People]:
     monkeypatch.setenv("AIRFLOW__CORE__DAGS_FOLDER", str(tmp_path / "dags"))
     monkeypatch.setenv("AIRFLOW__CORE__AUTH_MANAGER", f"{__name__}.PerDagAuthManager")
     monkeypatch.setenv("AIRFLOW__API__BASE_URL", ORIGIN)
+    monkeypatch.setenv("AIRFLOW__DET__TRIAL_WORK_DIR", str(tmp_path / "det-trials"))
     get_database.cache_clear()
     db = get_database()
     db.migrate()

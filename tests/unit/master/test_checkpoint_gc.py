@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
 from uuid import UUID
 
 import pytest
@@ -14,7 +12,7 @@ from sqlalchemy import insert, select, update
 
 from det_airflow.api.models import TrialExit
 from det_airflow.config import parse_config
-from det_airflow.master import checkpoint_gc, lifecycle, reports, routes_internal, schema, trials
+from det_airflow.master import checkpoint_gc, lifecycle, removals, reports, routes_internal, schema, trials
 from det_airflow.master.db import Database
 from tests.unit.master import test_queue
 from tests.unit.master.creating import Creator
@@ -211,22 +209,24 @@ def folder(parent: Path, name: str) -> Path:
     return path
 
 
-def row(uuid: str, storage: dict[str, Any]) -> Any:
-    return SimpleNamespace(uuid=uuid, storage=storage)
-
-
-def stored_in(db: Database, e: int, host_path: Path) -> Any:
-    """The experiment's row, its checkpoint_storage at ``host_path``."""
+def stored_in(db: Database, e: int, host_path: Path) -> None:
+    """The experiment's config gets checkpoint_storage at ``host_path`` (Determined's policy defaults)."""
+    storage = {"type": "shared_fs", "host_path": str(host_path)}
     with db.begin() as conn:
         conn.execute(
             update(schema.experiments)
             .where(schema.experiments.c.id == e)
-            .values(config={"checkpoint_storage": {"type": "shared_fs", "host_path": str(host_path)}})
+            .values(config={**CONFIG, "checkpoint_storage": storage})
         )
-        return conn.execute(select(schema.experiments).where(schema.experiments.c.id == e)).one()
 
 
-def test_the_folder_named_after_the_uuid_is_removed(
+def states(db: Database, *uuids: str) -> list[str]:
+    with db.read() as conn:
+        found = dict(conn.execute(select(schema.checkpoints.c.uuid, schema.checkpoints.c.state)).all())
+    return [found[uuid] for uuid in uuids]
+
+
+def test_the_folder_named_after_the_uuid_is_removed_by_the_queued_removal(
     db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = checkpoint_root(tmp_path / "ckpt")
@@ -234,14 +234,20 @@ def test_the_folder_named_after_the_uuid_is_removed(
     gone = owned_by(db, "alice", folder(root, A))
     kept = owned_by(db, "alice", folder(root, B))
     e, (t,) = experiment(db)
-    exp = stored_in(db, e, root)
+    stored_in(db, e, root)
     save(db, e, t, A, 10, 0.5, path=str(gone))
     save(db, e, t, B, 20, 0.4, path=str(kept))
-    with db.begin() as conn:
-        rows = checkpoint_gc.checkpoints_to_delete(conn, e, parse_config(CONFIG))
-        assert checkpoint_gc.remove_checkpoint_files(conn, exp, rows) == []
+
+    assert checkpoint_gc.collect(db, e) == []
+    # The row goes at once; the folder waits for the removal, done outside the request.
+    assert states(db, A, B) == ["DELETED", "COMPLETED"]
+    assert (gone / "state.pt").exists()
+
+    assert removals.remove_here(db) == 1
     assert not gone.exists()
     assert (kept / "state.pt").exists()
+    with db.read() as conn:
+        assert removals.pending(conn) == []
 
 
 def test_a_folder_not_where_the_experiments_storage_puts_the_uuid_is_left_alone(
@@ -250,18 +256,27 @@ def test_a_folder_not_where_the_experiments_storage_puts_the_uuid_is_left_alone(
     root = checkpoint_root(tmp_path / "ckpt")
     monkeypatch.setenv("AIRFLOW__DET__CHECKPOINT_STORAGE_PATH", str(root))
     shared = folder(tmp_path, "shared")
-    e, _ = experiment(db)
-    exp = stored_in(db, e, root)
+    e, (t,) = experiment(db)
+    stored_in(db, e, root)
+    save(db, e, t, A, 10, 0.9, path=str(shared))
+    save(db, e, t, B, 20, 0.9)
+    save(db, e, t, C, 30, 0.9, path=str(root / C))  # where the storage puts it, already gone
+    save(db, e, t, "best", 40, 0.1, path=str(root / "best"))
+    with db.begin() as conn:  # B's report named no path at all
+        conn.execute(update(schema.checkpoints).where(schema.checkpoints.c.uuid == B).values(storage={}))
 
-    with db.begin() as conn:
-        problems = checkpoint_gc.remove_checkpoint_files(
-            conn, exp, [row(A, {"path": str(shared)}), row(B, {}), row(C, {"path": str(root / C)})]
-        )
+    problems = checkpoint_gc.collect(db, e)
 
-    assert (shared / "state.pt").exists()
-    assert len(problems) == 2, problems  # C's folder is already gone: nothing to report
+    assert len(problems) == 2, problems
     assert problems[0].startswith(f"checkpoint {A}: its files are not at a known path")
     assert problems[1].startswith(f"checkpoint {B}: its files are not at a known path")
+    assert states(db, A, B, C, "best") == ["DELETED", "DELETED", "DELETED", "COMPLETED"]
+    with db.read() as conn:
+        assert [row.uuids for row in removals.pending(conn)] == [[C]]
+    assert removals.remove_here(db) == 1
+    assert (shared / "state.pt").exists()
+    with db.read() as conn:
+        assert removals.pending(conn) == [], "a folder already gone is nothing to report"
 
 
 def test_a_trials_exit_deletes_what_the_policy_does_not_keep_rows_then_files(
@@ -296,6 +311,9 @@ def test_a_trials_exit_deletes_what_the_policy_does_not_keep_rows_then_files(
         "c20": "COMPLETED",  # its best
         "c30": "COMPLETED",  # its latest
     }
+    # The rows change with the trial's exit; the files go when the queued removal runs.
+    assert all(folder.exists() for folder in folders.values())
+    assert people.remove_files() == 1
     assert {name for name, folder in folders.items() if folder.exists()} == {"c20", "c30"}
     with people.db.read() as conn:
         (change,) = [c for c in lifecycle.history(conn, "checkpoint", ids["c10"]) if c["to"] == "DELETED"]

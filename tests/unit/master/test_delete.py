@@ -1,4 +1,5 @@
-"""`det e delete`: an ended experiment's files, study and rows go; what cannot go is reported.
+"""`det e delete`: an ended experiment's study and rows go, its files through the removals it
+queues; what cannot go is reported.
 
 Airflow's own records are the subject of tests/integration/test_delete.py; here the calls into
 Airflow are recorded so the det side can be checked on its own.
@@ -6,6 +7,7 @@ Airflow are recorded so the det side can be checked on its own.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,6 +25,7 @@ from det_airflow.master import (
     experiment_deletion,
     experiment_files,
     lifecycle,
+    removals,
     schema,
     search,
 )
@@ -32,6 +35,9 @@ from tests.unit.master.owners import checkpoint_root, owned_by
 
 EXAMPLE = Path(__file__).parents[3] / "examples" / "mnist_pytorch" / "random.yaml"
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
+# The master's own host: where no trial recorded a host, its trial work folder is queued there.
+HOST = "master-host"
+QUEUED = ["2 checkpoints (shared_fs)", f"the trial work directory on {HOST}"]
 
 
 @dataclass
@@ -182,12 +188,13 @@ class Master:
 
 
 @pytest.fixture
-def master(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Master:
+def master(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Master]:
     dags, work, storage = tmp_path / "dags", tmp_path / "work", tmp_path / "checkpoints"
     monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", f"sqlite:///{tmp_path / 'airflow.db'}")
     monkeypatch.setenv("AIRFLOW__CORE__DAGS_FOLDER", str(dags))
     monkeypatch.setenv("AIRFLOW__DET__TRIAL_WORK_DIR", str(work))
     monkeypatch.setenv("AIRFLOW__DET__CHECKPOINT_STORAGE_PATH", str(checkpoint_root(storage)))
+    monkeypatch.setenv("AIRFLOW__DET__HOST_ID", HOST)
     master_db.get_database.cache_clear()
     db = master_db.get_database()
     db.migrate()
@@ -204,8 +211,11 @@ def test_deleting_a_created_experiment_removes_its_yaml_then_its_dag_files_and_r
     experiment_id = master.add_experiment()
     assert len(master.leftovers(experiment_id)) == 4
 
-    assert experiment_deletion.delete_experiment(master.db, experiment_id) == []
+    assert experiment_deletion.delete_experiment(master.db, experiment_id) == ([], QUEUED)
 
+    # The rows and the DAG file go in the request; the checkpoints and the work folder are queued.
+    assert len(master.leftovers(experiment_id)) == 3
+    assert removals.remove_here(master.db) == 2
     assert master.leftovers(experiment_id) == []
     assert master.rows_of(experiment_id) == {"experiments": 0, "checkpoints": 0, "metrics": 0}
     assert master.airflow.deleted_dags == [experiment_dag_id(experiment_id)]
@@ -217,7 +227,7 @@ def test_an_experiment_of_a_yaml_in_dags_removes_only_its_own_run(master: Master
     experiment_id = master.add_experiment(dag_id="det_digits")
     master.airflow.run_states[("det_digits", "another-experiments-run")] = "running"
 
-    assert experiment_deletion.delete_experiment(master.db, experiment_id) == []
+    assert experiment_deletion.delete_experiment(master.db, experiment_id) == ([], QUEUED)
 
     assert master.airflow.deleted_runs == [("det_digits", "run-1")]
     assert master.airflow.deleted_dags == []
@@ -229,7 +239,9 @@ def test_other_experiments_keep_everything(master: Master) -> None:
     deleted = master.add_experiment()
 
     experiment_deletion.delete_experiment(master.db, deleted)
+    removals.remove_here(master.db)
 
+    assert master.leftovers(deleted) == []
     assert len(master.leftovers(kept)) == 4
     assert master.rows_of(kept) == {"experiments": 1, "checkpoints": 2, "metrics": 1}
 
@@ -244,6 +256,8 @@ def test_an_experiment_that_has_not_ended_is_refused_and_keeps_everything(master
     assert len(master.leftovers(experiment_id)) == 4
     assert master.rows_of(experiment_id) == {"experiments": 1, "checkpoints": 2, "metrics": 1}
     assert master.airflow.deleted_dags == []
+    with master.db.read() as conn:
+        assert removals.pending(conn) == []
 
 
 @pytest.mark.parametrize("run_id", ["run-1", "a-run-it-never-registered"])
@@ -273,16 +287,24 @@ def test_what_cannot_be_removed_is_reported_and_the_rest_still_goes(master: Mast
             .values(storage={"type": "shared_fs", "path": "/"})
         )
 
-    not_removed = experiment_deletion.delete_experiment(master.db, experiment_id)
+    not_removed, removing = experiment_deletion.delete_experiment(master.db, experiment_id)
 
     assert not_removed == [
         "TaskInstances still running",
         f"checkpoint ckpt-{experiment_id}-1: its files are not at a known path ('/')",
-        f"trial work directory at {work_dir}: not a folder (a link or a file; links are not followed); "
-        "not removed",
     ]
-    assert master.leftovers(experiment_id) == [work_dir, master.storage / f"ckpt-{experiment_id}-1"]
+    assert removing == ["1 checkpoint (shared_fs)", f"the trial work directory on {HOST}"]
     assert master.rows_of(experiment_id)["experiments"] == 0
+    assert removals.remove_here(master.db) == 2
+    assert master.leftovers(experiment_id) == [work_dir, master.storage / f"ckpt-{experiment_id}-1"]
+    # What the removal could not do stays queued with its problem, to be tried again.
+    with master.db.read() as conn:
+        (left,) = removals.pending(conn, [experiment_id])
+    assert (left.kind, left.host, left.attempts) == ("work_dir", HOST, 1)
+    assert left.problem == (
+        f"trial work directory at {work_dir}: not a folder (a link or a file; links are not followed); "
+        "not removed"
+    )
 
 
 def test_the_optuna_study_of_a_tpe_experiment_is_removed(master: Master) -> None:
@@ -291,8 +313,9 @@ def test_the_optuna_study_of_a_tpe_experiment_is_removed(master: Master) -> None
     optuna.create_study(study_name=search.study_name(experiment_id), storage=storage)
     optuna.create_study(study_name="someone-elses", storage=storage)
 
-    assert experiment_deletion.delete_experiment(master.db, experiment_id) == []
+    not_removed, _ = experiment_deletion.delete_experiment(master.db, experiment_id)
 
+    assert not_removed == []
     assert optuna.get_all_study_names(storage) == ["someone-elses"]
 
 
@@ -340,7 +363,7 @@ def test_deleting_a_retired_experiment_removes_its_retired_config(
     with master.db.read() as conn:
         experiment_files.retire_finished_experiment_files(conn)
 
-    assert experiment_deletion.delete_experiment(master.db, experiment_id) == []
+    assert experiment_deletion.delete_experiment(master.db, experiment_id) == ([], QUEUED)
 
     assert list(master.dags.rglob(f"exp_{experiment_id}.yaml")) == []
 
@@ -350,13 +373,13 @@ def test_a_deleted_experiments_dag_registered_again_is_forgotten_and_nothing_els
 ) -> None:
     kept = master.add_experiment()
     deleted = master.add_experiment()
-    assert experiment_deletion.delete_experiment(master.db, deleted) == []
+    assert experiment_deletion.delete_experiment(master.db, deleted) == ([], QUEUED)
     master.airflow.deleted_dags.clear()
-    # What Airflow reports as stale and runless: the deleted experiment's DAG, parsed back by a parse
-    # in flight, beside a kept experiment's DAG and a user's YAML DAG that only look alike.
+    # What Airflow reports as stale: the deleted experiment's DAG, parsed back by a parse in flight
+    # (and maybe given a run by its @once schedule), beside a kept experiment's DAG and a user's YAML DAG that only look alike.
     stale = [experiment_dag_id(deleted), experiment_dag_id(kept), "det_exp_notes"]
     monkeypatch.setattr(
-        airflow_bridge, "stale_dags_without_runs", lambda prefix: [d for d in stale if d.startswith(prefix)]
+        airflow_bridge, "stale_dags", lambda prefix: [d for d in stale if d.startswith(prefix)]
     )
 
     with master.db.read() as conn:

@@ -102,6 +102,18 @@ def test_a_gang_larger_than_any_free_host_waits_for_one_whole_host(people: Peopl
     assert ask(people, third, 0, "a") == {"status": "wait"}, "3 slots on a host with 2 free"
 
 
+def test_the_job_list_says_the_largest_live_host_a_gang_waits_for(people: People, creator: Creator) -> None:
+    set_pool_slots(64)
+    assert [j["largest_host_slots"] for j in people.call("bob", "GET", "/jobs").json()["jobs"]] == []
+    big = experiment(people, slots_per_trial=8)
+    assert [j["largest_host_slots"] for j in people.call("bob", "GET", "/jobs").json()["jobs"]] == [None]
+    report(people, "a", 2)
+    report(people, "b", 4)
+    assert ask(people, big, 0, "a") == {"status": "wait"}
+    (job,) = people.call("bob", "GET", "/jobs").json()["jobs"]
+    assert (job["id"], job["slots_per_trial"], job["largest_host_slots"]) == (big, 8, 4)
+
+
 def test_a_host_whose_heartbeat_stopped_offers_nothing(people: People, creator: Creator) -> None:
     set_pool_slots(64)
     report(people, "gone", 8)

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from sqlalchemy import update
 
 from det_airflow.core._storage import CheckpointStorage
-from det_airflow.master import checkpoint_gc, schema
+from det_airflow.master import checkpoint_gc, removals, schema
+from det_airflow.master.lifecycle import now
 from tests.s3_server import s3_server
 from tests.unit.master.people_app import NOW, People
 
@@ -73,6 +75,12 @@ def in_bucket(url: str, uuid: str) -> bool:
     return CheckpointStorage.from_config(with_keys(url)).exists(uuid)
 
 
+def queued(people: People) -> list[Any]:
+    """The file removals still waiting."""
+    with people.db.read() as conn:
+        return removals.pending(conn)
+
+
 def test_a_reader_downloads_registered_files_through_the_master(people: People, s3_url: str) -> None:
     _, trial_id = s3_experiment(people, with_keys(s3_url))
     stored_checkpoint(people, s3_url, trial_id, "c1")
@@ -119,12 +127,16 @@ def test_deleting_a_checkpoint_deletes_its_objects(people: People, s3_url: str) 
     assert people.call("bob", "DELETE", "/checkpoints/c3").status_code == 403
     assert in_bucket(s3_url, "c3")
     assert people.call("alice", "DELETE", "/checkpoints/c3").status_code == 200
-
-    assert not in_bucket(s3_url, "c3")
     assert people.checkpoint("c3").state == "DELETED"
+    assert in_bucket(s3_url, "c3"), "the objects go with the queued removal, not in the request"
+
+    assert people.remove_files() == 1
+    assert not in_bucket(s3_url, "c3")
 
 
-def test_a_bucket_out_of_reach_keeps_the_checkpoint(people: People, s3_url: str) -> None:
+def test_a_bucket_out_of_reach_keeps_the_removal_until_it_has_failed_max_attempts_times(
+    people: People, s3_url: str
+) -> None:
     _, trial_id = s3_experiment(people, with_keys(s3_url))
     stored_checkpoint(people, s3_url, trial_id, "c4")
     with people.db.begin() as conn:  # the experiment's storage now names a bucket that is gone
@@ -134,10 +146,21 @@ def test_a_bucket_out_of_reach_keeps_the_checkpoint(people: People, s3_url: str)
             update(schema.experiments).where(schema.experiments.c.id == row.id).values(config=config)
         )
 
-    answer = people.call("alice", "DELETE", "/checkpoints/c4")
+    assert people.call("alice", "DELETE", "/checkpoints/c4").status_code == 200
+    assert people.checkpoint("c4").state == "DELETED"
 
-    assert answer.status_code == 400 and "'gone'" in answer.json()["detail"]
-    assert people.checkpoint("c4").state == "COMPLETED"
+    for attempt in range(1, removals.MAX_ATTEMPTS + 1):
+        assert people.remove_files() == 1
+        (left,) = queued(people)
+        assert left.attempts == attempt
+        assert "'gone'" in left.problem
+        assert people.remove_files() == 0, "tried again only after RETRY_SECONDS"
+        with people.db.begin() as conn:
+            retry_at = now() - timedelta(seconds=removals.RETRY_SECONDS + 1)
+            conn.execute(update(schema.removals).values(claimed_at=retry_at))
+    # Tried MAX_ATTEMPTS times: it stays, with its problem, for an admin, and is not tried again.
+    assert people.remove_files() == 0
+    assert [row.attempts for row in queued(people)] == [removals.MAX_ATTEMPTS]
     assert in_bucket(s3_url, "c4")
 
 
@@ -148,6 +171,9 @@ def test_garbage_collection_deletes_the_objects_the_policy_does_not_keep(people:
         stored_checkpoint(people, s3_url, trial_id, uuid, steps=steps)
 
     assert checkpoint_gc.collect(people.db, experiment_id) == []
-
-    assert [in_bucket(s3_url, uuid) for uuid in ("g1", "g2", "g3")] == [False, False, True]
     assert [people.checkpoint(u).state for u in ("g1", "g2", "g3")] == ["DELETED", "DELETED", "COMPLETED"]
+    assert [in_bucket(s3_url, uuid) for uuid in ("g1", "g2", "g3")] == [True, True, True]
+
+    assert people.remove_files() == 1
+    assert [in_bucket(s3_url, uuid) for uuid in ("g1", "g2", "g3")] == [False, False, True]
+    assert queued(people) == []

@@ -15,6 +15,7 @@ BODILESS_COMMANDS = {
     ("POST", "/api/v1/experiments/{experiment_id}/{action}"),
     ("POST", "/api/v1/trials/{trial_id}/kill"),
     ("POST", "/api/v1/internal/experiments/{experiment_id}/finalize"),
+    ("POST", "/api/v1/internal/hosts/{host_id}/removals/claim"),
 }
 _BODY_METHODS = {"post", "put", "patch"}
 _SCHEMA_KEYS = {"type", "$ref", "anyOf", "oneOf", "allOf", "enum", "const"}

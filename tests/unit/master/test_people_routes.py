@@ -99,9 +99,11 @@ def test_deleting_a_checkpoint_marks_it_and_removes_its_files(people: People) ->
     people.add_checkpoint(t, "new")
     assert people.call("alice", "DELETE", "/checkpoints/old").json() == {}
     assert people.call("alice", "GET", "/checkpoints/old").json()["checkpoint"]["state"] == "DELETED"
+    assert (old / "state.pt").exists(), "the files go with the queued removal, not in the request"
+    assert people.call("alice", "DELETE", "/checkpoints/old").status_code == 200
+    assert people.remove_files() == 1, "deleting it again queues nothing more"
     assert not old.exists()
     assert (people.storage / "new" / "state.pt").exists()
-    assert people.call("alice", "DELETE", "/checkpoints/old").status_code == 200
 
 
 def test_the_latest_checkpoint_of_a_running_trial_is_kept(people: People) -> None:
@@ -121,8 +123,11 @@ def test_a_checkpoint_outside_the_experiments_storage_is_not_deleted(people: Peo
     elsewhere = people.add_checkpoint(t, "stray", path=tmp_path / "elsewhere" / "stray")
     answer = people.call("alice", "DELETE", "/checkpoints/stray")
     assert answer.status_code == 400
-    assert "not a folder of the experiment's checkpoint storage" in answer.json()["detail"]
+    assert answer.json()["detail"] == (
+        f"cannot remove the files of checkpoint stray: its files are not at a known path ({str(elsewhere)!r})"
+    )
     assert people.checkpoint("stray").state == "COMPLETED"
+    assert people.remove_files() == 0, "nothing was queued"
     assert (elsewhere / "state.pt").exists()
 
 

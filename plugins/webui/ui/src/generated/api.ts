@@ -381,7 +381,7 @@ export interface paths {
         /**
          * Report Host
          * @description A worker host's heartbeat: its slots count for placement until ``[det] host_timeout``
-         *     seconds pass without one.
+         *     seconds pass without one. The answer says how many file removals wait for it.
          */
         put: operations["report_host_api_v1_internal_hosts__host_id__put"];
         post?: never;
@@ -390,6 +390,43 @@ export interface paths {
          * @description The host's worker shut down: its slots stop counting at once.
          */
         delete: operations["leave_host_api_v1_internal_hosts__host_id__delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/internal/hosts/{host_id}/removals/claim": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Claim Removals
+         * @description File removals for this host to carry out: those of shared storage and of its own folders.
+         */
+        post: operations["claim_removals_api_v1_internal_hosts__host_id__removals_claim_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/internal/hosts/{host_id}/removals/{removal_id}/done": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Finish Removal */
+        post: operations["finish_removal_api_v1_internal_hosts__host_id__removals__removal_id__done_post"];
+        delete?: never;
         options?: never;
         head?: never;
         patch?: never;
@@ -1029,6 +1066,11 @@ export interface components {
              * @description what could not be removed; empty when all is gone
              */
             not_removed: string[];
+            /**
+             * Removing
+             * @description files queued for removal, removed in the background by the hosts that have them
+             */
+            removing?: string[];
         };
         /** EarlyExit */
         EarlyExit: {
@@ -1164,6 +1206,41 @@ export interface components {
             used_slots: number;
         };
         /**
+         * HostBeat
+         * @description The master's answer to a host's heartbeat: its record, and the work queued for it.
+         */
+        HostBeat: {
+            /** Address */
+            address: string | null;
+            /**
+             * Alive
+             * @description its heartbeat is recent: its slots count for placement
+             */
+            alive: boolean;
+            /** Id */
+            id: string;
+            /** Last Seen */
+            last_seen: string;
+            /** Num Slots */
+            num_slots: number;
+            /** Queue */
+            queue: string;
+            /** Registered Time */
+            registered_time: string;
+            /**
+             * Removals Waiting
+             * @description file removals this host may claim now
+             * @default 0
+             */
+            removals_waiting?: number;
+            /** Slot Type */
+            slot_type: string;
+            /** Slots */
+            slots: components["schemas"]["HostSlot"][];
+            /** Used Slots */
+            used_slots: number;
+        };
+        /**
          * HostReport
          * @description What a worker host's heartbeat tells the master: the slots it offers and where its trial
          *     tasks are sent.
@@ -1229,6 +1306,11 @@ export interface components {
             id: number;
             /** Jobs Ahead */
             jobs_ahead: number;
+            /**
+             * Largest Host Slots
+             * @description the most slots a live worker host has (null without hosts): a trial whose slots_per_trial exceed it waits for a host that large
+             */
+            largest_host_slots?: number | null;
             /** Max Slots */
             max_slots: number | null;
             /**
@@ -1446,6 +1528,50 @@ export interface components {
             /** Experiment Id */
             experiment_id: number;
             state: components["schemas"]["ExperimentState"];
+        };
+        /**
+         * Removal
+         * @description Files queued for removal: the checkpoints ``uuids`` of an experiment's checkpoint storage
+         *     (``kind`` checkpoints) or its trial work folder on this host (``kind`` work_dir).
+         */
+        Removal: {
+            /** Experiment Id */
+            experiment_id: number;
+            /** Gid */
+            gid: number | null;
+            /** Id */
+            id: number;
+            /**
+             * Kind
+             * @enum {string}
+             */
+            kind: "checkpoints" | "work_dir";
+            /** Pool */
+            pool: string | null;
+            /** Storage */
+            storage: {
+                [key: string]: unknown;
+            } | null;
+            /**
+             * Uid
+             * @description remove as this uid (null: as the host's own user)
+             */
+            uid: number | null;
+            /** Uuids */
+            uuids: string[];
+        };
+        /**
+         * RemovalDone
+         * @description How a claimed removal went: done when ``not_removed`` is empty.
+         */
+        RemovalDone: {
+            /** Not Removed */
+            not_removed?: string[];
+        };
+        /** Removals */
+        Removals: {
+            /** Removals */
+            removals: components["schemas"]["Removal"][];
         };
         /**
          * Resolved
@@ -2551,7 +2677,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Host"];
+                    "application/json": components["schemas"]["HostBeat"];
                 };
             };
             /** @description Validation Error */
@@ -2575,6 +2701,73 @@ export interface operations {
             cookie?: never;
         };
         requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Empty"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    claim_removals_api_v1_internal_hosts__host_id__removals_claim_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                host_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Removals"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    finish_removal_api_v1_internal_hosts__host_id__removals__removal_id__done_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                host_id: string;
+                removal_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RemovalDone"];
+            };
+        };
         responses: {
             /** @description Successful Response */
             200: {
