@@ -226,7 +226,7 @@ class HostRemovals:
 def _carry_out(removal: Removal) -> list[str]:
     from det_airflow.master import file_cleanup
 
-    return file_cleanup.carry_out(file_cleanup.Removal(**removal.model_dump(exclude={"id"})))
+    return file_cleanup.carry_out(removal)
 
 
 _heartbeat: HostHeartbeat | None = None

@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import Connection, Row
 
 from det_airflow import settings
+from det_airflow.api.models import Removal
 from det_airflow.errors import DetError
 from det_airflow.master import identities
 
@@ -228,18 +229,6 @@ def refused_checkpoints(
     return uuids, not_removed
 
 
-class Removal(NamedTuple):
-    """Files the master queued for removal (``det_removals``), as the host removing them reads it."""
-
-    kind: str  # CHECKPOINTS or WORK_DIR
-    experiment_id: int
-    pool: str | None
-    storage: Mapping[str, Any] | None
-    uuids: Sequence[str]
-    uid: int | None
-    gid: int | None
-
-
 CHECKPOINTS = "checkpoints"
 WORK_DIR = "work_dir"
 
@@ -263,7 +252,9 @@ def _carry_out(removal: Removal) -> list[str]:
     config = removal.storage or {}
     if config.get("type") == "s3":
         return remove_stored_checkpoints(config, removal.uuids)
-    identity = Identity(removal.uid, removal.gid or 0) if removal.uid is not None else None
+    identity = None
+    if removal.uid is not None:  # the master queues both; no gid is the uid's own group, never root's
+        identity = Identity(removal.uid, removal.gid if removal.gid is not None else removal.uid)
     roots = current.allowed_roots(current.policy_for(removal.pool))
     not_removed: list[str] = []
     for uuid in removal.uuids:

@@ -27,6 +27,7 @@ from typing import Any
 from sqlalchemy import Connection, Row, and_, func, or_, select
 
 from det_airflow import settings
+from det_airflow.api.models import Removal
 from det_airflow.master import file_cleanup, schema, unmanaged
 from det_airflow.master.db import Database
 from det_airflow.master.lifecycle import now
@@ -186,16 +187,9 @@ def finish(conn: Connection, removal_id: int, not_removed: Sequence[str], *, hos
         log.warning("file removal %s on %s: %s", removal_id, host_id, problem)
 
 
-def as_removal(row: Row) -> file_cleanup.Removal:
-    return file_cleanup.Removal(
-        kind=row.kind,
-        experiment_id=row.experiment_id,
-        pool=row.pool,
-        storage=row.storage,
-        uuids=list(row.uuids or []),
-        uid=row.uid,
-        gid=row.gid,
-    )
+def as_removal(row: Row) -> Removal:
+    """A queued removal as a host reads it (the claim's answer)."""
+    return Removal.model_validate(row, from_attributes=True)
 
 
 def remove_here(db: Database) -> int:

@@ -164,7 +164,7 @@ def claim_removals(host_id: Annotated[HostId, Path()]) -> dict:
     """File removals for this host to carry out: those of shared storage and of its own folders."""
     with get_database().begin() as conn:
         rows = removals.claim(conn, host_id)
-    return {"removals": [{"id": row.id, **removals.as_removal(row)._asdict()} for row in rows]}
+    return {"removals": [removals.as_removal(row) for row in rows]}
 
 
 @router.post("/hosts/{host_id}/removals/{removal_id}/done", response_model=Empty)

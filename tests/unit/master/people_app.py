@@ -22,9 +22,10 @@ from fastapi import HTTPException, Request
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from det_airflow.master import removals, schema
+from det_airflow.master import auth, removals, schema
 from det_airflow.master.app import create_app
-from det_airflow.master.db import Database, get_database
+from det_airflow.master.auth import SERVICE_TOKEN_SETTING, hash_token
+from det_airflow.master.db import Database, get_database, set_setting
 from tests.unit.master.owners import checkpoint_root, owned_by
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -217,3 +218,15 @@ def people(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[People]:
         db.engine.dispose()
         get_database.cache_clear()
         purge_cached_app()
+
+
+SERVICE_TOKEN = "service-token"
+
+
+@pytest.fixture
+def service_headers(people: People, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """What det's own processes send: the service token of the det_default connection."""
+    with people.db.begin() as conn:
+        set_setting(conn, SERVICE_TOKEN_SETTING, hash_token(SERVICE_TOKEN))
+    monkeypatch.setattr(auth, "_service_hash_cache", (0.0, None))
+    return {"Authorization": f"Bearer {SERVICE_TOKEN}"}

@@ -10,25 +10,13 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
-from det_airflow.master import auth, hosts, schema, trials
-from det_airflow.master.auth import SERVICE_TOKEN_SETTING, hash_token
-from det_airflow.master.db import set_setting
+from det_airflow.master import hosts, schema, trials
 from det_airflow.master.lifecycle import now
 from tests.unit.master.creating import Creator
 from tests.unit.master.people_app import People
 from tests.unit.master.test_queue import end_runs, experiment, set_pool_slots
 
-SERVICE_TOKEN = "service-token"
 TASK = {"dag_id": "det_x", "run_id": "r", "task_id": "trial", "map_index": 0, "try_number": 1}
-
-
-@pytest.fixture
-def service_headers(people: People, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    """What det's own processes send: the service token of the det_default connection."""
-    with people.db.begin() as conn:
-        set_setting(conn, SERVICE_TOKEN_SETTING, hash_token(SERVICE_TOKEN))
-    monkeypatch.setattr(auth, "_service_hash_cache", (0.0, None))
-    return {"Authorization": f"Bearer {SERVICE_TOKEN}"}
 
 
 def report(people: People, host_id: str, slots: int) -> None:

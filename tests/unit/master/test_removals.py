@@ -15,25 +15,13 @@ from sqlalchemy import update
 
 from det_airflow.api.models import HostReport, Removal
 from det_airflow.celery_config import HostHeartbeat, HostRemovals
-from det_airflow.master import auth, file_cleanup, removals, schema
-from det_airflow.master.auth import SERVICE_TOKEN_SETTING, hash_token
-from det_airflow.master.db import set_setting
+from det_airflow.master import file_cleanup, removals, schema
 from det_airflow.master.lifecycle import now
 from tests.unit.master.people_app import People
 
-SERVICE_TOKEN = "service-token"
 MASTER_HOST = "master-host"
 BEAT = {"slot_type": "cpu", "slots": 2, "queue": "det-host-w"}
 S3 = {"type": "s3", "bucket": "ckpt", "prefix": "team"}
-
-
-@pytest.fixture
-def service_headers(people: People, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    """What det's own processes send: the service token of the det_default connection."""
-    with people.db.begin() as conn:
-        set_setting(conn, SERVICE_TOKEN_SETTING, hash_token(SERVICE_TOKEN))
-    monkeypatch.setattr(auth, "_service_hash_cache", (0.0, None))
-    return {"Authorization": f"Bearer {SERVICE_TOKEN}"}
 
 
 @pytest.fixture
@@ -265,8 +253,8 @@ def test_a_work_dir_removal_takes_that_hosts_folder_of_the_experiment_alone(
     assert [(row.host, row.claimed_by) for row in queued(people).values()] == [("w1", "w1"), ("w2", None)]
 
 
-def as_removal(answer: dict[str, Any]) -> file_cleanup.Removal:
-    return file_cleanup.Removal(**{k: v for k, v in answer.items() if k != "id"})
+def as_removal(answer: dict[str, Any]) -> Removal:
+    return Removal.model_validate(answer)
 
 
 # --- the worker's side: celery_config.HostRemovals ---------------------------------------------------
