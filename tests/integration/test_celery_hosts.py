@@ -30,6 +30,7 @@ import dataclasses
 import json
 import os
 import signal
+import socket
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -237,7 +238,18 @@ def _restart_broker(af: LocalAirflow) -> None:
     pid = int((af.home / "pids" / "redis.pid").read_text().split()[0])
     os.kill(pid, signal.SIGKILL)
     wait_until(lambda: af.status()["redis"] is None, timeout=30, what="Redis to die")
+    # The workers keep reconnecting to the dead port, which lies in the ephemeral range: one of
+    # their attempts may connect to itself and hold the port for a moment (TCP self-connect).
+    assert af.celery is not None
+    port = af.celery.redis_port
+    wait_until(lambda: not _port_answers(port), timeout=60, what=f"port {port} to be free")
     af.start()  # starts what does not run: Redis alone
+
+
+def _port_answers(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(1)
+        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def test_running_trials_continue_across_a_broker_restart(det: DetEnv, tmp_path: Path) -> None:
