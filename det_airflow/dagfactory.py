@@ -261,10 +261,12 @@ def check_runner_policy(path: Path, cfg: ExperimentConfig) -> None:
 def build_dag(file: ExperimentFile, cfg: ExperimentConfig, submission: Submission | None = None):  # type: ignore[no-untyped-def]
     from airflow.sdk import DAG, Asset
 
+    from det_airflow.master.placement import node_ranks
     from det_airflow.operators import (
         FinalizeExperimentOperator,
         RegisterExperimentOperator,
         SearcherSensor,
+        TrialNodeOperator,
         TrialOperator,
     )
 
@@ -326,7 +328,13 @@ def build_dag(file: ExperimentFile, cfg: ExperimentConfig, submission: Submissio
             trial = TrialOperator.partial(
                 task_id="trial", experiment_id=file.experiment_id, **trial_kwargs
             ).expand(slot=list(range(slots)))
-            trial >> FinalizeExperimentOperator(experiment_id=file.experiment_id, **finalize_kwargs)
+            finalize = FinalizeExperimentOperator(experiment_id=file.experiment_id, **finalize_kwargs)
+            trial >> finalize
+            if ranks := node_ranks(cfg.resources.slots_per_trial):
+                nodes = TrialNodeOperator.partial(
+                    task_id="trial_node", experiment_id=file.experiment_id, **_node_kwargs(trial_kwargs)
+                ).expand(slot=list(range(slots)), rank=ranks)
+                nodes >> finalize
             return dag
         register = RegisterExperimentOperator(
             task_id="register",
@@ -347,7 +355,18 @@ def build_dag(file: ExperimentFile, cfg: ExperimentConfig, submission: Submissio
         )
         finalize = FinalizeExperimentOperator(experiment_id=register.output, **finalize_kwargs)
         register >> searcher >> trial >> finalize
+        if ranks := node_ranks(cfg.resources.slots_per_trial):
+            nodes = TrialNodeOperator.partial(
+                task_id="trial_node", experiment_id=register.output, **_node_kwargs(trial_kwargs)
+            ).expand(slot=searcher.output, rank=ranks)
+            searcher >> nodes >> finalize
     return dag
+
+
+def _node_kwargs(trial_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A node task's arguments: the trial slot's, but for its pool. The slot's task holds the whole
+    gang's pool slots; a node task takes one slot of Airflow's default pool while it runs."""
+    return {**trial_kwargs, "pool": "default_pool", "pool_slots": 1}
 
 
 def _run_params(cfg: ExperimentConfig) -> dict[str, object]:

@@ -11,7 +11,6 @@ slot per CPU.
 from __future__ import annotations
 
 import os
-import socket
 
 from det_airflow import settings as det_settings
 from det_airflow.api.models import HostReport
@@ -34,6 +33,6 @@ def inventory(current: det_settings.Settings | None = None) -> tuple[str, HostRe
         slots=slots,
         devices=devices,
         queue=det_settings.host_queue(host_id),
-        address=socket.gethostname(),
+        address=current.host_address,
     )
     return host_id, report

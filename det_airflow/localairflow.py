@@ -34,7 +34,7 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -85,6 +85,13 @@ DEFAULT_QUEUE = "default"
 #: a trial may train for days (Airflow's default, one day, would start a second copy of it).
 VISIBILITY_TIMEOUT_S = 7 * 24 * 3600
 REDIS_SERVER = Path("/usr/bin/redis-server")
+#: The kernel's ephemeral port range: outgoing connections take their local port from it.
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+#: Linux's default ephemeral range, for a machine without that file.
+DEFAULT_EPHEMERAL_RANGE = (32768, 60999)
+#: Lowest port the home's services are given: above the ports well-known servers listen on
+#: (PostgreSQL's 5432, Redis's 6379, 8080 ...).
+SERVICE_PORT_FLOOR = 20000
 
 
 class LocalAirflowError(DetError):
@@ -248,17 +255,47 @@ def init_celery(
     old = configparser.RawConfigParser()
     old.read(home / CONFIG_FILE)
     recorded = old[LAYOUT_SECTION] if old.has_section(LAYOUT_SECTION) else {}
-    redis_port = int(recorded.get("redis_port") or _pgcluster.free_port())
+    redis_port = int(recorded.get("redis_port") or service_port())
     if sql_alchemy_conn:
         return CeleryLayout(redis_port, hosts), sql_alchemy_conn, []
     postgres_bindir()
-    port = int(recorded.get("postgres_port") or _pgcluster.free_port())
+    port = int(recorded.get("postgres_port") or service_port(exclude={redis_port}))
     password = recorded.get("postgres_password") or secrets.token_urlsafe(16)
     home.mkdir(parents=True, exist_ok=True)
     opened = _open_for_trials(home)  # the postgres user, too, must reach home/postgres
     cluster = home_postgres(home, port, password)
     prepare_postgres(cluster)
     return CeleryLayout(redis_port, hosts, port, password), cluster.url, opened
+
+
+def ephemeral_ports(range_file: Path | None = None) -> range:
+    """The kernel's ephemeral port range (read from ``range_file``, by default
+    :data:`EPHEMERAL_RANGE_FILE`); Linux's default where it cannot be read."""
+    try:
+        low, high = (int(x) for x in (range_file or EPHEMERAL_RANGE_FILE).read_text().split())
+    except (OSError, ValueError):
+        low, high = DEFAULT_EPHEMERAL_RANGE
+    return range(low, high + 1)
+
+
+def service_port(exclude: Collection[int] = (), *, range_file: Path | None = None) -> int:
+    """A port on 127.0.0.1 that is free now and lies outside the ephemeral range, for a service
+    the home runs (Redis, PostgreSQL); never one of ``exclude``.
+
+    A port of the ephemeral range (what binding port 0 hands out) may be taken at any moment by the
+    local end of an outgoing connection, even by a client that reconnects to the service while it
+    is down and connects to itself (a TCP self-connect); the service then cannot start on it. The
+    scan begins at a random port, so that homes set up at the same time rarely pick the same one.
+    Where the ephemeral range leaves no port outside it, the kernel picks one.
+    """
+    ephemeral = ephemeral_ports(range_file)
+    floor = SERVICE_PORT_FLOOR if ephemeral.start > SERVICE_PORT_FLOOR else 1024
+    candidates = [*range(floor, ephemeral.start), *range(max(ephemeral.stop, floor), 65536)]
+    begin = secrets.randbelow(len(candidates)) if candidates else 0
+    for port in candidates[begin:] + candidates[:begin]:
+        if port not in exclude and _port_free(port):
+            return port
+    return _pgcluster.free_port()
 
 
 def home_postgres(home: Path, port: int, password: str) -> _pgcluster.PgCluster:
@@ -520,7 +557,12 @@ class LocalAirflow:
 
     def components(self) -> dict[str, list[str]]:
         """Each component's command line, in start order: Redis first and the Celery workers last
-        in Celery mode."""
+        in Celery mode.
+
+        Redis keeps its data in ``home/redis``, in an append-only file synced every second: the
+        messages of queued tasks outlive a restart of the broker (a clean one, or a crash of the
+        process), where they would otherwise wait out Airflow's ``task_queued_timeout``.
+        """
         airflow = str(AIRFLOW_BIN)
         commands = {c: [airflow, *args] for c, args in COMPONENTS.items()}
         commands["api-server"] += ["--host", "127.0.0.1", "--port", str(self.port)]
@@ -528,7 +570,8 @@ class LocalAirflow:
             return commands
         redis = [
             str(REDIS_SERVER), "--bind", "127.0.0.1", "--port", str(self.celery.redis_port),
-            "--save", "", "--appendonly", "no", "--dir", str(self.home / "redis"),
+            "--save", "", "--appendonly", "yes", "--appendfsync", "everysec",
+            "--dir", str(self.home / "redis"),
         ]  # fmt: skip
         workers = {w.component: [airflow, *w.args()] for w in self.celery.workers}
         return {"redis": redis, **commands, **workers}
@@ -936,6 +979,16 @@ def _celery_ping(app: Celery) -> list[dict[str, object]]:
         return []
 
 
+def _port_free(port: int) -> bool:
+    """Nothing holds ``port`` on 127.0.0.1 (a listener on every interface included): it binds."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def _port_in_use(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.settimeout(1)
@@ -1077,7 +1130,9 @@ __all__ = [
     "LocalAirflowError",
     "celery_workers",
     "default_parallelism",
+    "ephemeral_ports",
     "init_celery",
+    "service_port",
     "sqlite_url",
     "write_config",
 ]

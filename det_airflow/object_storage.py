@@ -18,6 +18,19 @@ from det_airflow.core._storage import CheckpointStorage
 from det_airflow.errors import DetError
 
 OBJECT_STORAGE_TYPES = ("s3", "gcs", "azure")
+# The variable :func:`trial_variables` gives a trial for each key a connection may have.
+_TRIAL_VARIABLES = {
+    "access_key": "AWS_ACCESS_KEY_ID",
+    "secret_key": "AWS_SECRET_ACCESS_KEY",
+    "session_token": "AWS_SESSION_TOKEN",
+    "endpoint_url": "AWS_ENDPOINT_URL_S3",
+    "region": "AWS_DEFAULT_REGION",
+}
+# Those of them that open the bucket to whoever reads them (an endpoint and a region do not): a
+# runner keeps them out of what others may read, as a Kubernetes pod's spec.
+CREDENTIAL_VARIABLES = frozenset(
+    _TRIAL_VARIABLES[key] for key in ("access_key", "secret_key", "session_token")
+)
 
 
 def is_object_storage(storage: Mapping[str, Any] | None) -> bool:
@@ -56,14 +69,7 @@ def trial_variables(storage: Mapping[str, Any] | None) -> dict[str, str]:
     if storage.get("access_key") and storage.get("secret_key"):
         return {}
     found = _connection_credentials(storage_conn_id(storage))
-    names = {
-        "access_key": "AWS_ACCESS_KEY_ID",
-        "secret_key": "AWS_SECRET_ACCESS_KEY",
-        "session_token": "AWS_SESSION_TOKEN",
-        "endpoint_url": "AWS_ENDPOINT_URL_S3",
-        "region": "AWS_DEFAULT_REGION",
-    }
-    return {names[key]: value for key, value in found.items() if value and key in names}
+    return {_TRIAL_VARIABLES[key]: value for key, value in found.items() if value and key in _TRIAL_VARIABLES}
 
 
 def _connection_credentials(conn_id: str) -> dict[str, str]:

@@ -208,6 +208,12 @@ class Settings:
         return value
 
     @property
+    def host_address(self) -> str:
+        """Where the other nodes of a multi-node trial reach this host: ``[det] host_address``, else
+        the machine's name."""
+        return (self.checked_on_use.get("host_address") or "").strip()[:253] or socket.gethostname()
+
+    @property
     def host_slots(self) -> int | None:
         """Slots this host offers when it has no GPUs to count (``[det] host_slots``); None: not set."""
         return _int(self.checked_on_use.get, "host_slots", 0) or None
@@ -282,6 +288,7 @@ def load(values: Mapping[str, str | None] | None = None) -> Settings:
 
 
 _CHECKED_ON_USE = (
+    "host_address",
     "host_id",
     "host_slots",
     "host_timeout",

@@ -1,9 +1,9 @@
 """``python3 -m det_airflow.launchers.torch_distributed [OVERRIDES... --] (--trial module:Class | SCRIPT...)``
 
-Runs the trial's workers with ``torch.distributed.run`` (torchrun): one node per container
+Runs the trial's workers with ``torch.distributed.run`` (torchrun): one node per container or host
 (``DET_CONTAINER_ADDRS`` / ``DET_CONTAINER_RANK``; one when absent), one worker per slot of this
-container (``DET_SLOT_IDS``; one for a CPU trial without slots), the chief container's address and
-port 29400 as the rendezvous, no restarts, and each worker wrapped by ``wrap_rank`` so its lines
+node (``DET_SLOT_IDS``; one for a CPU trial without slots), the chief's address and port
+(``DET_RENDEZVOUS_PORT`` on a run over several hosts, else 29400) as the rendezvous, no restarts, and each worker wrapped by ``wrap_rank`` so its lines
 carry its rank. A trial of one container rendezvous on 127.0.0.1 at a free port instead: local and
 host-network trials share the machine's ports, and two of them on 29400 would collide.
 OVERRIDES before ``--`` are passed to torchrun after ours (so they win: ``--master_port 29500 --``).
@@ -57,7 +57,14 @@ def layout(info: ClusterInfo | None, env: Mapping[str, str]) -> Layout:
     addrs = info.container_addrs
     if len(addrs) <= 1:
         return Layout(1, max(len(info.slot_ids), 1), 0, LOCALHOST, free_port())
-    return Layout(len(addrs), max(len(info.slot_ids), 1), info.container_rank, addrs[0], C10D_PORT)
+    port = env.get(trial_env.RENDEZVOUS_PORT, "").strip()
+    return Layout(
+        len(addrs),
+        max(len(info.slot_ids), 1),
+        info.container_rank,
+        addrs[0],
+        int(port) if port.isdigit() else C10D_PORT,
+    )
 
 
 def free_port() -> int:

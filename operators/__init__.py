@@ -5,14 +5,16 @@ from det_airflow.operators.experiment import (
     RegisterExperimentOperator,
     SearcherSensor,
 )
-from det_airflow.operators.trial import TrialOperator
-from det_airflow.operators.triggers import ExperimentReadyTrigger, TrialSlotTrigger
+from det_airflow.operators.trial import TrialNodeOperator, TrialOperator
+from det_airflow.operators.triggers import ExperimentReadyTrigger, TrialNodeTrigger, TrialSlotTrigger
 
 __all__ = [
     "ExperimentReadyTrigger",
     "FinalizeExperimentOperator",
     "RegisterExperimentOperator",
     "SearcherSensor",
+    "TrialNodeOperator",
+    "TrialNodeTrigger",
     "TrialOperator",
     "TrialSlotTrigger",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import socket
 import threading
 import time
 from collections.abc import Sequence
@@ -17,7 +18,12 @@ from det_airflow.api.models import SlotAnswer, SlotStatus, TaskRef
 from det_airflow.errors import APIError, DetError
 from det_airflow.operators._logs import LogShipper
 from det_airflow.operators.hooks import DetHook
-from det_airflow.operators.triggers import KubernetesTrialTrigger, TrialSlotTrigger, stop_reason
+from det_airflow.operators.triggers import (
+    KubernetesTrialTrigger,
+    TrialNodeTrigger,
+    TrialSlotTrigger,
+    stop_reason,
+)
 from det_airflow.states import TrialState
 
 if TYPE_CHECKING:
@@ -30,6 +36,13 @@ def _trial_to_run(answer: SlotAnswer) -> tuple[int, dict[str, Any], str]:
     if answer.trial is None or answer.spec is None or answer.token is None:
         raise DetError(f"the master answered a trial slot '{answer.status}' without the trial to run")
     return answer.trial.id, answer.spec.model_dump(), answer.token
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now, on every address of this host."""
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        return int(sock.getsockname()[1])
 
 
 def default_work_dir() -> Path:
@@ -178,6 +191,8 @@ class TrialOperator(BaseOperator):
         client = self._client()
         try:
             while True:
+                # Should the trial run over several hosts, the others join this host at that port.
+                task_ref.port = free_port()
                 answer = client.acquire(experiment_id, self.slot, task_ref)
                 if answer.status == SlotStatus.REFUSED:
                     raise AirflowFailException(answer.message)  # a retry would be refused too
@@ -339,7 +354,9 @@ class TrialOperator(BaseOperator):
             self.report_phase(client, spec.trial_id, spec.run_id, state, why)
 
         self._stop.clear()
-        watcher = threading.Thread(target=self._watch, args=(spec.trial_id,), daemon=True)
+        # A node of a run over several hosts also stops when that run ends or one of its nodes fails.
+        watched_run = spec.run_id if spec.gang else None
+        watcher = threading.Thread(target=self._watch, args=(spec.trial_id, watched_run), daemon=True)
         watcher.start()
         try:
             try:
@@ -401,8 +418,9 @@ class TrialOperator(BaseOperator):
         except APIError as exc:
             self.log.warning("Could not tell the master trial %s is %s: %s", trial_id, state, exc)
 
-    def _watch(self, trial_id: int) -> None:
-        """Kill the trial's process when its experiment is killed, or when it ignores a preemption."""
+    def _watch(self, trial_id: int, run_id: int | None = None) -> None:
+        """Kill the trial's process when its experiment is killed, when it ignores a preemption, or
+        (a run over several hosts, ``run_id``) when one of its nodes failed or its run was closed."""
         client = self._client()
         asked_at: float | None = None
         try:
@@ -411,10 +429,84 @@ class TrialOperator(BaseOperator):
                     status = client.trial_status(trial_id)
                 except APIError:
                     continue
-                why, asked_at = stop_reason(status, asked_at, time.monotonic(), self.preemption_timeout)
+                why, asked_at = stop_reason(
+                    status, asked_at, time.monotonic(), self.preemption_timeout, run_id=run_id
+                )
                 if why is not None:
                     self.log.warning("Trial %s %s: stopping it now", trial_id, why)
                     self._stop.set()
                     return
         finally:
             client.close()
+
+
+class TrialNodeOperator(TrialOperator):
+    """Runs, for one trial slot, node ``rank`` of its multi-node runs: a trial larger than every
+    worker host runs as a gang over several (master/gangs.py). The slot's own task runs the chief;
+    this task waits deferred (holding no worker) until a run of the slot's trial needs its rank, is
+    sent to the host placed for it, runs that node's part of the run through the trial's runner,
+    reports how it ended, and waits again until the slot runs no more trials. Where no node ever
+    runs (no worker hosts report, Kubernetes trials), it ends skipped at once.
+    """
+
+    ui_color = "#fbe5d6"
+
+    def __init__(self, *, rank: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.rank = rank
+
+    def _serve_slot(self, context: Context, ran: list[int]) -> dict[str, Any] | None:
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        experiment_id = int(self.experiment_id)
+        ti = context["ti"]
+        task_ref = TaskRef(
+            try_number=ti.try_number,
+            dag_id=ti.dag_id,
+            run_id=ti.run_id,
+            task_id=ti.task_id,
+            map_index=ti.map_index,
+            host=self._host_id,
+        )
+        client = self._client()
+        try:
+            while True:
+                answer = client.acquire_node(experiment_id, self.slot, self.rank, task_ref)
+                if answer.status == SlotStatus.DONE:
+                    if ran:
+                        return {"trials": sorted(set(ran))}
+                    raise AirflowSkipException(f"no run of slot {self.slot} needed node {self.rank}")
+                if answer.status != SlotStatus.RUN:
+                    self._wait_for_node(ran)
+                trial_id, spec_dict, token = _trial_to_run(answer)
+                exit_code = self._run_trial(client, spec_dict, token)
+                try:
+                    client.exit_node(trial_id, self.rank, int(spec_dict.get("run_id") or 0), exit_code)
+                except APIError as exc:
+                    self.log.warning("Could not tell the master node %s ended: %s", self.rank, exc)
+                self.log.info("Node %s of trial %s exited with code %s", self.rank, trial_id, exit_code)
+                ran.append(trial_id)
+        finally:
+            client.close()
+
+    def report_phase(self, client: InternalClient, trial_id: int, run_id: int, state: str, why: str) -> None:
+        """The chief reports where the run's start is; a node's own start changes nothing of it."""
+        self.log.info("Node %s of trial %s: %s (%s)", self.rank, trial_id, state, why)
+
+    def _wait_for_node(self, ran: list[int]) -> None:
+        master, token = self._credentials
+        self.defer(
+            trigger=TrialNodeTrigger(
+                master,
+                token,
+                int(self.experiment_id),
+                slot=self.slot,
+                rank=self.rank,
+                host=self._host_id,
+                # The master starts a node's task anew on its host when its run starts: the trigger
+                # is the fallback.
+                poll_interval=max(self.poll_interval, 15.0),
+            ),
+            method_name="resume",
+            kwargs={"ran": ran},
+        )

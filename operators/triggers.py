@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 # An activation does not wait for it: the master starts the paused trials' slots in a new try
 # (master/trials.py, `start_resumed_slots`), whose key no late report of the old process matches.
 MIN_WAIT_SECONDS = 10.0
+_RUN_GOING = (TrialState.PULLING, TrialState.STARTING, TrialState.RUNNING)
 
 
 class _PollingTrigger(BaseTrigger):
@@ -107,16 +108,58 @@ class TrialSlotTrigger(_PollingTrigger):
         return None if status == SlotStatus.WAIT else {"status": status.value}
 
 
+class TrialNodeTrigger(_PollingTrigger):
+    """Fires when node ``rank`` of the slot's multi-node run waits to be started (on ``host``, or
+    on another host the task must move to), or the slot will run no more trials."""
+
+    def __init__(
+        self,
+        master: str,
+        token: str,
+        experiment_id: int,
+        slot: int,
+        rank: int,
+        host: str,
+        poll_interval: float = 2.0,
+        min_wait: float = MIN_WAIT_SECONDS,
+    ) -> None:
+        super().__init__(master, token, experiment_id, poll_interval, min_wait)
+        self.slot = slot
+        self.rank = rank
+        self.host = host
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            "det_airflow.operators.triggers.TrialNodeTrigger",
+            {**self._kwargs(), "slot": self.slot, "rank": self.rank, "host": self.host},
+        )
+
+    async def _check(self, client: AsyncInternalClient) -> dict[str, Any] | None:
+        answer = await client.node_status(self.experiment_id, self.slot, self.rank, self.host)
+        if answer.status == SlotStatus.WAIT and answer.host is None:
+            return None
+        return {"status": answer.status.value}
+
+
 def stop_reason(
-    status: TrialStatus, asked_at: float | None, now: float, preemption_timeout: float
+    status: TrialStatus,
+    asked_at: float | None,
+    now: float,
+    preemption_timeout: float,
+    run_id: int | None = None,
 ) -> tuple[str | None, float | None]:
     """Whether a running trial must be stopped now, from the master's ``trial_status`` answer: its
-    experiment or itself was killed, or it was asked to stop (pause, preemption) more than
+    experiment or itself was killed, one node of its multi-node run failed, the master closed its
+    run ``run_id`` (when given), or it was asked to stop (pause, preemption) more than
     ``preemption_timeout`` seconds ago (``asked_at``, on the ``now`` clock) and still runs.
     Answers (why, or None; when it was first asked, or None when it is not)."""
     exp_state, trial = status.experiment_state, status.trial
     if exp_state == ExperimentState.STOPPING_KILLED or trial.state == TrialState.STOPPING_KILLED:
         return "killed", asked_at
+    if status.gang_failed:
+        return f"stops with its gang: {status.gang_failed}", asked_at
+    if run_id is not None and (status.run_id != run_id or trial.state not in _RUN_GOING):
+        return f"has no run {run_id} going any more ({trial.state})", asked_at
     preempting = (
         exp_state != ExperimentState.ACTIVE or trial.stop_requested or trial.preempt_requested_at is not None
     )

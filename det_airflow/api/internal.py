@@ -88,6 +88,18 @@ class InternalClient:
         )
         return SlotAnswer.model_validate(answer)
 
+    def acquire_node(self, experiment_id: int, slot: int, rank: int, task: TaskRef) -> SlotAnswer:
+        """A node task's part of its slot's multi-node run (``run``), or ``wait`` / ``done``."""
+        answer = self.session.post(
+            f"/internal/experiments/{experiment_id}/slots/{slot}/nodes/{rank}/acquire", task.model_dump()
+        )
+        return SlotAnswer.model_validate(answer)
+
+    def exit_node(self, trial_id: int, rank: int, run_id: int, exit_code: int) -> None:
+        self.session.post(
+            f"/internal/trials/{trial_id}/nodes/{rank}/exit", {"run_id": run_id, "exit_code": exit_code}
+        )
+
     def context(self, experiment_id: int) -> bytes:
         return self.session.request("GET", f"/internal/experiments/{experiment_id}/context").content
 
@@ -126,6 +138,16 @@ class AsyncInternalClient:
         async with AsyncSession(self.master, self.token) as session:
             answer = await session.request("GET", f"/internal/trials/{trial_id}")
         return TrialStatus.model_validate(answer)
+
+    async def node_status(self, experiment_id: int, slot: int, rank: int, host: str) -> SlotAnswer:
+        """What a node task on ``host`` would be told now, without starting a node (a dry run)."""
+        async with AsyncSession(self.master, self.token) as session:
+            answer = await session.request(
+                "POST",
+                f"/internal/experiments/{experiment_id}/slots/{slot}/nodes/{rank}/acquire?dry_run=true",
+                json={"host": host},
+            )
+        return SlotAnswer.model_validate(answer)
 
     async def slot_status(self, experiment_id: int, slot: int) -> SlotStatus:
         """What the slot would be told now, without taking a trial (a dry run)."""

@@ -191,7 +191,12 @@ class Job(_Answer):
     largest_host_slots: int | None = Field(
         None,
         description="the most slots a live worker host has (null without hosts): a trial whose "
-        "slots_per_trial exceed it waits for a host that large",
+        "slots_per_trial exceed it runs across several hosts",
+    )
+    fits_hosts: bool | None = Field(
+        None,
+        description="whether the live hosts could take one of its trials, whole on one host or in "
+        "equal shares on several (null without hosts); false: it waits for hosts that can",
     )
     user: str | None = Field(description="null when the caller may not read the experiment")
     resource_pool: str
@@ -211,6 +216,15 @@ class JobSettings(_Answer):
     resource_pool: str
 
 
+class NodeGang(_Answer):
+    """One node's part of a multi-node run: where every node is, which one this is, its slots."""
+
+    addrs: list[str] = Field(description="every node's host address, the chief's first")
+    rank: int = Field(description="this node's rank (0: the chief)")
+    slots: int = Field(description="the slots this node holds")
+    port: int | None = Field(description="the chief's rendezvous port")
+
+
 class TrialRunSpec(_Answer):
     """Everything a trial process needs (det_airflow.trial_process.TrialSpec)."""
 
@@ -225,6 +239,7 @@ class TrialRunSpec(_Answer):
     run_id: int
     uid: int | None = Field(description="the OS identity the trial runs as (gid == uid)")
     gid: int | None
+    gang: NodeGang | None = Field(None, description="a run over several hosts: this node's part")
 
 
 # --- requests and answers of the People routes ----------------------------------------------------
@@ -453,6 +468,12 @@ class TaskRef(_Body):
     task_id: str | None = None
     map_index: int | None = None
     host: HostId | None = Field(None, description="the host whose worker runs the task")
+    port: int | None = Field(
+        default=None,
+        ge=1,
+        le=65535,
+        description="a port free on the task's host: where a multi-node run's other nodes join the chief",
+    )
 
 
 class SlotStatus(enum.StrEnum):
@@ -499,6 +520,15 @@ class TrialPhase(_Body):
 class TrialStatus(_Answer):
     trial: Trial
     experiment_state: ExperimentState
+    run_id: int | None = Field(None, description="the trial's current (or latest) run")
+    gang_failed: str | None = Field(
+        None, description="a multi-node run: why its nodes must stop (one failed or lost its host)"
+    )
+
+
+class NodeExit(_Body):
+    run_id: int
+    exit_code: int
 
 
 class LogLineIn(_Body):

@@ -126,10 +126,10 @@ def list_row(job: Job) -> list[Any]:
     slots = f"{job.acquired_slots}/{job.needed_slots}"
     if not job.fits_pool:
         slots += f" (needs {job.slots_per_trial} per trial: never fits pool '{job.resource_pool}')"
-    elif job.largest_host_slots is not None and job.slots_per_trial > job.largest_host_slots:
+    elif job.fits_hosts is False:
         slots += (
-            f" (needs {job.slots_per_trial} per trial: waits for a host with that many slots;"
-            f" the largest live host has {job.largest_host_slots})"
+            f" (needs {job.slots_per_trial} per trial: waits for hosts that can take it, one with that"
+            f" many slots or several with equal shares; the largest live host has {job.largest_host_slots})"
         )
     return [
         job.jobs_ahead,

@@ -237,9 +237,15 @@ def existing_dag_runs(runs: list[tuple[str, str]]) -> set[tuple[str, str]]:
         raise AirflowRecordError(f"Airflow's DAG runs: {exc}") from None
 
 
-def _update_trial_task_instances(where: list[Any], values: dict[str, object], what: str) -> int:
-    """Write ``values`` into the trial task instances ``where`` selects, in one UPDATE; answers how
-    many were changed. ``what`` names them in the error."""
+#: The task ids of an experiment DAG's trial slots and of their multi-node runs' other nodes.
+TRIAL_TASK, NODE_TASK = "trial", "trial_node"
+
+
+def _update_trial_task_instances(
+    where: list[Any], values: dict[str, object], what: str, task_ids: tuple[str, ...] = (TRIAL_TASK,)
+) -> int:
+    """Write ``values`` into the trial task instances (of ``task_ids``) ``where`` selects, in one
+    UPDATE; answers how many were changed. ``what`` names them in the error."""
     from sqlalchemy import update
     from sqlalchemy.exc import SQLAlchemyError
 
@@ -249,7 +255,7 @@ def _update_trial_task_instances(where: list[Any], values: dict[str, object], wh
         with create_session() as session:
             result = session.execute(
                 update(TaskInstance)
-                .where(TaskInstance.task_id == "trial", *where)
+                .where(TaskInstance.task_id.in_(task_ids), *where)
                 .values(**values)
                 .execution_options(synchronize_session=False)
             )
@@ -297,10 +303,11 @@ def update_waiting_trials(
     )
 
 
-def route_slot(dag_id: str, run_id: str, map_index: int, queue: str) -> bool:
-    """Send a trial slot's task to ``queue`` from its next start on (the queue of the worker host its
-    trial is placed on): Airflow's executor routes a task instance by its own ``queue``, which a
-    deferred task keeps when it resumes. False when the task instance is not found."""
+def route_slot(dag_id: str, run_id: str, map_index: int, queue: str, task_id: str = TRIAL_TASK) -> bool:
+    """Send a trial slot's task (or a node task) to ``queue`` from its next start on (the queue of
+    the worker host its trial is placed on): Airflow's executor routes a task instance by its own
+    ``queue``, which a deferred task keeps when it resumes. False when the task instance is not
+    found."""
     from det_airflow.airflow_compat import TaskInstance
 
     where = [
@@ -308,8 +315,8 @@ def route_slot(dag_id: str, run_id: str, map_index: int, queue: str) -> bool:
         TaskInstance.run_id == run_id,
         TaskInstance.map_index == map_index,
     ]
-    what = f"Airflow task instance {map_index} of DAG run '{run_id}' of DAG '{dag_id}'"
-    return bool(_update_trial_task_instances(where, {"queue": queue}, what))
+    what = f"Airflow task instance {task_id} {map_index} of DAG run '{run_id}' of DAG '{dag_id}'"
+    return bool(_update_trial_task_instances(where, {"queue": queue}, what, (task_id,)))
 
 
 def slots_waiting_for_a_trial(dag_id: str, run_id: str) -> list[int]:
@@ -361,11 +368,17 @@ def requeue_trial_tasks(live_queues: set[str], prefix: str) -> int:
         waiting,
     ]
     default_queue = conf.get("operators", "default_queue", fallback="default")
-    return _update_trial_task_instances(where, {"queue": default_queue}, "Airflow's trial task instances")
+    return _update_trial_task_instances(
+        where, {"queue": default_queue}, "Airflow's trial task instances", (TRIAL_TASK, NODE_TASK)
+    )
 
 
 def start_deferred_slots_anew(
-    dag_id: str, run_id: str, map_indexes: list[int], queues: dict[int, str] | None = None
+    dag_id: str,
+    run_id: str,
+    map_indexes: list[int],
+    queues: dict[int, str] | None = None,
+    task_id: str = TRIAL_TASK,
 ) -> list[int]:
     """Start these trial slots of a DAG run now, each in a new try, instead of waiting for their
     triggers; answers the map indexes started (only slots still deferred on their wait for a trial).
@@ -379,7 +392,8 @@ def start_deferred_slots_anew(
     new try's key that late report changes nothing.
 
     ``queues``: map index -> the queue its new try is sent to (the worker host its trial is placed
-    on); clearing otherwise sends it to its task's own queue.
+    on); clearing otherwise sends it to its task's own queue. ``task_id``: the node tasks of
+    multi-node runs are started the same way.
     """
     if not map_indexes:
         return []
@@ -392,7 +406,7 @@ def start_deferred_slots_anew(
     query = select(TaskInstance).where(
         TaskInstance.dag_id == dag_id,
         TaskInstance.run_id == run_id,
-        TaskInstance.task_id == "trial",
+        TaskInstance.task_id == task_id,
         TaskInstance.map_index.in_(map_indexes),
         TaskInstance.state == TaskInstanceState.DEFERRED,
         TaskInstance.next_method == "resume",  # waiting for a trial, not watching a trial's pods

@@ -9,7 +9,7 @@ from typing import Annotated
 from urllib.parse import urlsplit
 
 from fastapi import Depends, HTTPException, Request, status
-from sqlalchemy import select
+from sqlalchemy import Connection, select
 
 from det_airflow.master import schema
 from det_airflow.master.db import get_database, get_setting
@@ -50,13 +50,24 @@ def service_token_hash() -> str | None:
     return _service_hash()
 
 
+def _trial_holding(conn: Connection, token_hash: str) -> int | None:
+    """The trial whose current run holds the token: its own (the chief's), or one of a multi-node
+    run's other nodes while it runs."""
+    trial_id = conn.execute(
+        select(schema.trials.c.id).where(schema.trials.c.token_hash == token_hash)
+    ).scalar()
+    if trial_id is None:
+        nodes = schema.trial_nodes
+        trial_id = conn.execute(
+            select(nodes.c.trial_id).where(nodes.c.token_hash == token_hash, nodes.c.state == "running")
+        ).scalar()
+    return None if trial_id is None else int(trial_id)
+
+
 def trial_of_token_hash(token_hash: str) -> int | None:
     """The trial whose current run holds the token with ``token_hash``, if any."""
     with get_database().read() as conn:
-        trial_id = conn.execute(
-            select(schema.trials.c.id).where(schema.trials.c.token_hash == token_hash)
-        ).scalar()
-    return None if trial_id is None else int(trial_id)
+        return _trial_holding(conn, token_hash)
 
 
 def require_service(request: Request) -> None:
@@ -69,27 +80,22 @@ def require_service(request: Request) -> None:
 
 
 def require_trial(trial_id: int, request: Request) -> int:
-    """Routes for one trial's training code: the token issued for this trial's current run."""
+    """Routes for one trial's training code: a token issued for this trial's current run."""
     token_hash = hash_token(_bearer(request))
     with get_database().read() as conn:
-        stored = conn.execute(
-            select(schema.trials.c.token_hash).where(schema.trials.c.id == trial_id)
-        ).scalar()
-    if stored is None or not secrets.compare_digest(token_hash, stored):
+        holder = _trial_holding(conn, token_hash)
+    if holder != trial_id:
         raise HTTPException(status.HTTP_403_FORBIDDEN, f"token not valid for trial {trial_id}")
     return trial_id
 
 
 def require_any_trial(request: Request) -> int:
     """A trial token for some trial (checkpoint reads): returns that trial's id."""
-    token_hash = hash_token(_bearer(request))
     with get_database().read() as conn:
-        trial_id = conn.execute(
-            select(schema.trials.c.id).where(schema.trials.c.token_hash == token_hash)
-        ).scalar()
+        trial_id = _trial_holding(conn, hash_token(_bearer(request)))
     if trial_id is None:
         raise HTTPException(status.HTTP_403_FORBIDDEN, "invalid trial token")
-    return int(trial_id)
+    return trial_id
 
 
 TrialAuth = Annotated[int, Depends(require_trial)]

@@ -73,14 +73,14 @@ def live_hosts(conn: Connection) -> list[Row]:
 
 def holdings(conn: Connection, host_id: str | None = None) -> dict[str, list[tuple[int, int, int]]]:
     """Host id -> the trials placed on it that hold slots now: (trial id, experiment id, slots);
-    every host's, or ``host_id``'s alone."""
+    every host's, or ``host_id``'s alone. A multi-node trial holds its share on each of its nodes."""
     trials, exps = schema.trials, schema.experiments
-    placed = trials.c.host.is_not(None) if host_id is None else trials.c.host == host_id
     rows = conn.execute(
         select(
             trials.c.id,
             trials.c.experiment_id,
             trials.c.host,
+            trials.c.nodes,
             trials.c.state,
             trials.c.run_id,
             trials.c.admitted_run,
@@ -90,7 +90,7 @@ def holdings(conn: Connection, host_id: str | None = None) -> dict[str, list[tup
         )
         .join(exps, exps.c.id == trials.c.experiment_id)
         .where(
-            placed,
+            trials.c.host.is_not(None),
             trials.c.state.in_([s.value for s in (*RUNNING_STATES, *BETWEEN_RUNS)]),
         )
         .order_by(trials.c.id)
@@ -102,10 +102,16 @@ def holdings(conn: Connection, host_id: str | None = None) -> dict[str, list[tup
             row.exp_state, row.state, row.admitted_run > row.run_id, row.pause_requested, row.stop_requested
         )[0]
     ]
-    gangs = _gangs(conn, {row.experiment_id for row in holding})
+    gangs = _gangs(conn, {row.experiment_id for row in holding if not row.nodes})
     held: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
     for row in holding:
-        held[row.host].append((row.id, row.experiment_id, gangs[row.experiment_id]))
+        if row.nodes:
+            for node in row.nodes:
+                held[node["host"]].append((row.id, row.experiment_id, int(node["slots"])))
+        else:
+            held[row.host].append((row.id, row.experiment_id, gangs[row.experiment_id]))
+    if host_id is not None:
+        return {host_id: held[host_id]} if held.get(host_id) else {}
     return held
 
 

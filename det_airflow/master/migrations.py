@@ -182,6 +182,27 @@ def _v10_removals(op: Operations) -> None:
     )
 
 
+def _v11_trial_nodes(op: Operations) -> None:
+    with op.batch_alter_table("det_trials") as batch:
+        batch.add_column(sa.Column("nodes", sa.JSON))
+    op.create_table(
+        "det_trial_nodes",
+        sa.Column(
+            "trial_id", sa.Integer, sa.ForeignKey("det_trials.id", ondelete="CASCADE"), primary_key=True
+        ),
+        sa.Column("rank", sa.Integer, primary_key=True),
+        sa.Column("run_id", sa.Integer, nullable=False),
+        sa.Column("host", sa.String(63), nullable=False),
+        sa.Column("slots", sa.Integer, nullable=False),
+        sa.Column("address", sa.String(253)),
+        sa.Column("port", sa.Integer),
+        sa.Column("state", sa.String(16), nullable=False),
+        sa.Column("exit_code", sa.Integer),
+        sa.Column("token_hash", sa.String(64)),
+        sa.Column("task", sa.JSON),
+    )
+
+
 def backfill_metric_chunks(conn: Connection, chunks: sa.Table = schema.metric_chunks) -> int:
     """Rebuild the charts' numbers from every stored metric row; returns the trials that had some."""
     metrics = sa.table(
@@ -234,6 +255,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(8, "trials: told_to_stop_run, the run the master last asked to stop", _v8_told_to_stop),
     Migration(9, "hosts: det_hosts, the workers' inventory; det_trials.host and hosts", _v9_hosts),
     Migration(10, "file removals done by the hosts that have the files: det_removals", _v10_removals),
+    Migration(11, "multi-node trials: det_trials.nodes, det_trial_nodes", _v11_trial_nodes),
 )
 
 

@@ -1,10 +1,14 @@
-"""Where an admitted trial runs: the host that takes its whole gang of slots.
+"""Where an admitted trial runs: the host that takes its whole gang of slots, or, for a trial
+larger than every host, the hosts that take it together.
 
 The job queue (master/queue_policy.py) decides which trials of a pool may hold slots; placement
 decides on which of the live hosts, as Determined's ``fitting_policy: best``: the host whose free
 slots the gang fills most tightly, so that a job asking for a whole host still finds one free while
-small trials fill the gaps. No host is given more slots than it reported, so a slot is never
-leased twice. Pure functions of what the hosts hold, like the queue policy.
+small trials fill the gaps. A gang that fits some host is never split; one larger than every host
+runs as ``k`` nodes of ``slots / k`` slots each (the fewest nodes that have room, each on its best
+fit), as Determined spreads a multi-agent trial evenly. No host is given more slots than it
+reported, so a slot is never leased twice. Pure functions of what the hosts hold, like the queue
+policy.
 """
 
 from __future__ import annotations
@@ -44,6 +48,65 @@ def best_fit(hosts: Iterable[HostLoad], gang: int, prefer: str | None = None) ->
 def fits_any(hosts: Iterable[HostLoad], gang: int) -> bool:
     """Whether some host could ever take the gang whole (when all its trials have ended)."""
     return any(host.slots >= gang for host in hosts)
+
+
+#: The most nodes one trial runs on: the experiment's DAG has a node task for each of them.
+MAX_NODES = 8
+
+
+@dataclass(frozen=True)
+class Node:
+    """One node of a placed gang: a host and the slots the trial holds there."""
+
+    host: str
+    slots: int
+
+
+def node_ranks(gang: int) -> list[int]:
+    """The ranks of a gang's nodes other than the chief, at most: the experiment's DAG has one node
+    task per slot and rank (none for a one-slot gang, which never spans hosts)."""
+    return list(range(1, min(gang, MAX_NODES)))
+
+
+def node_map_index(slot: int, rank: int, gang: int) -> int:
+    """The map index of slot ``slot``'s node task of ``rank``: Airflow maps ``expand(slot=...,
+    rank=...)`` over every pair, the last argument varying fastest."""
+    return slot * len(node_ranks(gang)) + rank - 1
+
+
+def node_counts(gang: int) -> list[int]:
+    """The numbers of nodes a gang larger than every host may be split into, fewest first: each
+    node holds the same number of slots."""
+    return [k for k in range(2, min(gang, MAX_NODES) + 1) if gang % k == 0]
+
+
+def place_gang(hosts: Sequence[HostLoad], gang: int, prefer: str | None = None) -> list[Node] | None:
+    """The nodes of a trial of ``gang`` slots, chief first: one host that takes it whole (best fit)
+    when any host is that large; else the fewest hosts that take equal shares of it now, each the
+    tightest fit for its share. None when it cannot be placed now."""
+    if fits_any(hosts, gang):
+        host = best_fit(hosts, gang, prefer)
+        return None if host is None else [Node(host, gang)]
+    for count in node_counts(gang):
+        share = gang // count
+        room = sorted(
+            (host for host in hosts if host.free >= share), key=lambda h: (h.free, h.id != prefer, h.id)
+        )
+        if len(room) >= count:
+            chosen = room[:count]
+            # The asking task's host, when it is one of them, is the chief: its task need not move.
+            chosen.sort(key=lambda h: h.id != prefer)
+            return [Node(host.id, share) for host in chosen]
+    return None
+
+
+def fits_together(hosts: Iterable[HostLoad], gang: int) -> bool:
+    """Whether the hosts could ever take the gang, whole on one or split over several (when all
+    their trials have ended)."""
+    hosts = list(hosts)
+    if fits_any(hosts, gang):
+        return True
+    return any(sum(host.slots >= gang // k for host in hosts) >= k for k in node_counts(gang))
 
 
 def place(hosts: Sequence[HostLoad], gangs: Sequence[int]) -> list[str | None]:

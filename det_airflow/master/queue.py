@@ -194,13 +194,18 @@ def admit(conn: Connection, exp: Row, trial: Row, prefer_host: str | None = None
         return False
     _lock_hosts(conn)
     loads = hosts.loads(conn)
-    host = placement.best_fit(loads, _gang(exp.config), prefer_host) if loads else None
-    if loads and host is None:
+    nodes = placement.place_gang(loads, _gang(exp.config), prefer_host) if loads else None
+    if loads and nodes is None:
         return False
     conn.execute(
         schema.trials.update()
         .where(schema.trials.c.id == trial.id)
-        .values(admitted_run=trial.run_id + 1, admitted_at=now(), host=host)
+        .values(
+            admitted_run=trial.run_id + 1,
+            admitted_at=now(),
+            host=nodes[0].host if nodes else None,
+            nodes=[{"host": n.host, "slots": n.slots} for n in nodes] if nodes and len(nodes) > 1 else None,
+        )
     )
     return True
 
@@ -334,8 +339,9 @@ def job_rows(conn: Connection, pool: str, capacity: int | None = None) -> list[d
     snap = snapshot(conn, pool, capacity)
     result = plan(snap.capacity, snap.jobs)
     preempting = _preempting(conn, list(snap.rows))
-    # While worker hosts report, a trial's gang must fit one of them whole.
-    largest_host = max((row.slots for row in hosts.live_hosts(conn)), default=None)
+    # While worker hosts report, a trial's gang must fit one of them whole, or several together.
+    live = [placement.HostLoad(row.id, row.slots) for row in hosts.live_hosts(conn)]
+    largest_host = max((host.slots for host in live), default=None)
     job_hosts: dict[int, set[str]] = {}
     for host_id, held in hosts.holdings(conn).items():
         for _, exp_id, _ in held:
@@ -363,6 +369,7 @@ def job_rows(conn: Connection, pool: str, capacity: int | None = None) -> list[d
                 "preempting_trials": preempting.get(job.id, 0),
                 "fits_pool": job.id not in result.unfit,
                 "largest_host_slots": largest_host,
+                "fits_hosts": placement.fits_together(live, job.slots_per_trial) if live else None,
                 "user": row.owner,
                 "resource_pool": pool,
                 "experiment_state": row.state,

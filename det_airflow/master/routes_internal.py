@@ -15,6 +15,7 @@ from det_airflow.api.models import (
     HostId,
     HostReport,
     LogBatch,
+    NodeExit,
     Registered,
     RegisterRun,
     RemovalDone,
@@ -32,6 +33,7 @@ from det_airflow.errors import DetError
 from det_airflow.master import (
     checkpoint_gc,
     experiments,
+    gangs,
     hosts,
     housekeeping,
     removals,
@@ -92,8 +94,36 @@ def acquire(experiment_id: int, slot: int, body: TaskRef, dry_run: bool = False)
     if queue is not None and not dry_run and body.dag_id and body.run_id and body.map_index is not None:
         trials.route_slot(body.dag_id, body.run_id, body.map_index, queue)
     if "trial" in answer:
+        if answer.get("spec", {}).get("gang") and body.dag_id and body.run_id:
+            # A multi-node run: its other nodes' tasks start now, each on its host.
+            trials.start_nodes(get_database(), body.dag_id, body.run_id, answer["trial"], slot)
         answer["trial"] = serialize.trial(answer["trial"])
     return answer
+
+
+@router.post(
+    "/experiments/{experiment_id}/slots/{slot}/nodes/{rank}/acquire",
+    response_model=SlotAnswer,
+    response_model_exclude_unset=True,
+)
+def acquire_node(experiment_id: int, slot: int, rank: int, body: TaskRef, dry_run: bool = False) -> dict:
+    """A node task asks for its part of its slot's multi-node run (master/gangs.py)."""
+    with get_database().begin() as conn:
+        answer = trials.acquire_node(conn, experiment_id, slot, rank, body.model_dump(), dry_run=dry_run)
+    queue = answer.pop("queue", None)
+    if queue is not None and not dry_run and body.dag_id and body.run_id and body.map_index is not None:
+        trials.route_slot(body.dag_id, body.run_id, body.map_index, queue, task_id=trials.NODE_TASK)
+    if "trial" in answer:
+        answer["trial"] = serialize.trial(answer["trial"])
+    return answer
+
+
+@router.post("/trials/{trial_id}/nodes/{rank}/exit", response_model=Empty)
+def node_exit(trial_id: int, rank: int, body: NodeExit) -> dict:
+    """A node of a multi-node run ended; a failure stops the others (the chief's task looks)."""
+    with get_database().begin() as conn:
+        gangs.exit_node(conn, trial_id, rank, body.run_id, body.exit_code)
+    return {}
 
 
 @router.post("/trials/{trial_id}/exit", response_model=TrialExitAnswer)
@@ -128,7 +158,13 @@ def trial_status(trial_id: int) -> dict:
     with get_database().read() as conn:
         trial = trials.get_trial(conn, trial_id)
         exp = experiments.get_experiment(conn, trial.experiment_id)
-    return {"trial": serialize.trial(trial), "experiment_state": exp.state}
+        failed = gangs.failure(conn, trial)
+    return {
+        "trial": serialize.trial(trial),
+        "experiment_state": exp.state,
+        "run_id": trial.run_id,
+        "gang_failed": failed,
+    }
 
 
 @router.post("/trials/{trial_id}/logs", response_model=Empty)

@@ -21,7 +21,7 @@ from sqlalchemy import (
 )
 
 # Bump when a table changes; `det admin migrate` brings a database up to this version.
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 metadata = MetaData()
 
@@ -108,6 +108,9 @@ trials = Table(
     # host its runs ran on, in order.
     Column("host", String(63)),
     Column("hosts", JSON),
+    # A trial larger than every host: the nodes its admission placed it on, chief first, as
+    # [{"host": id, "slots": n}, ...] (None: its gang is whole on ``host``).
+    Column("nodes", JSON),
     UniqueConstraint("experiment_id", "request_id", name="det_trials_request_uq"),
     sqlite_autoincrement=True,
 )
@@ -223,4 +226,23 @@ removals = Table(
     Column("claimed_at", DateTime(timezone=True)),
     Column("attempts", Integer, nullable=False, server_default="0"),
     Column("problem", Text),
+)
+
+# The nodes of a multi-node trial's current run (rank 0 is the chief, run by the trial's slot task;
+# the others by the experiment's node tasks): where each runs, the chief's rendezvous address, and
+# how far each got. Rows of an earlier run are replaced when the next run starts.
+trial_nodes = Table(
+    "det_trial_nodes",
+    metadata,
+    Column("trial_id", Integer, ForeignKey("det_trials.id", ondelete="CASCADE"), primary_key=True),
+    Column("rank", Integer, primary_key=True),
+    Column("run_id", Integer, nullable=False),
+    Column("host", String(63), nullable=False),
+    Column("slots", Integer, nullable=False),
+    Column("address", String(253)),
+    Column("port", Integer),
+    Column("state", String(16), nullable=False),  # waiting, running, exited
+    Column("exit_code", Integer),
+    Column("token_hash", String(64)),
+    Column("task", JSON),
 )

@@ -10,7 +10,19 @@ from sqlalchemy import Connection, Row, and_, exists, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
 from det_airflow.api.models import SlotStatus
-from det_airflow.master import experiments, hosts, identities, lifecycle, queue, schema, search, trial_logs
+from det_airflow.master import (
+    experiments,
+    gangs,
+    hosts,
+    identities,
+    lifecycle,
+    placement,
+    queue,
+    schema,
+    search,
+    trial_logs,
+)
+from det_airflow.master.airflow_bridge import NODE_TASK, TRIAL_TASK
 from det_airflow.master.auth import hash_token, new_token
 from det_airflow.master.db import Database
 from det_airflow.master.lifecycle import NotFound, now
@@ -106,7 +118,7 @@ def acquire(
     moving = host is not None and task.get("host") not in (None, host)
     if host is not None and moving and not dry_run and not hosts.is_live(conn, host):
         # Placed on a host that has gone since: placed again among the live ones.
-        update_trial(conn, trial.id, admitted_run=trial.run_id, admitted_at=None, host=None)
+        update_trial(conn, trial.id, admitted_run=trial.run_id, admitted_at=None, host=None, nodes=None)
         if not _admitted(conn, exp, get_trial(conn, trial.id), task.get("host")):
             return {"status": SlotStatus.WAIT}
         host = conn.execute(select(trials.c.host).where(trials.c.id == trial.id)).scalar()
@@ -133,7 +145,50 @@ def acquire(
         **_ran_on(trial, task.get("host") or host),
     )
     trial = get_trial(conn, trial.id)
-    return {"status": SlotStatus.RUN, "trial": trial, "token": token, "spec": trial_spec(conn, exp, trial)}
+    spec = trial_spec(conn, exp, trial)
+    if (gang := gangs.start_run(conn, trial, task, task.get("port"))) is not None:
+        # Larger than every host: the other nodes' tasks start their parts of the run.
+        spec["gang"] = gang
+    return {"status": SlotStatus.RUN, "trial": trial, "token": token, "spec": spec}
+
+
+def acquire_node(
+    conn: Connection, experiment_id: int, slot: int, rank: int, task: dict[str, Any], *, dry_run: bool
+) -> dict[str, Any]:
+    """Give a node task its part of the multi-node run of its slot's trial (master/gangs.py):
+    ``run`` with that part when node ``rank`` of the run waits for it on this task's host; ``wait``
+    (with the host to move to) while there is none, or it waits on another host; ``done`` once the
+    slot will run no more trials, or where node tasks never run (no worker hosts, Kubernetes)."""
+    exp = experiments.get_experiment(conn, experiment_id)
+    state = ExperimentState(exp.state)
+    if state.is_terminal or state in _STOPPING:
+        return {"status": SlotStatus.DONE}
+    if not hosts.all_hosts(conn) or (exp.config.get("airflow") or {}).get("trial_runner") == "kubernetes":
+        # One machine runs every trial whole; a Kubernetes trial's pods are its nodes.
+        return {"status": SlotStatus.DONE}
+    trials = schema.trials
+    open_trials = conn.execute(
+        select(trials).where(
+            trials.c.experiment_id == experiment_id,
+            trials.c.state.in_(_OPEN),
+            (trials.c.slot == slot) | trials.c.slot.is_(None),
+        )
+    ).all()
+    if exp.search_done and not open_trials:
+        return {"status": SlotStatus.DONE}
+    trial = next((t for t in open_trials if t.slot == slot), None)
+    node = gangs.waiting_node(conn, trial, rank) if trial is not None else None
+    if trial is None or node is None:
+        return {"status": SlotStatus.WAIT}
+    if task.get("host") != node.host:
+        return {"status": SlotStatus.WAIT, "host": node.host, "queue": hosts.queue_of(conn, node.host)}
+    if dry_run:
+        return {"status": SlotStatus.RUN}
+    token = new_token()
+    gang = gangs.start_node(conn, trial, node, hash_token(token), task)
+    trial = get_trial(conn, trial.id)
+    spec = {**trial_spec(conn, exp, trial), "gang": gang}
+    return {"status": SlotStatus.RUN, "trial": trial, "token": token, "spec": spec}
 
 
 def _ran_on(trial: Row, host: str | None) -> dict[str, Any]:
@@ -194,15 +249,35 @@ def start_resumed_slots(db: Database, experiment_id: int) -> list[int]:
         return []
 
 
-def route_slot(dag_id: str, run_id: str, map_index: int, queue: str) -> None:
-    """Send a slot's task to the queue of the host its trial is placed on; best effort (the
-    housekeeping job `start placed slots` sends it again once the task has deferred)."""
+def route_slot(dag_id: str, run_id: str, map_index: int, queue: str, task_id: str = TRIAL_TASK) -> None:
+    """Send a slot's task (or a node task) to the queue of the host its trial is placed on; best
+    effort (the housekeeping job `start placed slots` sends it again once the task has deferred)."""
     from det_airflow.master import airflow_bridge
 
     try:
-        airflow_bridge.route_slot(dag_id, run_id, map_index, queue)
+        airflow_bridge.route_slot(dag_id, run_id, map_index, queue, task_id)
     except airflow_bridge.AirflowRecordError as exc:
         logging.getLogger(__name__).warning("%s; the slot starts on its host when housekeeping looks", exc)
+
+
+def start_nodes(db: Database, dag_id: str, run_id: str, trial: Row, slot: int) -> list[int]:
+    """Start now, each on its host's queue, the node tasks of a multi-node run that just started
+    (they wait deferred), rather than when their triggers next look; best effort. Answers the
+    ranks started."""
+    from det_airflow.master import airflow_bridge
+
+    gang = sum(int(node["slots"]) for node in trial.nodes or ())
+    with db.read() as conn:
+        waiting = gangs.nodes_to_start(conn, trial.id)
+        queues_of = {node.rank: hosts.queue_of(conn, node.host) for node in waiting}
+    indexes = {placement.node_map_index(slot, node.rank, gang): node.rank for node in waiting}
+    queues = {index: queue for index, rank in indexes.items() if (queue := queues_of[rank])}
+    try:
+        done = airflow_bridge.start_deferred_slots_anew(dag_id, run_id, sorted(indexes), queues, NODE_TASK)
+    except airflow_bridge.AirflowRecordError as exc:
+        logging.getLogger(__name__).warning("%s; the nodes start when their triggers look", exc)
+        return []
+    return sorted(indexes[index] for index in done)
 
 
 def start_placed_slots(db: Database) -> list[int]:
@@ -513,19 +588,22 @@ def _lost_runs(conn: Connection, which: Any) -> dict[int, tuple[dict[str, Any], 
 
     trials, exps = schema.trials, schema.experiments
     rows = conn.execute(
-        select(trials.c.id, trials.c.task, trials.c.host)
+        select(trials.c.id, trials.c.task, trials.c.host, trials.c.nodes)
         .join(exps, exps.c.id == trials.c.experiment_id)
         .where(which, trials.c.state.in_(_RUN_STARTED), trials.c.task.is_not(None))
     ).all()
     found = {}
     gone = hosts.gone_hosts(conn)
-    for trial_id, task, host in rows:
-        if host in gone:
-            # Its host stopped heartbeating: the run died with it, whatever Airflow still shows.
-            found[int(trial_id)] = (task, f"its host {host} stopped heartbeating ({gone[host]})")
+    for row in rows:
+        for host in gangs.node_hosts(row):
+            if host in gone:
+                # Its host (or one of its nodes') stopped heartbeating: the run died with it,
+                # whatever Airflow still shows.
+                found[int(row.id)] = (row.task, f"its host {host} stopped heartbeating ({gone[host]})")
+                break
     # trial id → (its task instance's key, the try that acquired it, the task as recorded)
     runs: dict[int, tuple[tuple[str, str, str, int], int, dict[str, Any]]] = {}
-    for trial_id, task, _ in rows:
+    for trial_id, task, _, _ in rows:
         if trial_id in found:
             continue
         if all((task or {}).get(k) is not None for k in ("dag_id", "run_id", "task_id", "map_index")):

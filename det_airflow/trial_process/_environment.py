@@ -74,6 +74,7 @@ def trial_environment(
         trial_env.CHIEF_IP: CHIEF_IP,
         trial_env.CONTAINER_RANK: "0",
         trial_env.CONTAINER_ADDRS: json.dumps([CHIEF_IP]),
+        **_gang_variables(spec.gang),
         trial_env.TASK_ID: task_id,
         trial_env.ALLOCATION_ID: f"{task_id}.{spec.run_id}",
         trial_env.TRIAL_RUN_ID: str(spec.run_id),
@@ -90,6 +91,21 @@ def trial_environment(
         bin_dir = str(Path(sys.executable).parent)
         env["PATH"] = os.pathsep.join(dict.fromkeys([bin_dir, *env["PATH"].split(os.pathsep)]))
     return env
+
+
+def _gang_variables(gang: Mapping[str, Any] | None) -> dict[str, str | None]:
+    """Where a node of a run over several hosts stands: every node's address, its rank, the chief's
+    rendezvous port (the launchers read them, as on a Kubernetes gang)."""
+    if not gang:
+        return {}
+    addrs = [str(a) for a in gang.get("addrs") or []]
+    port = gang.get("port")
+    return {
+        trial_env.CHIEF_IP: addrs[0] if addrs else CHIEF_IP,
+        trial_env.CONTAINER_RANK: str(int(gang.get("rank") or 0)),
+        trial_env.CONTAINER_ADDRS: json.dumps(addrs or [CHIEF_IP]),
+        trial_env.RENDEZVOUS_PORT: str(port) if port else None,
+    }
 
 
 def trial_files_dir(workdir: str | os.PathLike[str]) -> Path:

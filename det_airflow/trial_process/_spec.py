@@ -29,6 +29,9 @@ class TrialSpec:
     # master assigned none. Local, Docker and Kubernetes runners run the trial as it.
     uid: int | None = None
     gid: int | None = None
+    # A run over several hosts: this node's part (addrs of every node, chief first; rank; slots;
+    # the chief's rendezvous port). None: the trial runs whole here.
+    gang: dict[str, Any] | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TrialSpec:
@@ -44,6 +47,7 @@ class TrialSpec:
             run_id=int(data.get("run_id") or 0),
             uid=_optional_int(data.get("uid")),
             gid=_optional_int(data.get("gid")),
+            gang=dict(data["gang"]) if data.get("gang") else None,
         )
 
     def to_dict(self) -> dict[str, Any]:

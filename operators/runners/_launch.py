@@ -68,9 +68,12 @@ class TrialLaunch:
 
     def held_slots(self) -> tuple[int, ...]:
         """The slot ids the trial holds: the master's, when its answer names them; else one per slot
-        of ``resources.slots_per_trial``, numbered from 0."""
+        it holds on this host (its node's share of a multi-node run, else ``resources.slots_per_trial``),
+        numbered from 0."""
         if self.assigned_slots is not None:
             return self.assigned_slots
+        if self.spec.gang:  # a node of a run over several hosts holds its share here
+            return tuple(range(int(self.spec.gang.get("slots") or 0)))
         resources = self.spec.config.get("resources") or {}
         return tuple(range(int(resources.get("slots_per_trial") or 0)))
 

@@ -7,6 +7,11 @@ pods' output streams to the caller line by line; setting ``stop`` deletes them (
 SIGKILL after the grace period); once the trial has ended its objects are deleted unless
 ``[det] kubernetes_delete_pods`` is false.
 
+A trial's token for the master, config and storage credentials reach its pods from a Secret of its
+own, created before its pod or Job and then owned by it (so that Kubernetes deletes it with them).
+The runner deletes it itself with the run's other objects, even when ``kubernetes_delete_pods``
+keeps those for inspection: a run that ended needs no credentials.
+
 A trial operator does not wait for its pods: it submits them (:meth:`KubernetesRunner.submit`),
 defers to a trigger that watches them from the triggerer (:class:`AsyncKubernetesCluster`), and once
 they ended collects their output and exit code (:meth:`KubernetesRunner.collect`).
@@ -45,6 +50,7 @@ from det_airflow.operators.runners.kubernetes_pod import (
     gang_job,
     gang_service,
     trial_pod,
+    trial_secret,
 )
 from det_airflow.settings import RunnerPolicy, Settings
 from det_airflow.settings import load as load_settings
@@ -65,8 +71,9 @@ class KubernetesError(DetError):
 
 @dataclass(frozen=True)
 class TrialWorkload:
-    """What one trial run is submitted as, in creation order: its pod, or a headless Service and an
-    indexed Job of ``pods`` pods. ``name`` is the pod's, or the Job's and the Service's."""
+    """What one trial run is submitted as, in creation order: the Secret its pods read its token,
+    config and credentials from, then its pod, or a headless Service and an indexed Job of ``pods``
+    pods. ``name`` is every object's."""
 
     namespace: str
     name: str
@@ -143,13 +150,17 @@ def trial_workload(
     if visible is not None and per_pod:
         env[visible] = ",".join(str(i) for i in per_pod)
     one = replace(trial, slot_ids=per_pod, env=env)
+    secret = trial_secret(one, namespace=namespace)
     if pods == 1:
-        return TrialWorkload(namespace, trial.name, 1, (trial_pod(one, namespace=namespace, policy=policy),))
+        return TrialWorkload(
+            namespace, trial.name, 1, (secret, trial_pod(one, namespace=namespace, policy=policy))
+        )
     return TrialWorkload(
         namespace,
         trial.name,
         pods,
         (
+            secret,
             gang_service(one, namespace=namespace),
             gang_job(one, namespace=namespace, pods=pods, policy=policy),
         ),
@@ -176,14 +187,29 @@ class KubernetesCluster:
     def pod_manager(self) -> PodManager:
         return PodManager(self.core)
 
-    def create(self, obj: Any) -> None:
+    def create(self, obj: Any) -> Any:
+        """Creates a Pod, Job, Service or Secret; answers it as the API server created it."""
         if isinstance(obj, k8s.V1Pod):
-            self.pod_manager.create_pod(obj)
-        elif isinstance(obj, k8s.V1Job):
-            self.hook.create_job(obj)
-        else:
-            body = self.core.api_client.sanitize_for_serialization(obj)
-            self.core.create_namespaced_service(namespace=obj.metadata.namespace, body=body)
+            return self.pod_manager.create_pod(obj)
+        if isinstance(obj, k8s.V1Job):
+            return self.hook.create_job(obj)
+        body = self.core.api_client.sanitize_for_serialization(obj)
+        if isinstance(obj, k8s.V1Secret):  # not through the provider, which logs what it creates
+            return self.core.create_namespaced_secret(namespace=obj.metadata.namespace, body=body)
+        return self.core.create_namespaced_service(namespace=obj.metadata.namespace, body=body)
+
+    def own(self, kind: str, namespace: str, name: str, owner: Any) -> None:
+        """Makes ``owner`` (as :meth:`create` answered it) the owner of an object, which Kubernetes
+        then deletes with it."""
+        reference = {
+            "apiVersion": owner.api_version,
+            "kind": owner.kind,
+            "name": owner.metadata.name,
+            "uid": owner.metadata.uid,
+        }
+        patch = {"Secret": self.core.patch_namespaced_secret}[kind]
+        # A JSON patch (a list): the client would send a dict under that content type too.
+        patch(name, namespace, [{"op": "add", "path": "/metadata/ownerReferences", "value": [reference]}])
 
     def delete(self, kind: str, namespace: str, name: str, *, grace_seconds: int | None = None) -> None:
         """Deletes one object; one already gone is fine. A Job takes its pods with it."""
@@ -192,6 +218,7 @@ class KubernetesCluster:
             "Pod": self.core.delete_namespaced_pod,
             "Job": self.batch.delete_namespaced_job,
             "Service": self.core.delete_namespaced_service,
+            "Secret": self.core.delete_namespaced_secret,
         }[kind]
         try:
             call(name, namespace, body=options)
@@ -213,7 +240,7 @@ class KubernetesCluster:
         return sorted(p.metadata.name for p in found.items)
 
     def leftovers(self, namespace: str, trial_id: int) -> list[tuple[str, str]]:
-        """(kind, name) of every Job, Service and pod labelled with ``trial_id``."""
+        """(kind, name) of every Job, Service, pod and Secret labelled with ``trial_id``."""
         selector = f"{LABEL_TRIAL}={trial_id}"
         found = [
             ("Job", j.metadata.name)
@@ -226,6 +253,10 @@ class KubernetesCluster:
         found += [
             ("Pod", p.metadata.name)
             for p in self.core.list_namespaced_pod(namespace, label_selector=selector).items
+        ]
+        found += [
+            ("Secret", s.metadata.name)
+            for s in self.core.list_namespaced_secret(namespace, label_selector=selector).items
         ]
         return found
 
@@ -369,12 +400,10 @@ class KubernetesRunner(ContainerRunner):
         try:
             self.sweep(trial.spec.trial_id)
             try:
-                for obj in workload.objects:
-                    self._create(obj, trial)
+                self._create_all(workload, trial)
                 return self._follow(workload, emit, stop)
             finally:
-                if self.delete_pods:
-                    self._delete(workload.namespace, workload.name, workload.kinds)
+                self._clean_up(workload.namespace, workload.name, workload.kinds)
         except _UNREACHABLE as exc:
             raise KubernetesError(
                 f"trial {trial.spec.trial_id}: the Kubernetes cluster did not answer ({_describe(exc)})"
@@ -387,8 +416,7 @@ class KubernetesRunner(ContainerRunner):
         try:
             self.sweep(trial.spec.trial_id)
             try:
-                for obj in workload.objects:
-                    self._create(obj, trial)
+                self._create_all(workload, trial)
             except BaseException:
                 self._delete(workload.namespace, workload.name, workload.kinds)
                 raise
@@ -407,9 +435,9 @@ class KubernetesRunner(ContainerRunner):
 
     def collect(self, workload: SubmittedWorkload, *, on_output: OnOutput, stopped: bool = False) -> int:
         """Once a submitted run ended (or was ``stopped``: its pods deleted), passes on each pod's
-        output, answers the run's exit code and deletes its objects (unless configured to keep
-        them). Pods still there are killed: a gang whose first pod failed, or pods that never started,
-        which raise :class:`KubernetesError` saying why."""
+        output, answers the run's exit code and deletes its objects (but for its Secret, none when
+        configured to keep them). Pods still there are killed: a gang whose first pod failed, or
+        pods that never started, which raise :class:`KubernetesError` saying why."""
         namespace = workload.namespace
         problems: list[str] = []
         try:
@@ -426,8 +454,7 @@ class KubernetesRunner(ContainerRunner):
                 if not stopped and not failed:
                     problems = self._why_not_started(workload, remotes, live)
             finally:
-                if self.delete_pods:
-                    self._delete(workload.namespace, workload.name, workload.kinds)
+                self._clean_up(workload.namespace, workload.name, workload.kinds)
         except _UNREACHABLE as exc:
             raise KubernetesError(
                 f"{workload.name}: the Kubernetes cluster did not answer ({_describe(exc)})"
@@ -476,13 +503,29 @@ class KubernetesRunner(ContainerRunner):
 
     # --- one run ---
 
-    def _create(self, obj: Any, trial: ContainerTrial) -> None:
+    def _create_all(self, workload: TrialWorkload, trial: ContainerTrial) -> None:
+        """Creates the workload's objects in order, then makes its Pod or Job the owner of its
+        Secret."""
+        created = [self._create(obj, trial) for obj in workload.objects]
         try:
-            self.cluster.create(obj)
+            self.cluster.own("Secret", workload.namespace, workload.name, created[-1])
+        except ApiException as exc:  # the run's clean-up (or a later run's sweep) deletes it all the same
+            if self._log is not None:
+                self._log.warning(
+                    "Secret %s cannot be owned by its %s, so only the trial's clean-up deletes it: %s",
+                    workload.name,
+                    workload.kinds[-1],
+                    _reason(exc),
+                )
+
+    def _create(self, obj: Any, trial: ContainerTrial) -> Any:
+        try:
+            return self.cluster.create(obj)
         except ApiException as exc:
+            holds = ", which holds its token, config and storage credentials" if obj.kind == "Secret" else ""
             raise KubernetesError(
-                f"cannot create the {obj.kind} of trial {trial.spec.trial_id} in namespace {self.namespace}: "
-                f"{_reason(exc)}"
+                f"cannot create the {obj.kind} of trial {trial.spec.trial_id} in namespace {self.namespace}"
+                f"{holds}: {_reason(exc)}"
             ) from exc
 
     def _follow(self, workload: TrialWorkload, emit: OnOutput, stop: threading.Event) -> int:
@@ -609,6 +652,10 @@ class KubernetesRunner(ContainerRunner):
             except ApiException as exc:  # its exit code still counts
                 on_output(f"cannot read the output of {container} in pod {pod}: {_reason(exc)}", "stderr")
             lines.close()
+
+    def _clean_up(self, namespace: str, name: str, kinds: Sequence[str]) -> None:
+        """Deletes a run's objects once it ended; only its Secret when its pods are to be kept."""
+        self._delete(namespace, name, kinds if self.delete_pods else [k for k in kinds if k == "Secret"])
 
     def _delete(self, namespace: str, name: str, kinds: Sequence[str]) -> None:
         """Deletes a run's objects (all named ``name``), the last created first."""

@@ -10,6 +10,12 @@ of the slots per pod; the priority class is named after the job's priority.
 A pod shares no folder with the worker: its init container fetches the experiment's context from
 the master with the trial's own token and writes the trial's config, in the pod's work folder.
 
+What only the trial may read (:data:`SECRET_VARIABLES`) is no plain ``env`` value, which anyone who
+may read pods could read: :func:`trial_secret` holds it in a Secret named as the trial's pod or Job,
+and the containers read it through ``valueFrom.secretKeyRef``. Both get the trial's token for the
+master; the init container gets the config (whose ``checkpoint_storage`` may hold keys), the trial's
+container the storage credentials.
+
 The platform's fields win over the user's (:func:`harden`, after the merge): every container runs
 as the trial owner's uid (never root unless the runner policy allows it), without privilege
 escalation, with every capability dropped but those the policy allows, on a read-only root file
@@ -28,9 +34,10 @@ from typing import Any
 from airflow.providers.cncf.kubernetes.pod_generator import PodGenerator
 from kubernetes.client import models as k8s
 
-from det_airflow import runner_policy
+from det_airflow import runner_policy, trial_env
 from det_airflow.api._http import API_PREFIX
 from det_airflow.config import priority_weight
+from det_airflow.object_storage import CREDENTIAL_VARIABLES
 from det_airflow.operators.runners._container import ContainerTrial
 from det_airflow.settings import RunnerPolicy
 
@@ -66,6 +73,9 @@ GPU_RESOURCE = {"cuda": "nvidia.com/gpu", "rocm": "amd.com/gpu"}
 NOBODY = 65534
 TMP_VOLUME = "det-tmp"
 PRIORITY_CLASS_PREFIX = "det-priority-"
+# What a trial's containers read from its Secret: its token for the master, its config and its storage
+# credentials (wherever they come from: the config's environment_variables too).
+SECRET_VARIABLES = frozenset({trial_env.SESSION_TOKEN, CONFIG_VARIABLE, *CREDENTIAL_VARIABLES})
 
 
 def priority_class_name(priority: int) -> str:
@@ -84,10 +94,27 @@ def priority_class(priority: int) -> k8s.V1PriorityClass:
     )
 
 
+def trial_secret(trial: ContainerTrial, *, namespace: str) -> k8s.V1Secret:
+    """The Secret holding the trial's :data:`SECRET_VARIABLES` (those of its ``env``, and its config
+    as :data:`CONFIG_VARIABLE`), named and labelled as its pod (or Job). Immutable: a run's token,
+    config and credentials never change."""
+    data = {k: v for k, v in trial.env.items() if k in SECRET_VARIABLES}
+    data[CONFIG_VARIABLE] = json.dumps(dict(trial.config))
+    return k8s.V1Secret(
+        api_version="v1",
+        kind="Secret",
+        metadata=k8s.V1ObjectMeta(name=trial.name, namespace=namespace, labels=dict(trial.labels)),
+        type="Opaque",
+        string_data=dict(sorted(data.items())),
+        immutable=True,
+    )
+
+
 def trial_pod(trial: ContainerTrial, *, namespace: str, policy: RunnerPolicy | None = None) -> k8s.V1Pod:
     """The pod of ``trial`` (one container holding all its slots), with ``environment.pod_spec``
     merged below the platform's fields, under ``policy`` (the runner policy of the trial's pool;
-    the cluster's default when not given)."""
+    the cluster's default when not given). Its :data:`SECRET_VARIABLES` come from
+    :func:`trial_secret`'s Secret, which must exist before the pod starts."""
     policy = policy or RunnerPolicy()
     config = trial.config
     resources = config.get("resources") or {}
@@ -98,13 +125,16 @@ def trial_pod(trial: ContainerTrial, *, namespace: str, policy: RunnerPolicy | N
     environment = config.get("environment") or {}
     context_path = f"{API_PREFIX}/runtime/trials/{trial.spec.trial_id}/context"
     pull_policy = "Always" if environment.get("force_pull_image") else "IfNotPresent"
-    env = [k8s.V1EnvVar(name=k, value=v) for k, v in sorted(trial.env.items())]
+    env = [_env_var(k, v, secret=trial.name) for k, v in sorted(trial.env.items())]
     fetch = k8s.V1Container(
         name=CONTEXT_CONTAINER,
         image=trial.image(),
         image_pull_policy=pull_policy,
         command=["python3", "-c", FETCH_CONTEXT, str(trial.workdir), context_path, CONFIG_VARIABLE],
-        env=[*env, k8s.V1EnvVar(name=CONFIG_VARIABLE, value=json.dumps(dict(config)))],
+        env=[
+            *(e for e in env if e.name not in CREDENTIAL_VARIABLES),
+            _from_secret(CONFIG_VARIABLE, secret=trial.name),
+        ],
         volume_mounts=mounts[:1],
     )
     container = k8s.V1Container(
@@ -134,6 +164,22 @@ def trial_pod(trial: ContainerTrial, *, namespace: str, policy: RunnerPolicy | N
     added = runner_policy.allowed_added_capabilities(environment.get("add_capabilities") or [], policy)
     harden(pod.spec, trial, policy, added)
     return pod
+
+
+def _env_var(name: str, value: str, *, secret: str) -> k8s.V1EnvVar:
+    """The variable as a container gets it: one of :data:`SECRET_VARIABLES` from Secret ``secret``,
+    anything else as its value."""
+    if name in SECRET_VARIABLES:
+        return _from_secret(name, secret=secret)
+    return k8s.V1EnvVar(name=name, value=value)
+
+
+def _from_secret(name: str, *, secret: str) -> k8s.V1EnvVar:
+    """Variable ``name`` read from the key of that name of Secret ``secret``."""
+    return k8s.V1EnvVar(
+        name=name,
+        value_from=k8s.V1EnvVarSource(secret_key_ref=k8s.V1SecretKeySelector(name=secret, key=name)),
+    )
 
 
 def harden(spec: k8s.V1PodSpec, trial: ContainerTrial, policy: RunnerPolicy, added: list[str]) -> None:

@@ -5,7 +5,7 @@ checkpoints in an S3-compatible store (moto's standalone server).
 What is simulated: the "hosts" are processes of this one machine (separate Celery workers with
 their own host ids, queues, trial work and lock folders); a host's death is its worker's processes
 and its trials' processes killed with SIGKILL; a broker crash is Redis killed with SIGKILL and
-started again on its port, empty (it keeps nothing on disk); a machine joining the cluster is one
+started again on its port, with what its append-only file kept; a machine joining the cluster is one
 more Celery worker started with a host id, slots and folders of its own.
 
 The tests run in file order and share one Airflow: the host added is stopped before the last test,
@@ -17,8 +17,11 @@ which kills a host for good.
   go, and each host its own trial work folder.
 - The broker restarted mid-trial: the running trials go on in their first run, no training step
   stored twice, and the trial queued behind them starts afterwards and completes.
-- A host added while a trial waits (4 slots, more than any live host has): the trial starts on
-  the new host and completes there; `det agent list` shows the new host.
+- A trial of 4 slots, more than either host has, runs across both at once, two workers of one
+  torch.distributed (gloo) world on each; one worker failing stops the others, and the whole gang
+  restarts from the trial's latest checkpoint, no training step stored twice.
+- A host added while a trial waits (6 slots, more than the live hosts have together): the trial
+  starts whole on the new host (6 slots) and completes there; `det agent list` shows the new host.
 - A host killed mid-trial: its heartbeat stops, its trial's run is lost, and the trial restarts on
   the other host from its latest checkpoint in the bucket, no training step stored twice.
 """
@@ -41,7 +44,14 @@ import psycopg2
 import pytest
 import yaml
 
-from det_airflow.localairflow import CeleryLayout, CeleryWorker, LocalAirflow, celery_workers, write_config
+from det_airflow.localairflow import (
+    CeleryLayout,
+    CeleryWorker,
+    LocalAirflow,
+    celery_workers,
+    service_port,
+    write_config,
+)
 from tests.integration.conftest import default_config_extra, free_port
 from tests.integration.det_env import DetEnv, wait_until
 from tests.s3_server import s3_client, s3_server
@@ -72,6 +82,46 @@ with det.core.init() as core:
         with core.checkpoint.store_path({"steps_completed": step}) as (path, _):
             (path / "step").write_text(str(step))
         core.train.report_training_metrics(steps_completed=step, metrics={"loss": 1.0 / step})
+"""
+
+# TRAIN as torch.distributed workers: the chief restores, checkpoints and reports, and tells the
+# others where to start; a barrier ends each step. In the first run (started at step 0), rank 2
+# (node 1's first worker) exits after step 2 is stored, as a crash would.
+TRAIN_DDP = """\
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+import det_airflow as det
+
+steps = int(os.environ["STEPS"])
+info = det.get_cluster_info()
+with det.core.init(distributed=det.core.DistributedContext.from_torch_distributed()) as core:
+    rank, size = core.distributed.rank, core.distributed.size
+    world = torch.ones(1)
+    dist.all_reduce(world)
+    start = 0
+    if core.distributed.is_chief and info.latest_checkpoint:
+        with core.checkpoint.restore_path(info.latest_checkpoint) as path:
+            start = int((path / "step").read_text())
+        print(f"resumed at step {start}", flush=True)
+    start = core.distributed.broadcast(start)
+    node = os.environ["DET_CONTAINER_RANK"]
+    print(f"rank {rank} of {size} on node {node}: world size {world.item():g}, from step {start}", flush=True)
+    for step in range(start + 1, steps + 1):
+        time.sleep(float(os.environ["STEP_SECONDS"]))
+        dist.all_reduce(torch.ones(1))
+        if core.distributed.is_chief:
+            with core.checkpoint.store_path({"steps_completed": step}) as (path, _):
+                (path / "step").write_text(str(step))
+            core.train.report_training_metrics(steps_completed=step, metrics={"loss": 1.0 / step})
+            core.train.flush()  # stored before the barrier lets rank 2 fail
+        dist.barrier()
+        if start == 0 and step == 2 and rank == 2:
+            print(f"rank {rank} fails after step {step}", flush=True)
+            os._exit(3)
 """
 
 
@@ -113,7 +163,9 @@ def celery_airflow(postgres_url: str, tmp_path_factory: pytest.TempPathFactory) 
         dags_folder=base / "dags",
         port=free_port(),
         extra=extra,
-        celery=CeleryLayout(free_port(), celery_workers(len(HOSTS), host_slots=2)),
+        # Redis on a port outside the ephemeral range: the workers reconnecting while it restarts
+        # can never take it as their own end of a connection.
+        celery=CeleryLayout(service_port(), celery_workers(len(HOSTS), host_slots=2)),
     )
     try:
         af.migrate()
@@ -148,14 +200,23 @@ def _alive(det: DetEnv) -> set[str]:
 
 
 def _experiment(
-    tmp_path: Path, name: str, *, trials: int, steps: int, step_seconds: float, slots: int = 2
+    tmp_path: Path,
+    name: str,
+    *,
+    trials: int,
+    steps: int,
+    step_seconds: float,
+    slots: int = 2,
+    entrypoint: str = "python3 train.py",
+    script: str = TRAIN,
 ) -> tuple[Path, Path]:
+    """The experiment's config and context; ``script`` is the file the entrypoint's last word names."""
     context = tmp_path / "context"
     context.mkdir(exist_ok=True)
-    (context / "train.py").write_text(TRAIN)
+    (context / entrypoint.split()[-1]).write_text(script)
     config = {
         "name": name,
-        "entrypoint": "python3 train.py",
+        "entrypoint": entrypoint,
         "hyperparameters": {"x": {"type": "categorical", "vals": list(range(trials))}},
         "searcher": {"name": "grid", "metric": "loss", "max_length": {"batches": steps}},
         "resources": {"slots_per_trial": slots},
@@ -288,6 +349,49 @@ def test_running_trials_continue_across_a_broker_restart(det: DetEnv, tmp_path: 
     assert len(queued["hosts"]) == 1 and queued["hosts"][0] in HOSTS, queued["hosts"]
 
 
+def test_a_trial_larger_than_every_host_runs_across_two(det: DetEnv, tmp_path: Path) -> None:
+    steps = 10
+    config, context = _experiment(
+        tmp_path,
+        "across",
+        trials=1,
+        steps=steps,
+        step_seconds=1.0,
+        slots=4,
+        entrypoint="python3 -m det_airflow.launchers.torch_distributed python3 train_ddp.py",
+        script=TRAIN_DDP,
+    )
+    experiment_id = det.create(config, context)
+
+    def held_on_both_hosts() -> list[str] | None:
+        (trial,) = det.get(f"/experiments/{experiment_id}/trials")["trials"] or [None]
+        if not trial or trial["state"] != "RUNNING":
+            return None
+        slots = json.loads(det.det("slot", "list", "--json").stdout)
+        holders = sorted(s["agent_id"] for s in slots if s["trial_id"] == trial["id"])
+        return holders if holders == sorted(HOSTS * 2) else None
+
+    wait_until(held_on_both_hosts, timeout=180, what="the trial to hold both hosts' slots")
+    experiment = det.wait_experiment(experiment_id, timeout=400)["experiment"]
+    (trial,) = det.get(f"/experiments/{experiment_id}/trials")["trials"]
+    logs = det.det("trial", "logs", str(trial["id"])).stdout
+
+    assert experiment["state"] == "COMPLETED", logs
+    assert set(trial["hosts"]) == set(HOSTS), trial["hosts"]
+    assert trial["restarts"] == 1, (logs, det.get(f"/trials/{trial['id']}/state-changes"))
+    assert "rank 2 fails after step 2" in logs and "resumed at step 2" in logs, logs
+    for rank in range(4):
+        ranked = det.det("trial", "logs", str(trial["id"]), "--rank-id", str(rank)).stdout
+        assert f"rank {rank} of 4 on node {rank // 2}: world size 4, from step 2" in ranked, ranked
+    assert _training_steps(det, trial["id"]) == list(range(1, steps + 1))
+    # The gang lets go of both hosts' slots: the next tests place trials on them.
+    wait_until(
+        lambda: all(a["used_slots"] == 0 for a in det.get("/agents")["agents"]) or None,
+        timeout=60,
+        what="both hosts' slots free again",
+    )
+
+
 def _slot_task_states(det: DetEnv, experiment_id: int) -> list[str]:
     """The Airflow states of the experiment's trial slot tasks."""
     experiment = det.get(f"/experiments/{experiment_id}")["experiment"]
@@ -323,9 +427,9 @@ def test_a_trial_too_big_for_every_host_starts_on_a_host_added(det: DetEnv, tmp_
     af = det.af
     assert af.celery is not None
     layout = af.celery
-    config, context = _experiment(tmp_path, "wide", trials=1, steps=4, step_seconds=0.5, slots=4)
+    config, context = _experiment(tmp_path, "wide", trials=1, steps=4, step_seconds=0.5, slots=6)
     experiment_id = det.create(config, context)
-    # Its slot asked for the trial and was told to wait: no live host has 4 slots.
+    # Its slot asked for the trial and was told to wait: the live hosts have 4 slots together.
     wait_until(
         lambda: "deferred" in _slot_task_states(det, experiment_id) or None,
         timeout=180,
@@ -334,9 +438,9 @@ def test_a_trial_too_big_for_every_host_starts_on_a_host_added(det: DetEnv, tmp_
     (waiting,) = det.get(f"/experiments/{experiment_id}/trials")["trials"]
     assert waiting["state"] == "QUEUED" and waiting["hosts"] == [], waiting
     (job,) = [j for j in json.loads(det.det("job", "list", "--json").stdout) if j["id"] == experiment_id]
-    assert (job["state"], job["acquired_slots"], job["needed_slots"]) == ("STATE_QUEUED", 0, 4), job
+    assert (job["state"], job["acquired_slots"], job["needed_slots"]) == ("STATE_QUEUED", 0, 6), job
 
-    added = CeleryWorker(len(layout.workers) + 1, host_slots=4)
+    added = CeleryWorker(len(layout.workers) + 1, host_slots=6)  # the trial fits whole: never split
     try:
         _add_host(af, added)
         experiment = det.wait_experiment(experiment_id, timeout=400)["experiment"]

@@ -33,11 +33,13 @@ def test_dropped_yaml_becomes_dag_named_after_its_stem_with_the_experiment_shape
     dags = build_dags(tmp_path)
 
     dag = dags["det_const"]
-    assert set(dag.task_dict) == {"register", "searcher", "trial", "finalize"}
+    assert set(dag.task_dict) == {"register", "searcher", "trial", "trial_node", "finalize"}
     # register → searcher → trial → finalize (register's XCom, the experiment id, also feeds the others)
     assert dag.task_dict["searcher"].upstream_task_ids == {"register"}
     assert dag.task_dict["trial"].upstream_task_ids == {"register", "searcher"}
-    assert dag.task_dict["finalize"].upstream_task_ids == {"register", "trial"}
+    # 2 slots per trial: a trial may run over two hosts, its second node in a node task per slot.
+    assert dag.task_dict["trial_node"].upstream_task_ids == {"register", "searcher"}
+    assert dag.task_dict["finalize"].upstream_task_ids == {"register", "trial", "trial_node"}
     assert type(dag.timetable).__name__ == "NullTimetable"  # runs when triggered
     assert dag.task_dict["register"].experiment_id is None
     assert dag.task_dict["finalize"].trigger_rule == "all_done"
@@ -64,18 +66,31 @@ searcher: {name: random, metric: loss, max_length: 10, max_trials: 12, max_concu
 """
 
 
+def test_one_slot_trials_get_no_node_tasks(tmp_path: Path) -> None:
+    write(tmp_path / "experiments" / "exp_3.yaml", RANDOM_12)
+    write(tmp_path / "sweep.yaml", RANDOM_12)
+
+    dags = build_dags(tmp_path)
+
+    assert set(dags["det_exp_3"].task_dict) == {"trial", "finalize"}
+    assert set(dags["det_sweep"].task_dict) == {"register", "searcher", "trial", "finalize"}
+
+
 def test_master_written_config_runs_once_and_starts_with_its_trial_slots(tmp_path: Path) -> None:
     write(tmp_path / "experiments" / "exp_12.yaml", CONST)
 
     dag = build_dags(tmp_path)["det_exp_12"]
 
     # The master stored the experiment at submission: nothing runs before the trial slots.
-    assert set(dag.task_dict) == {"trial", "finalize"}
+    assert set(dag.task_dict) == {"trial", "trial_node", "finalize"}
     assert dag.task_dict["trial"].upstream_task_ids == set()
     assert dag.task_dict["trial"].partial_kwargs["experiment_id"] == 12
     assert dag.task_dict["trial"].expand_input.value == {"slot": [0]}
+    nodes = dag.task_dict["trial_node"]
+    assert nodes.expand_input.value == {"slot": [0], "rank": [1]}
+    assert (nodes.partial_kwargs["pool"], nodes.partial_kwargs["pool_slots"]) == ("default_pool", 1)
     assert dag.task_dict["finalize"].experiment_id == 12
-    assert dag.task_dict["finalize"].upstream_task_ids == {"trial"}
+    assert dag.task_dict["finalize"].upstream_task_ids == {"trial", "trial_node"}
     assert "Once" in type(dag.timetable).__name__
 
 

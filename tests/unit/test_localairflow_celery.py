@@ -87,7 +87,8 @@ def test_a_reloaded_home_knows_its_workers_and_redis(tmp_path: Path) -> None:
     ]  # fmt: skip
     assert commands["redis"] == [
         "/usr/bin/redis-server", "--bind", "127.0.0.1", "--port", "6390",
-        "--save", "", "--appendonly", "no", "--dir", str(af.home / "redis"),
+        "--save", "", "--appendonly", "yes", "--appendfsync", "everysec",
+        "--dir", str(af.home / "redis"),
     ]  # fmt: skip
     assert commands["celery-worker-3"][:3] == [str(AIRFLOW_BIN), "celery", "worker"]
     assert loaded.postgres() is None  # the database was given, not the home's own

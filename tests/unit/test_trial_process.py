@@ -76,7 +76,7 @@ class Output:
 def test_spec_round_trips_through_dicts() -> None:
     spec = TrialSpec.from_dict(SPEC)
     assert spec.trial_id == 12 and spec.hparams["layers"] == {"n": 2}
-    assert spec.to_dict() == SPEC
+    assert spec.to_dict() == {**SPEC, "gang": None}
 
 
 def test_spec_defaults_for_a_fresh_trial() -> None:
@@ -140,6 +140,17 @@ def test_the_environment_of_a_trial_on_a_master() -> None:
     assert python_path[0] == "/run/trial" and "/opt/lib" not in python_path
     assert env["HOME"] == "/run/trial/.det/home" and env["TMPDIR"] == "/run/trial/.det/tmp"
     assert trial_env.LOCAL_STORE not in env and trial_env.TEST_MODE not in env
+
+
+def test_a_node_of_a_run_over_several_hosts_knows_where_it_stands() -> None:
+    gang = {"addrs": ["gpu-a", "gpu-b"], "rank": 1, "slots": 2, "port": 29555}
+    spec = TrialSpec.from_dict({**SPEC, "gang": gang})
+    env = trial_environment(spec, master_url="http://master:8080", token="tok", slot_ids=[0, 1])
+    assert json.loads(env[trial_env.CONTAINER_ADDRS]) == ["gpu-a", "gpu-b"]
+    assert (env[trial_env.CHIEF_IP], env[trial_env.CONTAINER_RANK]) == ("gpu-a", "1")
+    assert env[trial_env.RENDEZVOUS_PORT] == "29555"
+    info = cluster_info_from_env({**env, trial_env.EXPERIMENT_CONFIG: "{}"})
+    assert info is not None and (info.container_rank, info.container_addrs) == (1, ["gpu-a", "gpu-b"])
 
 
 WORKER_ENV = {

@@ -56,13 +56,14 @@ def test_a_job_that_never_fits_its_pool_says_so() -> None:
     assert row[6] == "0/8 (needs 4 per trial: never fits pool 'gpus')"
 
 
-def test_a_job_larger_than_every_live_host_says_what_it_waits_for() -> None:
-    row = list_row(_job(largest_host_slots=2, acquired_slots=0, state="STATE_QUEUED"))
-    assert (
-        row[6]
-        == "0/8 (needs 4 per trial: waits for a host with that many slots; the largest live host has 2)"
+def test_a_job_the_live_hosts_cannot_take_says_what_it_waits_for() -> None:
+    row = list_row(_job(largest_host_slots=2, fits_hosts=False, acquired_slots=0, state="STATE_QUEUED"))
+    assert row[6] == (
+        "0/8 (needs 4 per trial: waits for hosts that can take it, one with that many slots or several"
+        " with equal shares; the largest live host has 2)"
     )
-    assert list_row(_job(largest_host_slots=4))[6] == "4/8"
+    assert list_row(_job(largest_host_slots=2, fits_hosts=True))[6] == "4/8", "runs across two hosts"
+    assert list_row(_job(largest_host_slots=4, fits_hosts=True))[6] == "4/8"
 
 
 def test_a_job_the_caller_may_not_read_is_shown_without_name_and_user() -> None:

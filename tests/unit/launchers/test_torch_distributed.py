@@ -58,6 +58,19 @@ def test_layout_of_a_multi_container_trial() -> None:
     )
 
 
+def test_nodes_on_several_hosts_meet_at_the_chiefs_rendezvous_port() -> None:
+    env = {
+        "DET_TRIAL_ID": "1",
+        "DET_SLOT_IDS": "[0, 1]",
+        "DET_CONTAINER_ADDRS": json.dumps(["gpu-a", "gpu-b"]),
+        "DET_CONTAINER_RANK": "1",
+        "DET_RENDEZVOUS_PORT": "29555",
+    }
+    assert layout(cluster_info_from_env(env), env) == Layout(
+        nnodes=2, nproc_per_node=2, node_rank=1, master_addr="gpu-a", master_port=29555
+    )
+
+
 def test_the_torchrun_command() -> None:
     command = torchrun_command(
         Layout(2, 4, 1, "10.0.0.5", 29400), ["--master_port", "1"], ["python3", "train.py"]

@@ -90,16 +90,25 @@ def test_a_gang_larger_than_any_free_host_waits_for_one_whole_host(people: Peopl
     assert ask(people, third, 0, "a") == {"status": "wait"}, "3 slots on a host with 2 free"
 
 
-def test_the_job_list_says_the_largest_live_host_a_gang_waits_for(people: People, creator: Creator) -> None:
+def test_the_job_list_says_when_no_live_hosts_can_take_a_gang(people: People, creator: Creator) -> None:
     set_pool_slots(64)
     assert [j["largest_host_slots"] for j in people.call("bob", "GET", "/jobs").json()["jobs"]] == []
     big = experiment(people, slots_per_trial=8)
-    assert [j["largest_host_slots"] for j in people.call("bob", "GET", "/jobs").json()["jobs"]] == [None]
+    (job,) = people.call("bob", "GET", "/jobs").json()["jobs"]
+    assert (job["largest_host_slots"], job["fits_hosts"]) == (None, None)
     report(people, "a", 2)
     report(people, "b", 4)
-    assert ask(people, big, 0, "a") == {"status": "wait"}
+    assert ask(people, big, 0, "a") == {"status": "wait"}, "8 slots: neither 2 x 4 nor 4 x 2 fit a 2 and a 4"
     (job,) = people.call("bob", "GET", "/jobs").json()["jobs"]
-    assert (job["id"], job["slots_per_trial"], job["largest_host_slots"]) == (big, 8, 4)
+    assert (job["id"], job["slots_per_trial"], job["largest_host_slots"], job["fits_hosts"]) == (
+        big,
+        8,
+        4,
+        False,
+    )
+    report(people, "c", 4)
+    (job,) = people.call("bob", "GET", "/jobs").json()["jobs"]
+    assert job["fits_hosts"] is True, "two hosts of 4 take it in two nodes"
 
 
 def test_a_host_whose_heartbeat_stopped_offers_nothing(people: People, creator: Creator) -> None:

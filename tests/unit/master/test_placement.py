@@ -5,7 +5,18 @@ from __future__ import annotations
 
 import random
 
-from det_airflow.master.placement import HostLoad, best_fit, fits_any, place
+from det_airflow.master.placement import (
+    MAX_NODES,
+    HostLoad,
+    Node,
+    best_fit,
+    fits_any,
+    fits_together,
+    node_map_index,
+    node_ranks,
+    place,
+    place_gang,
+)
 
 
 def test_best_fit_takes_the_host_the_gang_fills_most_tightly() -> None:
@@ -74,3 +85,53 @@ def test_fits_any_counts_slots_in_use_as_free_later() -> None:
     assert fits_any(hosts, 4)
     assert not fits_any(hosts, 5)
     assert not fits_any([], 1)
+
+
+def test_a_gang_larger_than_every_host_is_split_into_the_fewest_equal_nodes() -> None:
+    hosts = [HostLoad("a", 2), HostLoad("b", 2), HostLoad("c", 3)]
+    assert place_gang(hosts, 4) == [Node("a", 2), Node("b", 2)], "two nodes of 2, the tightest fits"
+    assert place_gang(hosts, 6) == [Node("a", 2), Node("b", 2), Node("c", 2)], (
+        "6 = 3 x 2 (no 2 hosts have 3 free)"
+    )
+    assert place_gang([HostLoad("a", 2), HostLoad("b", 4)], 8) is None, "neither 2 x 4 nor 4 x 2 fit"
+    assert place_gang([HostLoad("a", 3), HostLoad("b", 3)], 5) is None, "5 slots split into no equal shares"
+
+
+def test_a_gang_one_host_could_take_is_never_split_even_when_that_host_is_busy() -> None:
+    hosts = [HostLoad("big", 4, used=1), HostLoad("a", 2), HostLoad("b", 2)]
+    assert place_gang(hosts, 4) is None
+    assert place_gang(hosts, 3) == [Node("big", 3)]
+
+
+def test_the_asking_host_is_the_chief_when_it_is_one_of_the_nodes() -> None:
+    hosts = [HostLoad("a", 2), HostLoad("b", 2)]
+    assert place_gang(hosts, 4, prefer="b") == [Node("b", 2), Node("a", 2)]
+    assert place_gang(hosts, 4, prefer="elsewhere") == [Node("a", 2), Node("b", 2)]
+
+
+def test_no_slot_is_leased_twice_across_nodes() -> None:
+    rng = random.Random(7)
+    for _ in range(200):
+        hosts = [HostLoad(f"h{i}", rng.choice([1, 2, 4]), used=0) for i in range(rng.randint(1, 6))]
+        hosts = [HostLoad(h.id, h.slots, used=rng.randint(0, h.slots)) for h in hosts]
+        gang = rng.choice([2, 4, 6, 8])
+        nodes = place_gang(hosts, gang)
+        if nodes is None:
+            continue
+        free = {h.id: h.free for h in hosts}
+        assert sum(n.slots for n in nodes) == gang
+        assert len({n.host for n in nodes}) == len(nodes) <= MAX_NODES
+        assert all(n.slots <= free[n.host] for n in nodes)
+        assert len({n.slots for n in nodes}) == 1, "equal shares"
+
+
+def test_fits_together_says_whether_the_hosts_could_ever_take_the_gang() -> None:
+    assert fits_together([HostLoad("a", 2, used=2), HostLoad("b", 2, used=2)], 4), "once they are free"
+    assert not fits_together([HostLoad("a", 2), HostLoad("b", 4)], 8)
+    assert fits_together([HostLoad("a", 8)], 8)
+
+
+def test_node_tasks_map_every_slot_and_rank_to_one_index() -> None:
+    assert node_ranks(1) == [] and node_ranks(4) == [1, 2, 3] and len(node_ranks(64)) == MAX_NODES - 1
+    indexes = [node_map_index(slot, rank, 4) for slot in range(3) for rank in node_ranks(4)]
+    assert indexes == list(range(9)), "Airflow's order: the last expand argument varies fastest"

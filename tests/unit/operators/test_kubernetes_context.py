@@ -20,7 +20,7 @@ from det_airflow.config import config_to_dict, parse_config
 from det_airflow.master import schema
 from det_airflow.master.auth import hash_token
 from det_airflow.operators.runners import ContainerTrial
-from det_airflow.operators.runners.kubernetes_pod import CONTEXT_CONTAINER, trial_pod
+from det_airflow.operators.runners.kubernetes_pod import CONTEXT_CONTAINER, trial_pod, trial_secret
 from det_airflow.trial_process import TrialSpec, trial_environment
 from tests.unit.master.creating import Creator, b64, creator, tar_gz  # noqa: F401
 from tests.unit.master.people_app import People, people  # noqa: F401
@@ -95,14 +95,17 @@ def master(creator: Creator) -> Iterator[tuple[MasterOverHttp, int]]:  # noqa: F
 def run_init_container(
     workdir: Path, master_url: str, trial_id: int, token: str
 ) -> subprocess.CompletedProcess[str]:
-    """Runs the init container of the pod we would submit: its command, with its environment."""
+    """Runs the init container of the pod we would submit: its command, with its environment (the
+    variables it reads from the run's Secret as Kubernetes would give them)."""
     config = config_to_dict(parse_config(CONFIG))
     spec = TrialSpec(
         trial_id=trial_id, experiment_id=1, request_id="1", trial_seed=1, config=config, run_id=1
     )
     env = trial_environment(spec, master_url=master_url, token=token, base_env={}, workdir=workdir)
     trial = ContainerTrial(spec=spec, workdir=workdir, argv=("python3", "train.py"), env=env)
-    pod = ApiClient().sanitize_for_serialization(trial_pod(trial, namespace="ml"))
+    api = ApiClient()
+    pod = api.sanitize_for_serialization(trial_pod(trial, namespace="ml"))
+    secret = api.sanitize_for_serialization(trial_secret(trial, namespace="ml"))
     (init,) = pod["spec"]["initContainers"]
     assert init["name"] == CONTEXT_CONTAINER
     command = [
@@ -111,12 +114,20 @@ def run_init_container(
     ]
     return subprocess.run(
         command,
-        env={e["name"]: e["value"] for e in init["env"]},
+        env={e["name"]: _value(e, secret) for e in init["env"]},
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
+
+
+def _value(variable: dict[str, Any], secret: dict[str, Any]) -> str:
+    if "value" in variable:
+        return str(variable["value"])
+    ref = variable["valueFrom"]["secretKeyRef"]
+    assert ref["name"] == secret["metadata"]["name"]
+    return str(secret["stringData"][ref["key"]])
 
 
 def test_the_context_and_config_land_in_the_work_folder(

@@ -10,6 +10,7 @@ from a scripted async stand-in. The master is the real app on SQLite, reached ov
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import uuid
 from collections.abc import Iterator
@@ -27,6 +28,7 @@ from det_airflow import settings as det_settings
 from det_airflow.master import auth, schema
 from det_airflow.master.auth import SERVICE_TOKEN_SETTING, hash_token
 from det_airflow.master.db import set_setting
+from det_airflow.object_storage import CREDENTIAL_VARIABLES
 from det_airflow.operators.runners import LABEL_RUN, LABEL_TRIAL
 from det_airflow.operators.runners.kubernetes import (
     KILLED,
@@ -40,7 +42,15 @@ from det_airflow.operators.triggers import KubernetesTrialTrigger
 from tests.unit.master.creating import Creator, creator, tar_gz  # noqa: F401
 from tests.unit.master.people_app import People, people  # noqa: F401
 from tests.unit.operators.test_kubernetes_context import MasterOverHttp
-from tests.unit.operators.test_kubernetes_runner import API, NAME, Lines, _container_status, make_trial
+from tests.unit.operators.test_kubernetes_runner import (
+    API,
+    CREDENTIALS,
+    NAME,
+    STORAGE_VARIABLES,
+    Lines,
+    _container_status,
+    make_trial,
+)
 
 SERVICE_TOKEN = "service-token"
 
@@ -72,6 +82,7 @@ class Cluster:
     def __init__(self, *, refuse: str | None = None, leftovers: list[tuple[str, str]] | None = None) -> None:
         self.created: list[dict[str, Any]] = []
         self.deleted: list[tuple[str, str, int | None]] = []
+        self.owned: list[tuple[str, str, str]] = []  # (kind, name, owner's kind)
         self.pods: dict[str, dict[str, Any]] = {}
         self.output: dict[tuple[str, str], bytes] = {}
         self.refuse = refuse  # the kind of object the API server refuses
@@ -95,7 +106,7 @@ class Cluster:
 
     # the KubernetesCluster interface
 
-    def create(self, obj: Any) -> None:
+    def create(self, obj: Any) -> Any:
         body = API.sanitize_for_serialization(obj)
         if body["kind"] == self.refuse:
             raise ApiException(status=422, reason=f"{self.refuse} refused")
@@ -106,6 +117,13 @@ class Cluster:
         if body["kind"] == "Job":
             for i in range(body["spec"]["completions"]):
                 self.pods[f"{name}-{i}-x{i}"] = pod_body(f"{name}-{i}-x{i}", "Pending", init=None, main=None)
+        created = copy.deepcopy(obj)
+        created.metadata.uid = str(uuid.uuid4())
+        return created
+
+    def own(self, kind: str, namespace: str, name: str, owner: Any) -> None:
+        assert owner.metadata.uid, "an owner is named by its uid"
+        self.owned.append((kind, name, owner.kind))
 
     def delete(self, kind: str, namespace: str, name: str, *, grace_seconds: int | None = None) -> None:
         self.deleted.append((kind, name, grace_seconds))
@@ -128,6 +146,10 @@ class Cluster:
         yield self.output.get((pod, container), b"")
 
 
+def pods_created(cluster: Cluster) -> list[str]:
+    return [c["metadata"]["name"] for c in cluster.created if c["kind"] == "Pod"]
+
+
 def runner(cluster: Cluster, **options: Any) -> KubernetesRunner:
     options.setdefault("settings", ML_SETTINGS)
     return KubernetesRunner(cluster, namespace="ml", poll_interval=0.01, **options)  # type: ignore[arg-type]
@@ -142,15 +164,18 @@ def test_submit_creates_the_pod_without_waiting_and_describes_it_as_plain_data(t
     workload = runner(cluster).submit(make_trial(tmp_path))
 
     assert cluster.deleted == [("Pod", "det-trial-3-12-1", 0)], "the earlier run's pod is swept first"
-    assert [c["kind"] for c in cluster.created] == ["Pod"]
-    assert (workload.namespace, workload.name, workload.pods, workload.kinds) == ("ml", NAME, 1, ("Pod",))
+    assert [c["kind"] for c in cluster.created] == ["Secret", "Pod"]
+    assert cluster.owned == [("Secret", NAME, "Pod")]
+    assert (workload.namespace, workload.name, workload.pods, workload.kinds) == (
+        "ml", NAME, 1, ("Secret", "Pod"),
+    )  # fmt: skip
     assert workload.labels == {LABEL_TRIAL: "12", LABEL_RUN: "2"}
     assert SubmittedWorkload.from_dict(json.loads(json.dumps(workload.to_dict()))) == workload
 
 
 def test_a_gang_is_submitted_as_its_service_and_indexed_job(tmp_path: Path) -> None:
     workload = runner(Cluster(), slots_per_node=2).submit(make_trial(tmp_path, slots=4))
-    assert (workload.pods, workload.kinds) == (2, ("Service", "Job"))
+    assert (workload.pods, workload.kinds) == (2, ("Secret", "Service", "Job"))
 
 
 def test_a_refused_job_takes_back_the_service_created_before_it(tmp_path: Path) -> None:
@@ -160,6 +185,51 @@ def test_a_refused_job_takes_back_the_service_created_before_it(tmp_path: Path) 
     ):
         runner(cluster, slots_per_node=2).submit(make_trial(tmp_path, slots=4))
     assert ("Service", NAME, None) in cluster.deleted
+
+
+def test_a_trial_with_storage_credentials_is_submitted_with_their_secret_first(tmp_path: Path) -> None:
+    cluster = Cluster()
+    workload = runner(cluster).submit(make_trial(tmp_path, storage_variables=STORAGE_VARIABLES))
+
+    assert workload.kinds == ("Secret", "Pod")
+    assert [c["kind"] for c in cluster.created] == ["Secret", "Pod"]
+    assert {k: cluster.created[0]["stringData"][k] for k in CREDENTIALS} == CREDENTIALS
+    assert cluster.owned == [("Secret", NAME, "Pod")]
+    assert not [v for v in [*CREDENTIALS.values(), "trial-token"] if v in json.dumps(workload.to_dict())]
+
+
+def test_a_refused_secret_creates_nothing_else(tmp_path: Path) -> None:
+    cluster = Cluster(refuse="Secret")
+    with pytest.raises(
+        KubernetesError,
+        match=r"cannot create the Secret of trial 12 in namespace ml, which holds its token, config and "
+        r"storage credentials: Secret refused",
+    ):
+        runner(cluster).submit(make_trial(tmp_path))
+    assert cluster.created == []
+
+
+def test_a_refused_pod_takes_back_the_secret_created_before_it(tmp_path: Path) -> None:
+    cluster = Cluster(refuse="Pod")
+    with pytest.raises(KubernetesError, match=r"cannot create the Pod of trial 12"):
+        runner(cluster).submit(make_trial(tmp_path, storage_variables=STORAGE_VARIABLES))
+    assert cluster.deleted == [("Pod", NAME, None), ("Secret", NAME, None)]
+
+
+@pytest.mark.parametrize(
+    ("delete_pods", "deleted"),
+    [(True, [("Pod", NAME, None), ("Secret", NAME, None)]), (False, [("Secret", NAME, None)])],
+)
+def test_collect_deletes_the_secret_even_when_the_pod_is_kept(
+    tmp_path: Path, delete_pods: bool, deleted: list[tuple[str, str, None]]
+) -> None:
+    cluster = Cluster()
+    the_runner = runner(cluster, delete_pods=delete_pods)
+    workload = the_runner.submit(make_trial(tmp_path, storage_variables=STORAGE_VARIABLES))
+    cluster.ended(NAME, 0)
+
+    assert the_runner.collect(workload, on_output=Lines()) == 0
+    assert cluster.deleted == deleted
 
 
 def test_collect_passes_on_the_output_answers_the_exit_code_and_deletes_the_pod(tmp_path: Path) -> None:
@@ -175,16 +245,16 @@ def test_collect_passes_on_the_output_answers_the_exit_code_and_deletes_the_pod(
     assert [line for line, _ in out.lines] == [
         "fetched the context", "[rank=0] epoch 1", "[rank=0] loss 0.5", "no newline",
     ]  # fmt: skip
-    assert cluster.deleted == [("Pod", NAME, None)]
+    assert cluster.deleted == [("Pod", NAME, None), ("Secret", NAME, None)]
 
 
-def test_collect_keeps_the_pod_when_so_configured(tmp_path: Path) -> None:
+def test_collect_keeps_the_pod_but_not_its_secret_when_so_configured(tmp_path: Path) -> None:
     cluster = Cluster()
     the_runner = runner(cluster, delete_pods=False)
     workload = the_runner.submit(make_trial(tmp_path))
     cluster.ended(NAME, 0)
     assert the_runner.collect(workload, on_output=Lines()) == 0
-    assert cluster.deleted == []
+    assert cluster.deleted == [("Secret", NAME, None)]
 
 
 def test_a_stopped_run_kills_what_still_runs_and_answers_killed(tmp_path: Path) -> None:
@@ -494,9 +564,12 @@ def test_a_kubernetes_trial_defers_after_submitting_its_pod_and_reports_its_exit
 
     assert isinstance(waiting.trigger, KubernetesTrialTrigger)
     assert waiting.method_name == "resume_kubernetes"
-    (pod,) = [c for c in op.cluster.created if c["kind"] == "Pod"]
+    secret, pod = op.cluster.created
     trial_id = waiting.trigger.trial_id
     assert pod["metadata"]["name"] == f"det-trial-{experiment_id}-{trial_id}-1"
+    assert (secret["kind"], secret["metadata"]["name"]) == ("Secret", pod["metadata"]["name"])
+    token = secret["stringData"]["DET_SESSION_TOKEN"]
+    assert token not in json.dumps(pod), "the trial's token is read from its Secret, not the pod spec"
     # Its pods run out of the worker's sight: it is STARTING until its process reports.
     assert app.trial(trial_id).state == "STARTING"
     assert "token" not in json.dumps(waiting.kwargs), "the trial's token stays out of the deferral"
@@ -511,6 +584,7 @@ def test_a_kubernetes_trial_defers_after_submitting_its_pod_and_reports_its_exit
     assert app.trial(trial_id).state == "COMPLETED"
     assert (0, "INFO", "trained") in trial_logs(app, trial_id)
     assert ("Pod", pod["metadata"]["name"], None) in op.cluster.deleted
+    assert ("Secret", pod["metadata"]["name"], None) in op.cluster.deleted
 
 
 def test_a_failed_pod_is_a_failed_run_that_airflow_retries(
@@ -519,7 +593,7 @@ def test_a_failed_pod_is_a_failed_run_that_airflow_retries(
     op, _, context = operator
     app, _ = master
     waiting = deferred(op, context)
-    (pod,) = [c["metadata"]["name"] for c in op.cluster.created]
+    (pod,) = pods_created(op.cluster)
     op.cluster.ended(pod, 2, b"[rank=0] Traceback: boom\n")
 
     with pytest.raises(AirflowException, match=r"exited with code 2; it restarts from its latest checkpoint"):
@@ -535,7 +609,7 @@ def test_a_slot_with_no_airflow_retry_left_restarts_its_failed_trial_in_the_same
     context["ti"].max_tries = 0  # the slot's earlier trials used its Airflow retries
     waiting = deferred(op, context)
     trial_id = waiting.trigger.trial_id  # type: ignore[attr-defined]
-    (pod,) = [c["metadata"]["name"] for c in op.cluster.created]
+    (pod,) = pods_created(op.cluster)
     op.cluster.ended(pod, 2, b"[rank=0] Traceback: boom\n")
 
     # The trial's own max_restarts (1) allows a restart: the slot submits its second run at once.
@@ -543,7 +617,7 @@ def test_a_slot_with_no_airflow_retry_left_restarts_its_failed_trial_in_the_same
         op.resume_kubernetes(context, {"status": "ended"}, **(waiting.kwargs or {}))  # type: ignore[arg-type]
 
     assert again.value.trigger.trial_id == trial_id  # type: ignore[attr-defined]
-    assert [c["metadata"]["name"] for c in op.cluster.created] == [
+    assert pods_created(op.cluster) == [
         pod,
         f"det-trial-{experiment_id}-{trial_id}-2",
     ]
@@ -556,7 +630,7 @@ def test_a_pod_that_cannot_start_is_reported_in_the_trials_logs(
     op, _, context = operator
     app, _ = master
     waiting = deferred(op, context)
-    (pod,) = [c["metadata"]["name"] for c in op.cluster.created]
+    (pod,) = pods_created(op.cluster)
     op.cluster.cannot_pull(pod)
 
     with pytest.raises(AirflowException, match=r"exited with code 125"):
@@ -564,5 +638,78 @@ def test_a_pod_that_cannot_start_is_reported_in_the_trials_logs(
     logs = trial_logs(app, waiting.trigger.trial_id)  # type: ignore[attr-defined]
     assert any(
         level == "ERROR" and line.startswith(f"pod {pod} cannot start:") and "InvalidImageName" in line
+        for _, level, line in logs
+    ), logs
+
+
+@pytest.fixture
+def s3_operator(
+    operator: tuple[K8sTrialOperator, int, dict[str, Any]],
+    master: tuple[People, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[K8sTrialOperator, int, dict[str, Any]]:
+    """The trial operator of an experiment whose checkpoints go to s3, with the credentials of
+    Airflow's ``aws_default`` connection."""
+    op, experiment_id, context = operator
+    app, _ = master
+    config = {**app.experiment(experiment_id).config, "checkpoint_storage": {"type": "s3", "bucket": "ckpt"}}
+    with app.db.begin() as conn:
+        conn.execute(
+            update(schema.experiments).where(schema.experiments.c.id == experiment_id).values(config=config)
+        )
+    connection = {
+        "conn_type": "aws", "login": CREDENTIALS["AWS_ACCESS_KEY_ID"],
+        "password": CREDENTIALS["AWS_SECRET_ACCESS_KEY"], "extra": {"region_name": "eu-west-1"},
+    }  # fmt: skip
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps(connection))
+    return op, experiment_id, context
+
+
+def test_the_connections_credentials_reach_the_pod_through_a_secret_deleted_on_resume(
+    s3_operator: tuple[K8sTrialOperator, int, dict[str, Any]],
+) -> None:
+    op, _, context = s3_operator
+    waiting = deferred(op, context)
+
+    secret, pod = op.cluster.created
+    assert secret["kind"] == "Secret" and secret["metadata"]["name"] == pod["metadata"]["name"]
+    credentials = {k: v for k, v in secret["stringData"].items() if k in CREDENTIAL_VARIABLES}
+    assert credentials == {
+        "AWS_ACCESS_KEY_ID": CREDENTIALS["AWS_ACCESS_KEY_ID"],
+        "AWS_SECRET_ACCESS_KEY": CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+    }
+    for value in secret["stringData"].values():
+        assert value not in json.dumps(pod) and value not in json.dumps(waiting.kwargs)
+    env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+    assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"]["name"] == secret["metadata"]["name"]
+    assert env["AWS_DEFAULT_REGION"]["value"] == "eu-west-1"
+
+    op.cluster.ended(pod["metadata"]["name"], 0)
+    op.resume_kubernetes(context, {"status": "ended"}, **(waiting.kwargs or {}))  # type: ignore[arg-type]
+
+    assert ("Secret", secret["metadata"]["name"], None) in op.cluster.deleted
+
+
+def test_a_secret_the_cluster_refuses_is_reported_in_the_trials_logs(
+    s3_operator: tuple[K8sTrialOperator, int, dict[str, Any]], master: tuple[People, str]
+) -> None:
+    op, experiment_id, context = s3_operator
+    app, _ = master
+    op.cluster = Cluster(refuse="Secret")
+
+    with pytest.raises(AirflowException, match=r"exited with code 125"):
+        op.execute(context)  # type: ignore[arg-type]
+
+    assert op.cluster.created == [], "no pod starts without its credentials"
+    with app.db.read() as conn:
+        trial_id = conn.execute(
+            select(schema.trials.c.id).where(schema.trials.c.experiment_id == experiment_id)
+        ).scalar_one()
+    logs = trial_logs(app, trial_id)
+    assert any(
+        level == "ERROR"
+        and f"cannot create the Secret of trial {trial_id} in namespace ml, which holds its token, config "
+        "and storage credentials: Secret refused"
+        in line
         for _, level, line in logs
     ), logs

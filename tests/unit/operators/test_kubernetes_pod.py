@@ -14,17 +14,22 @@ from airflow.providers.cncf.kubernetes.pod_generator import PodGenerator
 
 from det_airflow import settings
 from det_airflow.config import config_to_dict, parse_config
+from det_airflow.object_storage import CREDENTIAL_VARIABLES
 from det_airflow.operators.runners import LABEL_EXPERIMENT, LABEL_RUN, LABEL_TRIAL, ContainerTrial
 from det_airflow.operators.runners.kubernetes import KubernetesRunner
 from det_airflow.operators.runners.kubernetes_pod import (
+    CONFIG_VARIABLE,
+    SECRET_VARIABLES,
     TRIAL_CONTAINER,
     gang_job,
     gang_service,
     priority_class,
     trial_pod,
+    trial_secret,
 )
 from det_airflow.runner_policy import PolicyError
 from det_airflow.settings import RunnerPolicy
+from det_airflow.trial_env import SESSION_TOKEN
 from det_airflow.trial_process import TrialSpec
 
 MINIMAL = {
@@ -40,17 +45,30 @@ def pod_dict(
     slots: tuple[int, ...] = (),
     policy: RunnerPolicy | None = None,
     uid: int | None = None,
+    env: dict[str, str] | None = None,
     **changes: Any,
 ) -> dict[str, Any]:
+    trial = make_trial(tmp_path, device=device, slots=slots, uid=uid, env=env, **changes)
+    return dict(PodGenerator.serialize_pod(trial_pod(trial, namespace="ml", policy=policy)))
+
+
+def make_trial(
+    tmp_path: Path,
+    *,
+    device: str = "cpu",
+    slots: tuple[int, ...] = (),
+    uid: int | None = None,
+    env: dict[str, str] | None = None,
+    **changes: Any,
+) -> ContainerTrial:
     config = config_to_dict(parse_config({**MINIMAL, **changes}))
     spec = TrialSpec(
         trial_id=12, experiment_id=3, request_id="r", trial_seed=5, config=config, run_id=2, uid=uid, gid=uid
     )
-    trial = ContainerTrial(
-        spec=spec, workdir=tmp_path, argv=(sys.executable, "train.py"), env={"DET_TRIAL_ID": "12"},
+    return ContainerTrial(
+        spec=spec, workdir=tmp_path, argv=(sys.executable, "train.py"), env=env or {"DET_TRIAL_ID": "12"},
         slot_ids=slots, device=device,
     )  # fmt: skip
-    return dict(PodGenerator.serialize_pod(trial_pod(trial, namespace="ml", policy=policy)))
 
 
 def test_trial_pod_fields(tmp_path: Path) -> None:
@@ -142,6 +160,81 @@ def test_pod_spec_is_merged_as_determined_does(tmp_path: Path) -> None:
     assert {"name": "DET_TRIAL_ID", "value": "12"} in trial_container["env"]
     assert {"name": "datasets", "mountPath": "/datasets"} in trial_container["volumeMounts"]
     assert {v["name"] for v in spec["volumes"]} >= {"datasets", "det-workdir", "det-shm"}
+
+
+# --- what only the trial may read ---
+
+CREDENTIALS = {"AWS_ACCESS_KEY_ID": "AKIDEXAMPLEKEY", "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI-secret"}
+TOKEN = {SESSION_TOKEN: "trial-bearer-token"}
+# Determined's own keys in the config, which the init container writes to the trial's config file.
+KEYED_STORAGE = {"type": "s3", "bucket": "ckpt", "access_key": "AKIDCONFIGKEY", "secret_key": "config-secret"}
+
+
+def reference(name: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"secretKeyRef": {"name": "det-trial-3-12-2", "key": name}}}
+
+
+def test_secrets_are_read_from_the_trials_secret_through_the_users_pod_spec(tmp_path: Path) -> None:
+    pod_spec = {
+        "spec": {
+            "containers": [
+                {"name": "log-forwarder", "image": "fluent/fluent-bit"},
+                {"name": TRIAL_CONTAINER, "env": [{"name": "FROM_POD_SPEC", "value": "1"}]},
+            ]
+        }
+    }
+    env = {"DET_TRIAL_ID": "12", "AWS_DEFAULT_REGION": "eu-west-1", **CREDENTIALS, **TOKEN}
+    pod = pod_dict(tmp_path, env=env, environment={"pod_spec": pod_spec}, checkpoint_storage=KEYED_STORAGE)
+
+    secrets = [*CREDENTIALS.values(), *TOKEN.values(), KEYED_STORAGE["secret_key"]]
+    assert not [v for v in secrets if v in json.dumps(pod)]
+    trial_container, sidecar = pod["spec"]["containers"]
+    assert {"name": "FROM_POD_SPEC", "value": "1"} in trial_container["env"]
+    assert {"name": "AWS_DEFAULT_REGION", "value": "eu-west-1"} in trial_container["env"]
+    for name in [*CREDENTIALS, SESSION_TOKEN]:
+        assert reference(name) in trial_container["env"]
+    assert CONFIG_VARIABLE not in {e["name"] for e in trial_container["env"]}, "it reads the config file"
+    assert "env" not in sidecar, "the user's other containers get nothing of the trial's"
+    (init,) = pod["spec"]["initContainers"]
+    assert reference(SESSION_TOKEN) in init["env"] and reference(CONFIG_VARIABLE) in init["env"]
+    assert not CREDENTIAL_VARIABLES & {e["name"] for e in init["env"]}, "it only fetches the context"
+
+
+def test_the_trials_secret_holds_its_token_config_and_credentials_named_and_labelled_as_its_pod(
+    tmp_path: Path,
+) -> None:
+    env = {"DET_TRIAL_ID": "12", "AWS_DEFAULT_REGION": "eu-west-1", **CREDENTIALS, **TOKEN}
+    trial = make_trial(tmp_path, env=env, checkpoint_storage=KEYED_STORAGE)
+    secret = PodGenerator.serialize_pod(trial_secret(trial, namespace="ml"))
+
+    assert (secret["apiVersion"], secret["kind"], secret["type"]) == ("v1", "Secret", "Opaque")
+    assert secret["metadata"] == {"name": "det-trial-3-12-2", "namespace": "ml", "labels": trial.labels}
+    data = secret["stringData"]
+    assert set(data) == {*CREDENTIALS, SESSION_TOKEN, CONFIG_VARIABLE} <= SECRET_VARIABLES
+    assert {k: data[k] for k in [*CREDENTIALS, *TOKEN]} == {**CREDENTIALS, **TOKEN}
+    assert json.loads(data[CONFIG_VARIABLE]) == trial.config
+    assert json.loads(data[CONFIG_VARIABLE])["checkpoint_storage"]["secret_key"] == "config-secret"
+    assert secret["immutable"] is True
+
+
+def test_a_trial_without_storage_credentials_still_has_a_secret_for_its_token_and_config(
+    tmp_path: Path,
+) -> None:
+    trial = make_trial(tmp_path, env={"DET_TRIAL_ID": "12", **TOKEN})
+    secret = trial_secret(trial, namespace="ml")
+    assert sorted(secret.string_data) == [CONFIG_VARIABLE, SESSION_TOKEN]
+
+
+def test_a_gangs_pods_read_the_token_and_credentials_from_the_secret(tmp_path: Path) -> None:
+    trial = make_trial(tmp_path, env={"DET_TRIAL_ID": "12", **CREDENTIALS, **TOKEN}, slots=(0, 1))
+    job = PodGenerator.serialize_pod(gang_job(trial, namespace="ml", pods=2))
+
+    assert not [v for v in [*CREDENTIALS.values(), *TOKEN.values()] if v in json.dumps(job)]
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert reference("AWS_SECRET_ACCESS_KEY") in container["env"]
+    assert reference(SESSION_TOKEN) in container["env"]
+    (init,) = job["spec"]["template"]["spec"]["initContainers"]
+    assert reference(CONFIG_VARIABLE) in init["env"]
 
 
 def test_priority_class_orders_as_determined_and_preempts_nothing() -> None:

@@ -5,12 +5,15 @@ deserialized by the kubernetes client from the JSON an API server sends."""
 
 from __future__ import annotations
 
+import copy
 import json
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from kubernetes.client import ApiClient
@@ -20,6 +23,7 @@ from kubernetes.client.exceptions import ApiException
 from det_airflow import settings as det_settings
 from det_airflow.config import config_to_dict, parse_config
 from det_airflow.errors import DetError
+from det_airflow.object_storage import CREDENTIAL_VARIABLES
 from det_airflow.operators.runners import (
     LABEL_EXPERIMENT,
     LABEL_RUN,
@@ -35,7 +39,13 @@ from det_airflow.operators.runners.kubernetes import (
     KubernetesRunner,
     trial_workload,
 )
-from det_airflow.operators.runners.kubernetes_pod import CONFIG_VARIABLE, CONTEXT_CONTAINER, TRIAL_CONTAINER
+from det_airflow.operators.runners.kubernetes_pod import (
+    CONFIG_VARIABLE,
+    CONTEXT_CONTAINER,
+    SECRET_VARIABLES,
+    TRIAL_CONTAINER,
+)
+from det_airflow.trial_env import SESSION_TOKEN
 from det_airflow.trial_process import TrialSpec, trial_environment
 
 MINIMAL = {
@@ -47,15 +57,32 @@ API = ApiClient()
 
 # The runner policy of a cluster whose trials go to namespace "ml".
 ML_SETTINGS = det_settings.load({"namespace": "ml", "allowed_namespaces": "default"})
+# What object_storage.trial_variables reads from an s3 storage's Airflow connection.
+STORAGE_VARIABLES = {
+    "AWS_ACCESS_KEY_ID": "AKIDEXAMPLEKEY",
+    "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI-secret",
+    "AWS_SESSION_TOKEN": "FwoGZXIvYXdz-session",
+    "AWS_ENDPOINT_URL_S3": "http://minio.storage:9000",
+    "AWS_DEFAULT_REGION": "eu-west-1",
+}
+CREDENTIALS = {k: v for k, v in STORAGE_VARIABLES.items() if k in CREDENTIAL_VARIABLES}
 
 
-def make_trial(tmp_path: Path, *, device: str = "cpu", slots: int = 1, **changes: Any) -> ContainerTrial:
+def make_trial(
+    tmp_path: Path,
+    *,
+    device: str = "cpu",
+    slots: int = 1,
+    storage_variables: Mapping[str, str] | None = None,
+    **changes: Any,
+) -> ContainerTrial:
     config = config_to_dict(parse_config({**MINIMAL, "resources": {"slots_per_trial": slots}, **changes}))
     spec = TrialSpec(trial_id=12, experiment_id=3, request_id="r", trial_seed=5, config=config, run_id=2)
     env = trial_environment(
         spec, master_url="http://master:8080", token="trial-token", slot_ids=range(slots), base_env={},
         workdir=tmp_path,
     )  # fmt: skip
+    env = {**(storage_variables or {}), **env}  # as TrialLaunch.environment adds them
     return ContainerTrial(
         spec=spec, workdir=tmp_path, argv=(sys.executable, "-m", "det_airflow.launchers.torch_distributed"),
         env=container_environment(env, config, device, range(slots), tmp_path),  # as run_with builds it
@@ -71,6 +98,11 @@ def submitted(trial: ContainerTrial, slots_per_node: int = 8) -> list[dict[str, 
 
 def env_of(container: dict[str, Any]) -> dict[str, Any]:
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+def from_secret(name: str) -> dict[str, Any]:
+    """A variable's ``valueFrom`` that reads it from the run's Secret."""
+    return {"secretKeyRef": {"name": NAME, "key": name}}
 
 
 # --- the objects ---
@@ -89,7 +121,7 @@ def test_a_trial_that_fits_on_a_node_is_one_pod_with_what_the_user_configured(tm
         resources={"slots_per_trial": 4, "shm_size": "1G", "priority": 20},
         checkpoint_storage={"type": "shared_fs", "host_path": "/mnt/ckpt"},
     )
-    (pod,) = submitted(trial)
+    secret, pod = submitted(trial)
 
     assert (pod["apiVersion"], pod["kind"]) == ("v1", "Pod")
     assert pod["metadata"]["name"] == NAME and pod["metadata"]["namespace"] == "ml"
@@ -104,7 +136,9 @@ def test_a_trial_that_fits_on_a_node_is_one_pod_with_what_the_user_configured(tm
     assert container["command"] == ["python3", "-m", "det_airflow.launchers.torch_distributed"]
     assert container["resources"]["limits"] == {"nvidia.com/gpu": "4"}
     env = env_of(container)
-    assert env["DET_MASTER"] == "http://master:8080" and env["DET_SESSION_TOKEN"] == "trial-token"
+    assert env["DET_MASTER"] == "http://master:8080"
+    assert env[SESSION_TOKEN] == from_secret(SESSION_TOKEN)
+    assert secret["stringData"][SESSION_TOKEN] == "trial-token"
     assert (env["DET_TRIAL_ID"], env["DET_EXPERIMENT_ID"]) == ("12", "3")
     assert json.loads(env["DET_SLOT_IDS"]) == [0, 1, 2, 3]
     assert env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
@@ -122,7 +156,7 @@ def test_a_trial_that_fits_on_a_node_is_one_pod_with_what_the_user_configured(tm
 
 def test_the_init_container_fetches_the_context_into_the_work_folder(tmp_path: Path) -> None:
     trial = make_trial(tmp_path, environment={"image": "my/train:1", "force_pull_image": True})
-    (pod,) = submitted(trial)
+    secret, pod = submitted(trial)
 
     (init,) = pod["spec"]["initContainers"]
     assert init["name"] == CONTEXT_CONTAINER
@@ -134,15 +168,17 @@ def test_the_init_container_fetches_the_context_into_the_work_folder(tmp_path: P
         {"name": "det-tmp", "mountPath": "/tmp"},  # the root file system is read-only
     ]
     env = env_of(init)
-    assert json.loads(env[CONFIG_VARIABLE]) == trial.config
+    assert env[CONFIG_VARIABLE] == from_secret(CONFIG_VARIABLE)
+    assert json.loads(secret["stringData"][CONFIG_VARIABLE]) == trial.config
     assert env["DET_EXPERIMENT_CONFIG_FILE"] == str(tmp_path / ".det" / "experiment_config.json")
-    assert env["DET_SESSION_TOKEN"] == "trial-token"
+    assert env[SESSION_TOKEN] == from_secret(SESSION_TOKEN)
 
 
 def test_a_trial_larger_than_a_node_is_an_indexed_job_of_one_pod_per_node(tmp_path: Path) -> None:
     trial = make_trial(tmp_path, device="cuda", slots=16, resources={"slots_per_trial": 16, "priority": 30})
-    service, job = submitted(trial, slots_per_node=8)
+    secret, service, job = submitted(trial, slots_per_node=8)
 
+    assert (secret["kind"], secret["metadata"]["name"]) == ("Secret", NAME)
     assert (service["kind"], service["metadata"]["name"]) == ("Service", NAME)
     assert service["spec"] == {
         "clusterIP": "None",
@@ -160,11 +196,57 @@ def test_a_trial_larger_than_a_node_is_an_indexed_job_of_one_pod_per_node(tmp_pa
     env = env_of(container)
     assert json.loads(env["DET_SLOT_IDS"]) == list(range(8))
     assert env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
+    assert env[SESSION_TOKEN] == from_secret(SESSION_TOKEN)
     assert json.loads(env["DET_CONTAINER_ADDRS"]) == [f"{NAME}-0.{NAME}", f"{NAME}-1.{NAME}"]
     assert env["DET_CONTAINER_RANK"] == {
         "fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}
     }
     assert job["spec"]["template"]["metadata"]["labels"][LABEL_TRIAL] == "12"
+
+
+@pytest.mark.parametrize(("slots", "kinds"), [(1, ["Secret", "Pod"]), (4, ["Secret", "Service", "Job"])])
+def test_token_config_and_credentials_reach_the_trial_from_a_secret_never_as_env_values(
+    tmp_path: Path, slots: int, kinds: list[str]
+) -> None:
+    storage = {"type": "s3", "bucket": "ckpt", "access_key": "AKIDCONFIGKEY", "secret_key": "config-secret"}
+    trial = make_trial(tmp_path, slots=slots, storage_variables=STORAGE_VARIABLES, checkpoint_storage=storage)
+    objects = submitted(trial, slots_per_node=2)
+
+    assert [o["kind"] for o in objects] == kinds, "the Secret exists before the pods that read it"
+    secret, *others = objects
+    assert secret["metadata"] == {
+        "name": NAME, "namespace": "ml", "labels": {LABEL_EXPERIMENT: "3", LABEL_TRIAL: "12", LABEL_RUN: "2"},
+    }  # fmt: skip
+    assert (secret["type"], secret["immutable"]) == ("Opaque", True)
+    data = secret["stringData"]
+    assert set(data) == {*CREDENTIALS, SESSION_TOKEN, CONFIG_VARIABLE} <= SECRET_VARIABLES
+    assert {k: data[k] for k in CREDENTIALS} == CREDENTIALS and data[SESSION_TOKEN] == "trial-token"
+    assert json.loads(data[CONFIG_VARIABLE]) == trial.config
+    for other in others:
+        text = json.dumps(other)
+        leaked = [v for v in [*CREDENTIALS.values(), "trial-token", "config-secret"] if v in text]
+        assert not leaked, f"{leaked} in the {other['kind']}"
+    pod_spec = others[-1]["spec"] if slots == 1 else others[-1]["spec"]["template"]["spec"]
+    (container,) = pod_spec["containers"]
+    env = env_of(container)
+    for name in [*CREDENTIALS, SESSION_TOKEN]:
+        assert env[name] == from_secret(name)
+    assert env["AWS_ENDPOINT_URL_S3"] == "http://minio.storage:9000"
+    assert env["AWS_DEFAULT_REGION"] == "eu-west-1"
+    (init,) = pod_spec["initContainers"]
+    init_env = env_of(init)
+    assert init_env[SESSION_TOKEN] == from_secret(SESSION_TOKEN)
+    assert init_env[CONFIG_VARIABLE] == from_secret(CONFIG_VARIABLE)
+    assert not CREDENTIAL_VARIABLES & set(init_env), "the init container only fetches the context"
+
+
+def test_a_trial_without_storage_credentials_still_has_a_secret_for_its_token_and_config(
+    tmp_path: Path,
+) -> None:
+    trial = make_trial(tmp_path, storage_variables={"AWS_DEFAULT_REGION": "eu-west-1"})
+    secret, pod = submitted(trial)
+    assert (secret["kind"], pod["kind"]) == ("Secret", "Pod")
+    assert sorted(secret["stringData"]) == [CONFIG_VARIABLE, SESSION_TOKEN]
 
 
 def test_slots_that_do_not_divide_into_nodes_are_refused_naming_the_field(tmp_path: Path) -> None:
@@ -191,32 +273,44 @@ class ScriptedCluster:
         runs_until_deleted: bool = False,
         leftovers: list[tuple[str, str]] | None = None,
         refuse: ApiException | None = None,
+        refuse_kind: str | None = None,
+        refuse_owner: ApiException | None = None,
         vanish: str | None = None,
     ) -> None:
         self.created: list[dict[str, Any]] = []
         self.deleted: list[tuple[str, str, int | None]] = []
+        self.owned: list[tuple[str, str, str, str]] = []  # (kind, name, owner's kind, owner's uid)
+        self.refuse_owner = refuse_owner
         self.exit_code, self.init_exit = exit_code, init_exit
         self.logs_of = logs or {}
         self.waiting = waiting
         self.runs_until_deleted = runs_until_deleted
         self._leftovers = leftovers or []
-        self.refuse = refuse
+        self.refuse, self.refuse_kind = refuse, refuse_kind  # refused: objects of that kind, else all
         self.vanish = vanish  # a pod deleted by Kubernetes once its trial container's logs end
         self.pods: dict[str, dict[str, str]] = {}  # pod → container → "running" | "done"
         self.gone: dict[str, threading.Event] = {}
 
     # the KubernetesCluster interface
 
-    def create(self, obj: Any) -> None:
-        if self.refuse is not None:
-            raise self.refuse
+    def create(self, obj: Any) -> Any:
         body = API.sanitize_for_serialization(obj)
+        if self.refuse is not None and self.refuse_kind in (None, body["kind"]):
+            raise self.refuse
         self.created.append(body)
         if body["kind"] == "Pod":
             self._add_pod(body["metadata"]["name"])
         if body["kind"] == "Job":
             for i in range(body["spec"]["completions"]):
                 self._add_pod(f"{body['metadata']['name']}-{i}-x{i}")
+        created = copy.deepcopy(obj)
+        created.metadata.uid = f"uid-{len(self.created)}"
+        return created
+
+    def own(self, kind: str, namespace: str, name: str, owner: Any) -> None:
+        if self.refuse_owner is not None:
+            raise self.refuse_owner
+        self.owned.append((kind, name, owner.kind, owner.metadata.uid))
 
     def delete(self, kind: str, namespace: str, name: str, *, grace_seconds: int | None = None) -> None:
         self.deleted.append((kind, name, grace_seconds))
@@ -327,7 +421,7 @@ def test_a_pod_streams_its_output_answers_its_exit_code_and_is_deleted(tmp_path:
     code = runner(cluster).run(make_trial(tmp_path), on_output=out, stop=threading.Event())
 
     assert code == 3
-    assert [c["kind"] for c in cluster.created] == ["Pod"]
+    assert [c["kind"] for c in cluster.created] == ["Secret", "Pod"]
     assert [line for line, _ in out.lines] == [
         "fetched context", "[rank=0] epoch 1", "[rank=1] epoch 1", "10%", "20%", "no newline",
     ]  # fmt: skip
@@ -340,7 +434,7 @@ def test_pods_are_kept_when_so_configured(tmp_path: Path) -> None:
         make_trial(tmp_path), on_output=Lines(), stop=threading.Event()
     )
     assert code == 0
-    assert cluster.deleted == []
+    assert cluster.deleted == [("Secret", NAME, None)], "only the Secret, which the pod no longer needs"
 
 
 def test_stop_deletes_the_running_pod_with_a_grace_period(tmp_path: Path) -> None:
@@ -394,8 +488,8 @@ def test_a_gang_streams_every_pod_and_answers_the_first_failure(tmp_path: Path) 
     code = runner(cluster, slots_per_node=2).run(trial, on_output=Lines(), stop=threading.Event())
 
     assert code == 2
-    assert [c["kind"] for c in cluster.created] == ["Service", "Job"]
-    assert {("Job", NAME, None), ("Service", NAME, None)} <= set(cluster.deleted)
+    assert [c["kind"] for c in cluster.created] == ["Secret", "Service", "Job"]
+    assert {("Job", NAME, None), ("Service", NAME, None), ("Secret", NAME, None)} <= set(cluster.deleted)
 
 
 def test_a_gang_pod_deleted_by_its_failing_job_does_not_hide_the_failure(tmp_path: Path) -> None:
@@ -415,11 +509,67 @@ def test_leftovers_of_an_earlier_run_are_deleted_before_the_pod_is_created(tmp_p
 def test_an_object_the_api_server_refuses_is_an_error_naming_its_reason(tmp_path: Path) -> None:
     refused = ApiException(status=403, reason="Forbidden")
     refused.body = json.dumps({"message": 'pods is forbidden: User "airflow" cannot create pods in "ml"'})
-    cluster = ScriptedCluster(refuse=refused)
+    cluster = ScriptedCluster(refuse=refused, refuse_kind="Pod")
     with pytest.raises(
         KubernetesError, match=r"cannot create the Pod of trial 12 in namespace ml: pods is forbidden"
     ):
         runner(cluster).run(make_trial(tmp_path), on_output=Lines(), stop=threading.Event())
+    assert ("Secret", NAME, None) in cluster.deleted, "the Secret created before it is taken back"
+
+
+def test_the_credentials_secret_is_owned_by_the_pod_and_deleted_after_it(tmp_path: Path) -> None:
+    cluster = ScriptedCluster()
+    trial = make_trial(tmp_path, storage_variables=STORAGE_VARIABLES)
+
+    code = runner(cluster).run(trial, on_output=Lines(), stop=threading.Event())
+
+    assert code == 0
+    assert [c["kind"] for c in cluster.created] == ["Secret", "Pod"]
+    assert cluster.owned == [("Secret", NAME, "Pod", "uid-2")], "Kubernetes deletes it with the pod"
+    assert cluster.deleted == [("Pod", NAME, None), ("Secret", NAME, None)]
+
+
+def test_a_gangs_secret_is_owned_by_its_job(tmp_path: Path) -> None:
+    cluster = ScriptedCluster()
+    trial = make_trial(tmp_path, slots=4, storage_variables=STORAGE_VARIABLES)
+
+    runner(cluster, slots_per_node=2).run(trial, on_output=Lines(), stop=threading.Event())
+
+    assert cluster.owned == [("Secret", NAME, "Job", "uid-3")]
+    assert cluster.deleted[-1] == ("Secret", NAME, None)
+
+
+def test_the_credentials_secret_is_deleted_even_when_pods_are_kept(tmp_path: Path) -> None:
+    cluster = ScriptedCluster()
+    trial = make_trial(tmp_path, storage_variables=STORAGE_VARIABLES)
+    runner(cluster, delete_pods=False).run(trial, on_output=Lines(), stop=threading.Event())
+    assert cluster.deleted == [("Secret", NAME, None)]
+
+
+def test_a_secret_kubernetes_will_not_let_the_pod_own_is_still_deleted_by_the_run(tmp_path: Path) -> None:
+    cluster = ScriptedCluster(refuse_owner=ApiException(status=403, reason="Forbidden"))
+    trial = make_trial(tmp_path, storage_variables=STORAGE_VARIABLES)
+
+    code = runner(cluster).run(trial, on_output=Lines(), stop=threading.Event())
+
+    assert code == 0
+    assert ("Secret", NAME, None) in cluster.deleted
+
+
+def test_a_refused_secret_fails_the_run_before_any_pod_is_created(tmp_path: Path) -> None:
+    refused = ApiException(status=403, reason="Forbidden")
+    refused.body = json.dumps(
+        {"message": 'secrets is forbidden: User "airflow" cannot create resource "secrets" in "ml"'}
+    )
+    cluster = ScriptedCluster(refuse=refused)
+    trial = make_trial(tmp_path, storage_variables=STORAGE_VARIABLES)
+    with pytest.raises(
+        KubernetesError,
+        match=r"cannot create the Secret of trial 12 in namespace ml, which holds its token, config and "
+        r"storage credentials: secrets is forbidden",
+    ):
+        runner(cluster).run(trial, on_output=Lines(), stop=threading.Event())
+    assert cluster.created == []
 
 
 def test_the_kubernetes_runner_is_set_up_from_the_experiment_and_airflow_cfg(
@@ -437,21 +587,25 @@ def test_the_kubernetes_runner_is_set_up_from_the_experiment_and_airflow_cfg(
     assert (built.namespace, built.slots_per_node, built.delete_pods) == ("ml", 4, False)
 
 
-def test_a_cluster_that_does_not_answer_is_an_error_naming_it(tmp_path: Path) -> None:
-    from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
-
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
+def kubeconfig(tmp_path: Path, server: str) -> Path:
+    path = tmp_path / "kubeconfig"
+    path.write_text(
         json.dumps(
             {
-                "apiVersion": "v1", "kind": "Config", "current-context": "gone",
-                "clusters": [{"name": "gone", "cluster": {"server": "https://127.0.0.1:1"}}],
-                "contexts": [{"name": "gone", "context": {"cluster": "gone", "user": "me"}}],
+                "apiVersion": "v1", "kind": "Config", "current-context": "here",
+                "clusters": [{"name": "here", "cluster": {"server": server}}],
+                "contexts": [{"name": "here", "context": {"cluster": "here", "user": "me"}}],
                 "users": [{"name": "me", "user": {"token": "t"}}],
             }
         )
     )  # fmt: skip
-    cluster = KubernetesCluster(KubernetesHook(config_file=str(kubeconfig)))
+    return path
+
+
+def test_a_cluster_that_does_not_answer_is_an_error_naming_it(tmp_path: Path) -> None:
+    from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+
+    cluster = KubernetesCluster(KubernetesHook(config_file=str(kubeconfig(tmp_path, "https://127.0.0.1:1"))))
     with pytest.raises(
         KubernetesError, match=r"trial 12: the Kubernetes cluster did not answer \(.*127.0.0.1"
     ):
@@ -475,3 +629,101 @@ def test_a_bad_slots_per_node_is_an_error_naming_the_setting(monkeypatch: pytest
         DetError, match=r"airflow.cfg \[det\] slots_per_node: expected an integer >= 1, got 'eight'"
     ):
         build_runner("kubernetes", config_to_dict(parse_config(MINIMAL)))
+
+
+class RecordingApiServer(BaseHTTPRequestHandler):
+    """An API server with no pods: records each request (method, path, query, content type, body),
+    answers a created object as sent with a uid, lists one Secret an earlier run left and no other
+    object."""
+
+    seen: list[tuple[str, str, dict[str, list[str]], str | None, Any]] = []
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        url = self._record("GET")
+        items = [{"metadata": {"name": "det-trial-3-12-1"}}] if url.path.endswith("/secrets") else []
+        self._answer(200, {"apiVersion": "v1", "kind": "List", "metadata": {}, "items": items})
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._record("POST")
+        body = self.seen[-1][-1]
+        body["metadata"]["uid"] = f"uid-of-{body['kind'].lower()}"
+        self._answer(201, body)
+
+    def do_PATCH(self) -> None:  # noqa: N802
+        self._record("PATCH")
+        self._answer(200, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": NAME}})
+
+    def do_DELETE(self) -> None:  # noqa: N802
+        self._record("DELETE")
+        self._answer(200, {"apiVersion": "v1", "kind": "Status", "status": "Success"})
+
+    def _record(self, method: str) -> Any:
+        url = urlsplit(self.path)
+        length = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(length)) if length else None
+        self.seen.append((method, url.path, parse_qs(url.query), self.headers.get("Content-Type"), body))
+        return url
+
+    def _answer(self, status: int, body: Any) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def api_server() -> Iterator[str]:
+    RecordingApiServer.seen = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), RecordingApiServer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_cluster_sweeps_creates_owns_and_deletes_the_secret_as_the_api_server_expects(
+    tmp_path: Path, api_server: str
+) -> None:
+    from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+
+    cluster = KubernetesCluster(KubernetesHook(config_file=str(kubeconfig(tmp_path, api_server))))
+    the_runner = KubernetesRunner(cluster, namespace="ml", settings=ML_SETTINGS)
+
+    workload = the_runner.submit(make_trial(tmp_path, storage_variables=STORAGE_VARIABLES))
+    code = the_runner.collect(workload, on_output=Lines(), stopped=True)  # its pod is gone
+
+    assert code == KILLED
+    writes = [(method, path, body) for method, path, _, _, body in RecordingApiServer.seen if method != "GET"]
+    secrets, pods = "/api/v1/namespaces/ml/secrets", "/api/v1/namespaces/ml/pods"
+    assert [(method, path) for method, path, _ in writes] == [
+        ("DELETE", f"{secrets}/det-trial-3-12-1"),  # an earlier run's, found by the trial's label
+        ("POST", secrets),
+        ("POST", pods),
+        ("PATCH", f"{secrets}/{NAME}"),
+        ("DELETE", f"{pods}/{NAME}"),
+        ("DELETE", f"{secrets}/{NAME}"),
+    ]
+    assert {k: writes[1][2]["stringData"][k] for k in CREDENTIALS} == CREDENTIALS
+    assert writes[1][2]["stringData"][SESSION_TOKEN] == "trial-token"
+    assert not [v for v in [*CREDENTIALS.values(), "trial-token"] if v in json.dumps(writes[2][2])]
+    (patch,) = [seen for seen in RecordingApiServer.seen if seen[0] == "PATCH"]
+    assert patch[3] == "application/json-patch+json"
+    assert patch[4] == [
+        {
+            "op": "add",
+            "path": "/metadata/ownerReferences",
+            "value": [{"apiVersion": "v1", "kind": "Pod", "name": NAME, "uid": "uid-of-pod"}],
+        }
+    ]
+    (listed,) = [
+        query for method, path, query, _, _ in RecordingApiServer.seen if path == secrets and method == "GET"
+    ]
+    assert listed["labelSelector"] == [f"{LABEL_TRIAL}=12"]

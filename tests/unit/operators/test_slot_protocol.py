@@ -72,3 +72,54 @@ def test_a_run_answer_carries_no_field_of_another_status(master: tuple[People, s
     e = experiment(app)
 
     assert set(_ask(url, e)) == {"status", "trial", "token", "spec"}
+
+
+def test_a_node_task_is_told_where_its_part_of_a_multi_node_run_waits(master: tuple[People, str]) -> None:  # noqa: F811
+    from det_airflow.operators.triggers import TrialNodeTrigger
+    from tests.unit.master.test_hosts import report
+
+    app, url = master
+    set_pool_slots(8)
+    report(app, "a", 2)
+    report(app, "b", 2)
+    e = experiment(app, slots_per_trial=4)
+    client = InternalClient(url, SERVICE_TOKEN)
+    node_task = {**TASK, "task_id": "trial_node", "host": "a"}
+    trigger = TrialNodeTrigger(url, SERVICE_TOKEN, e, slot=0, rank=1, host="a", min_wait=0)
+    async_client = AsyncInternalClient(url, SERVICE_TOKEN)
+    assert asyncio.run(trigger._check(async_client)) is None, "no run needs node 1 yet"
+
+    chief = client.acquire(e, 0, TaskRef.model_validate({**TASK, "host": "a", "port": 29600}))
+    assert chief.spec is not None and chief.spec.gang is not None
+    assert (chief.spec.gang.addrs, chief.spec.gang.rank, chief.spec.gang.port) == (["a", "b"], 0, 29600)
+    # Node 1 waits on host b: the trigger of a task on host a fires, so that its task moves there.
+    assert asyncio.run(async_client.node_status(e, 0, 1, "a")).host == "b"
+    assert asyncio.run(trigger._check(async_client)) == {"status": "wait"}
+    part = client.acquire_node(e, 0, 1, TaskRef.model_validate({**node_task, "host": "b"}))
+    assert part.status is SlotStatus.RUN and part.spec is not None and part.spec.gang is not None
+    assert (part.spec.gang.rank, part.spec.gang.slots, part.token != chief.token) == (1, 2, True)
+
+    assert chief.trial is not None
+    client.exit_node(chief.trial.id, 1, part.spec.run_id, 3)
+    assert client.trial_status(chief.trial.id).gang_failed == "node 1 on host b exited 3"
+
+
+def test_a_node_stops_when_its_gang_failed_or_its_run_is_over(master: tuple[People, str]) -> None:  # noqa: F811
+    from det_airflow.api.models import TrialStatus
+    from det_airflow.operators.triggers import stop_reason
+
+    app, url = master
+    set_pool_slots(2)
+    e = experiment(app)
+    answer = InternalClient(url, SERVICE_TOKEN).acquire(e, 0, TaskRef.model_validate(TASK))
+    assert answer.trial is not None and answer.spec is not None
+    status = InternalClient(url, SERVICE_TOKEN).trial_status(answer.trial.id)
+    run = answer.spec.run_id
+    assert stop_reason(status, None, 0.0, 60, run_id=run) == (None, None), "its run goes on"
+    assert stop_reason(status, None, 0.0, 60) == (None, None)
+    failed = TrialStatus.model_validate({**status.model_dump(), "gang_failed": "node 1 on host b exited 3"})
+    assert stop_reason(failed, None, 0.0, 60)[0] == "stops with its gang: node 1 on host b exited 3"
+    assert (
+        stop_reason(status, None, 0.0, 60, run_id=run - 1)[0]
+        == f"has no run {run - 1} going any more (STARTING)"
+    )

@@ -370,6 +370,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/internal/experiments/{experiment_id}/slots/{slot}/nodes/{rank}/acquire": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Acquire Node
+         * @description A node task asks for its part of its slot's multi-node run (master/gangs.py).
+         */
+        post: operations["acquire_node_api_v1_internal_experiments__experiment_id__slots__slot__nodes__rank__acquire_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/internal/hosts/{host_id}": {
         parameters: {
             query?: never;
@@ -477,6 +497,26 @@ export interface paths {
         put?: never;
         /** Trial Logs */
         post: operations["trial_logs_api_v1_internal_trials__trial_id__logs_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/internal/trials/{trial_id}/nodes/{rank}/exit": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Node Exit
+         * @description A node of a multi-node run ended; a failure stops the others (the chief's task looks).
+         */
+        post: operations["node_exit_api_v1_internal_trials__trial_id__nodes__rank__exit_post"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1295,6 +1335,11 @@ export interface components {
             /** Acquired Slots */
             acquired_slots: number;
             experiment_state: components["schemas"]["ExperimentState"];
+            /**
+             * Fits Hosts
+             * @description whether the live hosts could take one of its trials, whole on one host or in equal shares on several (null without hosts); false: it waits for hosts that can
+             */
+            fits_hosts?: boolean | null;
             /** Fits Pool */
             fits_pool: boolean;
             /**
@@ -1308,7 +1353,7 @@ export interface components {
             jobs_ahead: number;
             /**
              * Largest Host Slots
-             * @description the most slots a live worker host has (null without hosts): a trial whose slots_per_trial exceed it waits for a host that large
+             * @description the most slots a live worker host has (null without hosts): a trial whose slots_per_trial exceed it runs across several hosts
              */
             largest_host_slots?: number | null;
             /** Max Slots */
@@ -1494,6 +1539,39 @@ export interface components {
         MetricsList: {
             /** Metrics */
             metrics: components["schemas"]["Metrics"][];
+        };
+        /** NodeExit */
+        NodeExit: {
+            /** Exit Code */
+            exit_code: number;
+            /** Run Id */
+            run_id: number;
+        };
+        /**
+         * NodeGang
+         * @description One node's part of a multi-node run: where every node is, which one this is, its slots.
+         */
+        NodeGang: {
+            /**
+             * Addrs
+             * @description every node's host address, the chief's first
+             */
+            addrs: string[];
+            /**
+             * Port
+             * @description the chief's rendezvous port
+             */
+            port: number | null;
+            /**
+             * Rank
+             * @description this node's rank (0: the chief)
+             */
+            rank: number;
+            /**
+             * Slots
+             * @description the slots this node holds
+             */
+            slots: number;
         };
         /** Preemption */
         Preemption: {
@@ -1685,6 +1763,11 @@ export interface components {
             host?: string | null;
             /** Map Index */
             map_index?: number | null;
+            /**
+             * Port
+             * @description a port free on the task's host: where a multi-node run's other nodes join the chief
+             */
+            port?: number | null;
             /** Run Id */
             run_id?: string | null;
             /** Task Id */
@@ -1801,6 +1884,8 @@ export interface components {
             };
             /** Experiment Id */
             experiment_id: number;
+            /** @description a run over several hosts: this node's part */
+            gang?: components["schemas"]["NodeGang"] | null;
             /** Gid */
             gid: number | null;
             /** Hparams */
@@ -1833,6 +1918,16 @@ export interface components {
         /** TrialStatus */
         TrialStatus: {
             experiment_state: components["schemas"]["ExperimentState"];
+            /**
+             * Gang Failed
+             * @description a multi-node run: why its nodes must stop (one failed or lost its host)
+             */
+            gang_failed?: string | null;
+            /**
+             * Run Id
+             * @description the trial's current (or latest) run
+             */
+            run_id?: number | null;
             trial: components["schemas"]["Trial"];
         };
         /** UnmanagedBody */
@@ -2656,6 +2751,45 @@ export interface operations {
             };
         };
     };
+    acquire_node_api_v1_internal_experiments__experiment_id__slots__slot__nodes__rank__acquire_post: {
+        parameters: {
+            query?: {
+                dry_run?: boolean;
+            };
+            header?: never;
+            path: {
+                experiment_id: number;
+                slot: number;
+                rank: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TaskRef"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SlotAnswer"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
     report_host_api_v1_internal_hosts__host_id__put: {
         parameters: {
             query?: never;
@@ -2867,6 +3001,42 @@ export interface operations {
         requestBody: {
             content: {
                 "application/json": components["schemas"]["LogBatch"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Empty"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    node_exit_api_v1_internal_trials__trial_id__nodes__rank__exit_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                trial_id: number;
+                rank: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["NodeExit"];
             };
         };
         responses: {

@@ -92,8 +92,8 @@ function JobRows({ job, first, open, onToggle, onDone }: RowProps) {
         <td>
           {job.acquired_slots} / {job.needed_slots}
           {job.fits_pool ? "" : " (does not fit the pool)"}
-          {job.fits_pool && job.largest_host_slots != null && job.slots_per_trial > job.largest_host_slots
-            ? ` (waits for a host with ${job.slots_per_trial} slots)`
+          {job.fits_pool && job.fits_hosts === false
+            ? ` (waits for hosts that can take ${job.slots_per_trial} slots)`
             : ""}
         </td>
         <td>
