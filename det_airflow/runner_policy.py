@@ -33,6 +33,8 @@ Problem = tuple[str, str]
 CONTAINER_RUNNERS = ("docker", "kubernetes")
 _POD_SPEC = "environment.pod_spec"
 _CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
+# The allowed_pod_fields entry that lets a pod spec name the namespace's Secrets.
+_SECRETS = "secrets"
 # hostPID → host_PID, runAsNonRoot → run_As_Non_Root: then lower-cased, the client models' names.
 _CAMEL_BOUNDARY = re.compile(r"(?<=[a-z])(?=[A-Z])")
 
@@ -224,12 +226,24 @@ class _Judge:
 
     # --- environment.pod_spec ---
 
-    def guarded(self, name: str, path: str) -> None:
+    def guarded(self, name: str, path: str, subject: str = "") -> None:
+        """Refuses field ``path`` of the pod spec unless ``allowed_pod_fields`` names ``name``."""
         if name in self.policy.allowed_pod_fields:
             return
         if name == "runAsUser0" and self.policy.allow_root:
             return
-        self.refuse(f"{_POD_SPEC}.{path}", "")
+        self.refuse(
+            f"{_POD_SPEC}.{path}",
+            subject,
+            "allowed_pod_fields",
+            f"its entry in allowed_pod_fields is {name!r}",
+        )
+
+    def secret(self, reference: Any, name_key: str, path: str) -> None:
+        """A pod spec that names a Secret reads whatever its namespace holds under that name: other
+        trials' tokens, configs and storage credentials among them."""
+        name = _get(_mapping(reference), name_key)
+        self.guarded(_SECRETS, path, f"Secret {str(name)!r}" if name else "a Secret")
 
     def pod_spec(self, pod: Any) -> None:
         pod = _mapping(pod)
@@ -263,11 +277,20 @@ class _Judge:
             )
         self.security_context(_mapping(_get(spec, "securityContext")), "spec.securityContext", pod_level=True)
         for i, volume in enumerate(_list(spec.get("volumes"))):
-            if _get(_mapping(volume), "hostPath") is not None:
-                self.guarded("hostPath", f"spec.volumes[{i}].hostPath")
+            self.volume(_mapping(volume), f"spec.volumes[{i}]")
         for key in _CONTAINER_LISTS:
             for i, container in enumerate(_list(_get(spec, key))):
                 self.container(_mapping(container), f"spec.{key}[{i}]")
+
+    def volume(self, volume: Mapping[str, Any], path: str) -> None:
+        if _get(volume, "hostPath") is not None:
+            self.guarded("hostPath", f"{path}.hostPath")
+        if _get(volume, "secret") is not None:
+            self.secret(_get(volume, "secret"), "secretName", f"{path}.secret")
+        for j, source in enumerate(_list(_get(_mapping(_get(volume, "projected")), "sources"))):
+            reference = _get(_mapping(source), "secret")
+            if reference is not None:
+                self.secret(reference, "name", f"{path}.projected.sources[{j}].secret")
 
     def container(self, container: Mapping[str, Any], path: str) -> None:
         context = _mapping(_get(container, "securityContext"))
@@ -275,6 +298,14 @@ class _Judge:
         for j, port in enumerate(_list(container.get("ports"))):
             if _get(_mapping(port), "hostPort"):
                 self.guarded("hostPort", f"{path}.ports[{j}].hostPort")
+        for j, variable in enumerate(_list(container.get("env"))):
+            reference = _get(_mapping(_get(_mapping(variable), "valueFrom")), "secretKeyRef")
+            if reference is not None:
+                self.secret(reference, "name", f"{path}.env[{j}].valueFrom.secretKeyRef")
+        for j, source in enumerate(_list(_get(container, "envFrom"))):
+            reference = _get(_mapping(source), "secretRef")
+            if reference is not None:
+                self.secret(reference, "name", f"{path}.envFrom[{j}].secretRef")
 
     def security_context(self, context: Mapping[str, Any], path: str, *, pod_level: bool) -> None:
         for key in ("runAsUser", "runAsGroup", *(("fsGroup",) if pod_level else ())):

@@ -33,7 +33,8 @@ PRIORITY, FAIR_SHARE = "priority", "fair_share"
 
 # Pod-spec and security-context fields a trial's ``environment.pod_spec`` may not set unless the
 # admin allows them by name in ``allowed_pod_fields``. ``runAsUser0`` stands for ``runAsUser: 0``
-# (and ``runAsNonRoot: false``); ``hostPath`` for a volume of that kind.
+# (and ``runAsNonRoot: false``); ``hostPath`` for a volume of that kind; ``secrets`` for any reference
+# to one of the namespace's Secrets (``secret``/``projected`` volumes, ``secretKeyRef``, ``secretRef``).
 GUARDED_POD_FIELDS = (
     "privileged",
     "allowPrivilegeEscalation",
@@ -47,6 +48,7 @@ GUARDED_POD_FIELDS = (
     "capabilities",
     "procMount",
     "seccompProfileUnconfined",
+    "secrets",
 )
 
 # systemd's DynamicUser range: unused by distributions' static users and by login users.

@@ -38,6 +38,10 @@ def _trial_to_run(answer: SlotAnswer) -> tuple[int, dict[str, Any], str]:
     return answer.trial.id, answer.spec.model_dump(), answer.token
 
 
+#: A node's exit code when its task failed around the trial's process (the runner raised).
+CRASHED = 1
+
+
 def free_port() -> int:
     """A TCP port nothing listens on now, on every address of this host."""
     with socket.socket() as sock:
@@ -391,10 +395,14 @@ class TrialOperator(BaseOperator):
             spec_dict,
             token=token,
             master_url=master,
-            workdir=Path(self.work_dir or default_work_dir()) / f"exp_{experiment_id}" / f"trial_{trial_id}",
+            workdir=self._trial_dir(experiment_id, trial_id),
             fetch_context=lambda: self.trial_context(client, experiment_id),
             storage_variables=self._storage_variables(spec_dict.get("config") or {}),
         )
+
+    def _trial_dir(self, experiment_id: int, trial_id: int) -> Path:
+        """The trial's work folder on this host."""
+        return Path(self.work_dir or default_work_dir()) / f"exp_{experiment_id}" / f"trial_{trial_id}"
 
     def _storage_variables(self, config: dict[str, Any]) -> dict[str, str]:
         """The credentials of the experiment's s3 checkpoint storage, from its Airflow connection;
@@ -443,10 +451,10 @@ class TrialOperator(BaseOperator):
 class TrialNodeOperator(TrialOperator):
     """Runs, for one trial slot, node ``rank`` of its multi-node runs: a trial larger than every
     worker host runs as a gang over several (master/gangs.py). The slot's own task runs the chief;
-    this task waits deferred (holding no worker) until a run of the slot's trial needs its rank, is
-    sent to the host placed for it, runs that node's part of the run through the trial's runner,
-    reports how it ended, and waits again until the slot runs no more trials. Where no node ever
-    runs (no worker hosts report, Kubernetes trials), it ends skipped at once.
+    the master starts this task on the host placed for the node when a run needs it. It runs that
+    node's part of the run through the trial's runner, reports how it ended, and ends when no run
+    needs it any more (skipped if it ran none): the master starts it again, in a new try, for the
+    next run that does.
     """
 
     ui_color = "#fbe5d6"
@@ -472,40 +480,45 @@ class TrialNodeOperator(TrialOperator):
         try:
             while True:
                 answer = client.acquire_node(experiment_id, self.slot, self.rank, task_ref)
-                if answer.status == SlotStatus.DONE:
+                if answer.status == SlotStatus.WAIT and answer.host is not None:
+                    self._move(ran)  # its node waits on another host: the master sent the task there
+                if answer.status != SlotStatus.RUN:
                     if ran:
                         return {"trials": sorted(set(ran))}
-                    raise AirflowSkipException(f"no run of slot {self.slot} needed node {self.rank}")
-                if answer.status != SlotStatus.RUN:
-                    self._wait_for_node(ran)
+                    raise AirflowSkipException(f"no run of slot {self.slot} needs node {self.rank} now")
                 trial_id, spec_dict, token = _trial_to_run(answer)
-                exit_code = self._run_trial(client, spec_dict, token)
+                run_id = int(spec_dict.get("run_id") or 0)
                 try:
-                    client.exit_node(trial_id, self.rank, int(spec_dict.get("run_id") or 0), exit_code)
-                except APIError as exc:
-                    self.log.warning("Could not tell the master node %s ended: %s", self.rank, exc)
-                self.log.info("Node %s of trial %s exited with code %s", self.rank, trial_id, exit_code)
+                    exit_code = self._run_trial(client, spec_dict, token)
+                except Exception:
+                    self._report_node_exit(client, trial_id, run_id, CRASHED)
+                    raise
+                self._report_node_exit(client, trial_id, run_id, exit_code)
                 ran.append(trial_id)
         finally:
             client.close()
+
+    def _report_node_exit(self, client: InternalClient, trial_id: int, run_id: int, code: int) -> None:
+        """Tells the master how this node's process ended: a failure stops the gang at once."""
+        self.log.info("Node %s of trial %s exited with code %s", self.rank, trial_id, code)
+        try:
+            client.exit_node(trial_id, self.rank, run_id, code)
+        except APIError as exc:
+            self.log.warning("Could not tell the master node %s ended: %s", self.rank, exc)
 
     def report_phase(self, client: InternalClient, trial_id: int, run_id: int, state: str, why: str) -> None:
         """The chief reports where the run's start is; a node's own start changes nothing of it."""
         self.log.info("Node %s of trial %s: %s (%s)", self.rank, trial_id, state, why)
 
-    def _wait_for_node(self, ran: list[int]) -> None:
+    def _trial_dir(self, experiment_id: int, trial_id: int) -> Path:
+        """Beside the chief's folder (on a work folder the hosts share, they never meet)."""
+        return super()._trial_dir(experiment_id, trial_id).with_name(f"trial_{trial_id}.node{self.rank}")
+
+    def _move(self, ran: list[int]) -> None:
         master, token = self._credentials
         self.defer(
             trigger=TrialNodeTrigger(
-                master,
-                token,
-                int(self.experiment_id),
-                slot=self.slot,
-                rank=self.rank,
-                host=self._host_id,
-                # The master starts a node's task anew on its host when its run starts: the trigger
-                # is the fallback.
-                poll_interval=max(self.poll_interval, 15.0),
+                master, token, int(self.experiment_id), slot=self.slot, rank=self.rank, host=self._host_id
             ),
             method_name="resume",
             kwargs={"ran": ran},

@@ -109,8 +109,9 @@ class TrialSlotTrigger(_PollingTrigger):
 
 
 class TrialNodeTrigger(_PollingTrigger):
-    """Fires when node ``rank`` of the slot's multi-node run waits to be started (on ``host``, or
-    on another host the task must move to), or the slot will run no more trials."""
+    """Waits while a node task moves to the host its node waits on (the master has sent the task
+    instance to that host's queue): fires at its first look, with what the node task would be told
+    on ``host`` now."""
 
     def __init__(
         self,
@@ -136,9 +137,7 @@ class TrialNodeTrigger(_PollingTrigger):
 
     async def _check(self, client: AsyncInternalClient) -> dict[str, Any] | None:
         answer = await client.node_status(self.experiment_id, self.slot, self.rank, self.host)
-        if answer.status == SlotStatus.WAIT and answer.host is None:
-            return None
-        return {"status": answer.status.value}
+        return {"status": answer.status.value, "host": answer.host}
 
 
 def stop_reason(

@@ -434,6 +434,57 @@ def start_deferred_slots_anew(
         ) from None
 
 
+def start_node_tasks(dag_id: str, run_id: str, map_indexes: list[int], queues: dict[int, str]) -> list[int]:
+    """Start these node tasks of a DAG run now, each in a new try on its ``queues`` entry (the host
+    its node is placed on): those deferred waiting to move, and those that ended (a node task ends
+    when no run needs it). Running or queued ones are left to ask for their node themselves.
+    Answers the map indexes started."""
+    if not map_indexes:
+        return []
+    from airflow.utils.state import TaskInstanceState
+    from sqlalchemy import and_, or_, select
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from det_airflow.airflow_compat import TaskInstance, clear_task_instances, create_session, with_row_locks
+
+    ended = (
+        TaskInstanceState.SUCCESS,
+        TaskInstanceState.SKIPPED,
+        TaskInstanceState.FAILED,
+        TaskInstanceState.UPSTREAM_FAILED,
+    )
+    query = select(TaskInstance).where(
+        TaskInstance.dag_id == dag_id,
+        TaskInstance.run_id == run_id,
+        TaskInstance.task_id == NODE_TASK,
+        TaskInstance.map_index.in_(map_indexes),
+        or_(
+            TaskInstance.state.in_(ended),
+            and_(TaskInstance.state == TaskInstanceState.DEFERRED, TaskInstance.next_method == "resume"),
+        ),
+    )
+    try:
+        with create_session() as session:
+            tis = list(
+                session.scalars(with_row_locks(query, session=session, of=TaskInstance, key_share=False))
+            )
+            for ti in tis:
+                if ti.state == TaskInstanceState.DEFERRED:
+                    # As for a trial slot: its process exited 0 when it deferred (the try is kept).
+                    ti.state = TaskInstanceState.SUCCESS
+                    ti.end_date = datetime.now(UTC)
+                    ti.set_duration()
+            clear_task_instances(tis, session, dag_run_state=False)
+            for ti in tis:
+                if ti.map_index in queues:
+                    ti.queue = queues[ti.map_index]
+            return sorted(int(ti.map_index) for ti in tis)
+    except SQLAlchemyError as exc:
+        raise AirflowRecordError(
+            f"Airflow node task instances of DAG run '{run_id}' of DAG '{dag_id}': {exc}"
+        ) from None
+
+
 def finished_dag_runs(runs: list[tuple[str, str]]) -> set[tuple[str, str]]:
     """The (dag_id, run_id) pairs among `runs` whose DAG run has ended (success or failed)."""
     if not runs:

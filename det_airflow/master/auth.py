@@ -57,9 +57,17 @@ def _trial_holding(conn: Connection, token_hash: str) -> int | None:
         select(schema.trials.c.id).where(schema.trials.c.token_hash == token_hash)
     ).scalar()
     if trial_id is None:
-        nodes = schema.trial_nodes
+        # A node's token holds only while its run is the trial's current one and goes on.
+        nodes, trials = schema.trial_nodes, schema.trials
         trial_id = conn.execute(
-            select(nodes.c.trial_id).where(nodes.c.token_hash == token_hash, nodes.c.state == "running")
+            select(nodes.c.trial_id)
+            .join(trials, trials.c.id == nodes.c.trial_id)
+            .where(
+                nodes.c.token_hash == token_hash,
+                nodes.c.state == "running",
+                nodes.c.run_id == trials.c.run_id,
+                trials.c.token_hash.is_not(None),
+            )
         ).scalar()
     return None if trial_id is None else int(trial_id)
 

@@ -76,6 +76,8 @@ JOBS = (
     Job("start placed slots", 2.0, trials.start_placed_slots),
     # While worker hosts report: slots freed are taken again at once, on the waiting trial's host.
     Job("start waiting slots", 2.0, trials.start_waiting_slots),
+    # The node tasks of multi-node runs whose start the chief's own request could not make.
+    Job("start waiting nodes", 2.0, trials.start_nodes),
     # A worker host that stopped heartbeating runs nothing more: its waiting tasks go to the others.
     Job("requeue from gone hosts", 5.0, trials.requeue_from_gone_hosts),
     # A create's publication interrupted by an API server that stopped (left for 60 s first).

@@ -197,6 +197,7 @@ def _v11_trial_nodes(op: Operations) -> None:
         sa.Column("address", sa.String(253)),
         sa.Column("port", sa.Integer),
         sa.Column("state", sa.String(16), nullable=False),
+        sa.Column("since", sa.DateTime(timezone=True), nullable=False),
         sa.Column("exit_code", sa.Integer),
         sa.Column("token_hash", sa.String(64)),
         sa.Column("task", sa.JSON),

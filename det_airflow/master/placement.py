@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,13 @@ def fits_any(hosts: Iterable[HostLoad], gang: int) -> bool:
 
 #: The most nodes one trial runs on: the experiment's DAG has a node task for each of them.
 MAX_NODES = 8
+
+
+def placed_on_hosts(config: dict[str, Any]) -> bool:
+    """Whether the experiment's trials take the slots of worker hosts: not a Kubernetes trial,
+    whose pods the cluster places (its task only submits and watches them)."""
+    section = config.get("airflow") or {}
+    return (section.get("trial_runner") or section.get("executor") or "local") != "kubernetes"
 
 
 @dataclass(frozen=True)

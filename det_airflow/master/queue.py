@@ -193,7 +193,7 @@ def admit(conn: Connection, exp: Row, trial: Row, prefer_host: str | None = None
     if not snapshot(conn, exp.resource_pool).plan().admits(exp.id):
         return False
     _lock_hosts(conn)
-    loads = hosts.loads(conn)
+    loads = hosts.loads(conn) if placement.placed_on_hosts(exp.config) else []
     nodes = placement.place_gang(loads, _gang(exp.config), prefer_host) if loads else None
     if loads and nodes is None:
         return False

@@ -43,6 +43,7 @@ from det_airflow.master import (
     submission,
     trials,
 )
+from det_airflow.master.airflow_bridge import NODE_TASK
 from det_airflow.master.auth import ServiceAuth
 from det_airflow.master.db import get_database
 from det_airflow.master.routes_people import decode_context
@@ -94,9 +95,9 @@ def acquire(experiment_id: int, slot: int, body: TaskRef, dry_run: bool = False)
     if queue is not None and not dry_run and body.dag_id and body.run_id and body.map_index is not None:
         trials.route_slot(body.dag_id, body.run_id, body.map_index, queue)
     if "trial" in answer:
-        if answer.get("spec", {}).get("gang") and body.dag_id and body.run_id:
+        if answer.get("spec", {}).get("gang"):
             # A multi-node run: its other nodes' tasks start now, each on its host.
-            trials.start_nodes(get_database(), body.dag_id, body.run_id, answer["trial"], slot)
+            trials.start_nodes(get_database(), answer["trial"].id)
         answer["trial"] = serialize.trial(answer["trial"])
     return answer
 
@@ -112,7 +113,7 @@ def acquire_node(experiment_id: int, slot: int, rank: int, body: TaskRef, dry_ru
         answer = trials.acquire_node(conn, experiment_id, slot, rank, body.model_dump(), dry_run=dry_run)
     queue = answer.pop("queue", None)
     if queue is not None and not dry_run and body.dag_id and body.run_id and body.map_index is not None:
-        trials.route_slot(body.dag_id, body.run_id, body.map_index, queue, task_id=trials.NODE_TASK)
+        trials.route_slot(body.dag_id, body.run_id, body.map_index, queue, task_id=NODE_TASK)
     if "trial" in answer:
         answer["trial"] = serialize.trial(answer["trial"])
     return answer

@@ -242,6 +242,7 @@ trial_nodes = Table(
     Column("address", String(253)),
     Column("port", Integer),
     Column("state", String(16), nullable=False),  # waiting, running, exited
+    Column("since", DateTime(timezone=True), nullable=False),  # when it entered its state
     Column("exit_code", Integer),
     Column("token_hash", String(64)),
     Column("task", JSON),

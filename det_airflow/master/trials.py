@@ -22,7 +22,7 @@ from det_airflow.master import (
     search,
     trial_logs,
 )
-from det_airflow.master.airflow_bridge import NODE_TASK, TRIAL_TASK
+from det_airflow.master.airflow_bridge import TRIAL_TASK
 from det_airflow.master.auth import hash_token, new_token
 from det_airflow.master.db import Database
 from det_airflow.master.lifecycle import NotFound, now
@@ -114,10 +114,17 @@ def acquire(
     if not _admitted(conn, exp, trial, task.get("host")):
         # The job queue has not admitted it: it defers, holding no pool slot.
         return {"status": SlotStatus.WAIT}
-    host = conn.execute(select(trials.c.host).where(trials.c.id == trial.id)).scalar()
+    placed = conn.execute(select(trials.c.host, trials.c.nodes).where(trials.c.id == trial.id)).one()
+    host = placed.host
     moving = host is not None and task.get("host") not in (None, host)
-    if host is not None and moving and not dry_run and not hosts.is_live(conn, host):
-        # Placed on a host that has gone since: placed again among the live ones.
+    if (
+        not dry_run
+        and host is not None
+        and (moving or placed.nodes)
+        and not all(hosts.is_live(conn, h) for h in gangs.node_hosts(placed))
+    ):
+        # Placed on a host (or, over several, one of them) that has gone since: placed again
+        # among the live ones.
         update_trial(conn, trial.id, admitted_run=trial.run_id, admitted_at=None, host=None, nodes=None)
         if not _admitted(conn, exp, get_trial(conn, trial.id), task.get("host")):
             return {"status": SlotStatus.WAIT}
@@ -142,7 +149,8 @@ def acquire(
         token_hash=hash_token(token),
         run_id=trial.run_id + 1,
         task=task,
-        **_ran_on(trial, task.get("host") or host),
+        # A Kubernetes trial runs in the cluster, not on the host of the task that submits it.
+        **_ran_on(trial, (task.get("host") or host) if placement.placed_on_hosts(exp.config) else None),
     )
     trial = get_trial(conn, trial.id)
     spec = trial_spec(conn, exp, trial)
@@ -157,35 +165,29 @@ def acquire_node(
 ) -> dict[str, Any]:
     """Give a node task its part of the multi-node run of its slot's trial (master/gangs.py):
     ``run`` with that part when node ``rank`` of the run waits for it on this task's host; ``wait``
-    (with the host to move to) while there is none, or it waits on another host; ``done`` once the
-    slot will run no more trials, or where node tasks never run (no worker hosts, Kubernetes)."""
-    exp = experiments.get_experiment(conn, experiment_id)
-    state = ExperimentState(exp.state)
-    if state.is_terminal or state in _STOPPING:
-        return {"status": SlotStatus.DONE}
-    if not hosts.all_hosts(conn) or (exp.config.get("airflow") or {}).get("trial_runner") == "kubernetes":
-        # One machine runs every trial whole; a Kubernetes trial's pods are its nodes.
-        return {"status": SlotStatus.DONE}
+    with the host to move to when it waits on another; else ``wait`` (no run needs it now: the task
+    ends, and the master starts it again when one does) or ``done`` once the slot runs no more
+    trials."""
+    exp = experiments.get_experiment(conn, experiment_id, lock=not dry_run)
     trials = schema.trials
-    open_trials = conn.execute(
-        select(trials).where(
-            trials.c.experiment_id == experiment_id,
-            trials.c.state.in_(_OPEN),
-            (trials.c.slot == slot) | trials.c.slot.is_(None),
-        )
-    ).all()
-    if exp.search_done and not open_trials:
-        return {"status": SlotStatus.DONE}
-    trial = next((t for t in open_trials if t.slot == slot), None)
+    query = select(trials).where(
+        trials.c.experiment_id == experiment_id, trials.c.slot == slot, trials.c.state.in_(_OPEN)
+    )
+    trial = conn.execute(query if dry_run else query.with_for_update()).first()
     node = gangs.waiting_node(conn, trial, rank) if trial is not None else None
     if trial is None or node is None:
-        return {"status": SlotStatus.WAIT}
+        # Its run may be stopping: a node of it that waits still starts below, so the gang can stop.
+        state = ExperimentState(exp.state)
+        ended = state.is_terminal or state in _STOPPING or (exp.search_done and trial is None)
+        return {"status": SlotStatus.DONE if ended else SlotStatus.WAIT}
     if task.get("host") != node.host:
         return {"status": SlotStatus.WAIT, "host": node.host, "queue": hosts.queue_of(conn, node.host)}
     if dry_run:
         return {"status": SlotStatus.RUN}
     token = new_token()
     gang = gangs.start_node(conn, trial, node, hash_token(token), task)
+    if gang is None:
+        return {"status": SlotStatus.WAIT}
     trial = get_trial(conn, trial.id)
     spec = {**trial_spec(conn, exp, trial), "gang": gang}
     return {"status": SlotStatus.RUN, "trial": trial, "token": token, "spec": spec}
@@ -260,24 +262,35 @@ def route_slot(dag_id: str, run_id: str, map_index: int, queue: str, task_id: st
         logging.getLogger(__name__).warning("%s; the slot starts on its host when housekeeping looks", exc)
 
 
-def start_nodes(db: Database, dag_id: str, run_id: str, trial: Row, slot: int) -> list[int]:
-    """Start now, each on its host's queue, the node tasks of a multi-node run that just started
-    (they wait deferred), rather than when their triggers next look; best effort. Answers the
-    ranks started."""
+def start_nodes(db: Database, trial_id: int | None = None) -> list[tuple[int, int]]:
+    """Start, each on its host's queue, the node tasks of the multi-node runs whose nodes wait for
+    them (``trial_id``'s alone, when given): a new try of each task that is not running (node tasks
+    end whenever no run needs them). Best effort, also a housekeeping job; answers the (trial,
+    rank) pairs started."""
     from det_airflow.master import airflow_bridge
 
-    gang = sum(int(node["slots"]) for node in trial.nodes or ())
     with db.read() as conn:
-        waiting = gangs.nodes_to_start(conn, trial.id)
-        queues_of = {node.rank: hosts.queue_of(conn, node.host) for node in waiting}
-    indexes = {placement.node_map_index(slot, node.rank, gang): node.rank for node in waiting}
-    queues = {index: queue for index, rank in indexes.items() if (queue := queues_of[rank])}
-    try:
-        done = airflow_bridge.start_deferred_slots_anew(dag_id, run_id, sorted(indexes), queues, NODE_TASK)
-    except airflow_bridge.AirflowRecordError as exc:
-        logging.getLogger(__name__).warning("%s; the nodes start when their triggers look", exc)
-        return []
-    return sorted(indexes[index] for index in done)
+        waiting = gangs.nodes_to_start(conn, trial_id)
+        queues = {host: hosts.queue_of(conn, host) for host in {node.host for node in waiting}}
+    by_run: dict[tuple[str, str], dict[int, tuple[int, int, str | None]]] = {}
+    for node in waiting:
+        gang = sum(int(n["slots"]) for n in node.placed or ())
+        index = placement.node_map_index(node.slot, node.rank, gang)
+        by_run.setdefault((node.dag_id, node.dag_run_id), {})[index] = (
+            node.trial_id,
+            node.rank,
+            queues[node.host],
+        )
+    started: list[tuple[int, int]] = []
+    for (dag_id, run_id), indexes in by_run.items():
+        routes = {index: queue for index, (_, _, queue) in indexes.items() if queue}
+        try:
+            done = airflow_bridge.start_node_tasks(dag_id, run_id, sorted(indexes), routes)
+        except airflow_bridge.AirflowRecordError as exc:
+            logging.getLogger(__name__).warning("%s; the nodes start at the next look", exc)
+            continue
+        started += [indexes[index][:2] for index in done]
+    return started
 
 
 def start_placed_slots(db: Database) -> list[int]:
@@ -601,39 +614,70 @@ def _lost_runs(conn: Connection, which: Any) -> dict[int, tuple[dict[str, Any], 
                 # whatever Airflow still shows.
                 found[int(row.id)] = (row.task, f"its host {host} stopped heartbeating ({gone[host]})")
                 break
-    # trial id → (its task instance's key, the try that acquired it, the task as recorded)
-    runs: dict[int, tuple[tuple[str, str, str, int], int, dict[str, Any]]] = {}
+    # (trial id, a task instance's key, the try that started it, whose task: its own or a node's)
+    runs: list[tuple[int, tuple[str, str, str, int], int, str]] = []
     for trial_id, task, _, _ in rows:
-        if trial_id in found:
-            continue
-        if all((task or {}).get(k) is not None for k in ("dag_id", "run_id", "task_id", "map_index")):
-            key = (task["dag_id"], task["run_id"], task["task_id"], int(task["map_index"]))
-            runs[trial_id] = (key, int(task.get("try_number", 1)), task)
+        if trial_id not in found and (key := _task_key(task)) is not None:
+            runs.append((int(trial_id), key, int(task.get("try_number", 1)), "its task"))
+    for node in _running_nodes(conn, [int(row.id) for row in rows if row.nodes and row.id not in found]):
+        if (key := _task_key(node.task)) is not None:
+            runs.append(
+                (int(node.trial_id), key, int(node.task.get("try_number", 1)), f"its node {node.rank}'s task")
+            )
     if not runs:
         return found
     try:
-        states = airflow_bridge.task_instance_states(sorted({key for key, _, _ in runs.values()}))
+        states = airflow_bridge.task_instance_states(sorted({key for _, key, _, _ in runs}))
     except airflow_bridge.AirflowRecordError:
         return found  # logged; the next look tries again
-    for trial_id, (key, acquired_by, task) in runs.items():
+    tasks = {int(row.id): row.task for row in rows}
+    for trial_id, key, acquired_by, whose in runs:
+        if trial_id in found:
+            continue
         name = "/".join(map(str, key))
         if key not in states:
-            what = f"its task {name} is gone from Airflow (deleted through its API or UI, with its DAG run or DAG)"
+            what = f"{whose} {name} is gone from Airflow (deleted through its API or UI, with its DAG run or DAG)"
         else:
             state, try_number = states[key]
             if try_number != acquired_by:
                 continue  # a newer try takes the trial back in its slot
             if state in _TASK_ENDED:
                 what = (
-                    f"its task {name} ended {state} without reporting the trial's exit (a lost worker "
+                    f"{whose} {name} ended {state} without reporting the trial's exit (a lost worker "
                     "or API server, or someone set its state through Airflow's API or UI)"
                 )
             elif state in _TASK_CLEARED:
-                what = f"its task {name} was cleared through Airflow's API or UI while it ran the trial"
+                what = f"{whose} {name} was cleared through Airflow's API or UI while it ran the trial"
             else:
                 continue  # still running it
-        found[int(trial_id)] = (task, what)
+        found[trial_id] = (tasks[trial_id], what)
     return found
+
+
+def _task_key(task: dict[str, Any] | None) -> tuple[str, str, str, int] | None:
+    """The task instance a recorded task names, when it names one."""
+    if task is None or any(task.get(k) is None for k in ("dag_id", "run_id", "task_id", "map_index")):
+        return None
+    return (task["dag_id"], task["run_id"], task["task_id"], int(task["map_index"]))
+
+
+def _running_nodes(conn: Connection, trial_ids: list[int]) -> list[Row]:
+    """The other nodes running the current runs of these multi-node trials, with their tasks."""
+    if not trial_ids:
+        return []
+    nodes, trials = schema.trial_nodes, schema.trials
+    return list(
+        conn.execute(
+            select(nodes.c.trial_id, nodes.c.rank, nodes.c.task)
+            .join(trials, trials.c.id == nodes.c.trial_id)
+            .where(
+                nodes.c.trial_id.in_(trial_ids),
+                nodes.c.rank > 0,
+                nodes.c.state == gangs.RUNNING,
+                nodes.c.run_id == trials.c.run_id,
+            )
+        )
+    )
 
 
 def _close_lost_runs(conn: Connection, found: dict[int, tuple[dict[str, Any], str]]) -> list[int]:
@@ -754,6 +798,7 @@ def exit_run(conn: Connection, trial_id: int, exit_code: int) -> tuple[Row, bool
     trial = get_trial(conn, trial_id, lock=True)
     if TrialState(trial.state).is_terminal or trial.state in (TrialState.QUEUED, TrialState.PAUSED):
         return trial, False  # its run has been closed already (a lost run reclaimed, a repeated report)
+    gangs.end_tokens(conn, trial_id)  # the other nodes of a run over several hosts end with it
     cfg = experiments.experiment_config(exp)
     exp_state = ExperimentState(exp.state)
     event = None

@@ -8,7 +8,9 @@ SIGKILL after the grace period); once the trial has ended its objects are delete
 ``[det] kubernetes_delete_pods`` is false.
 
 A trial's token for the master, config and storage credentials reach its pods from a Secret of its
-own, created before its pod or Job and then owned by it (so that Kubernetes deletes it with them).
+own, under a name no other trial can guess (chosen anew for each run, carried in
+:class:`SubmittedWorkload` to the run's collection), created before its pod or Job and then owned by
+it (so that Kubernetes deletes it with them).
 The runner deletes it itself with the run's other objects, even when ``kubernetes_delete_pods``
 keeps those for inspection: a run that ended needs no credentials.
 
@@ -49,6 +51,7 @@ from det_airflow.operators.runners.kubernetes_pod import (
     TRIAL_CONTAINER,
     gang_job,
     gang_service,
+    secret_name,
     trial_pod,
     trial_secret,
 )
@@ -73,10 +76,11 @@ class KubernetesError(DetError):
 class TrialWorkload:
     """What one trial run is submitted as, in creation order: the Secret its pods read its token,
     config and credentials from, then its pod, or a headless Service and an indexed Job of ``pods``
-    pods. ``name`` is every object's."""
+    pods. ``name`` is every object's but the Secret's, which is ``secret``."""
 
     namespace: str
     name: str
+    secret: str
     pods: int
     objects: tuple[Any, ...]
 
@@ -88,24 +92,36 @@ class TrialWorkload:
     def kinds(self) -> tuple[str, ...]:
         return tuple(obj.kind for obj in self.objects)
 
+    @property
+    def named(self) -> list[tuple[str, str]]:
+        """(kind, name) of each object, in creation order."""
+        return _named(self.kinds, self.name, self.secret)
+
 
 @dataclass(frozen=True)
 class SubmittedWorkload:
     """A submitted trial run as plain data, for a trigger's kwargs: where its objects are, what they
-    are (``kinds`` in creation order, all named ``name``), how many pods it has, the labels that
-    select them, and when it was submitted (seconds since the epoch)."""
+    are (``kinds`` in creation order, all named ``name`` but the Secret, named ``secret``), how many
+    pods it has, the labels that select them, and when it was submitted (seconds since the epoch)."""
 
     namespace: str
     name: str
+    secret: str
     pods: int
     kinds: tuple[str, ...]
     labels: Mapping[str, str]
     submitted_at: float
 
+    @property
+    def named(self) -> list[tuple[str, str]]:
+        """(kind, name) of each object, in creation order."""
+        return _named(self.kinds, self.name, self.secret)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "namespace": self.namespace,
             "name": self.name,
+            "secret": self.secret,
             "pods": self.pods,
             "kinds": list(self.kinds),
             "labels": dict(self.labels),
@@ -117,11 +133,16 @@ class SubmittedWorkload:
         return cls(
             namespace=str(data["namespace"]),
             name=str(data["name"]),
+            secret=str(data.get("secret") or ""),  # a workload submitted before Secrets: none to delete
             pods=int(data["pods"]),
             kinds=tuple(data["kinds"]),
             labels=dict(data["labels"]),
             submitted_at=float(data["submitted_at"]),
         )
+
+
+def _named(kinds: Sequence[str], name: str, secret: str) -> list[tuple[str, str]]:
+    return [(kind, secret if kind == "Secret" else name) for kind in kinds]
 
 
 def pods_for(slots: int, slots_per_node: int) -> int:
@@ -150,19 +171,20 @@ def trial_workload(
     if visible is not None and per_pod:
         env[visible] = ",".join(str(i) for i in per_pod)
     one = replace(trial, slot_ids=per_pod, env=env)
-    secret = trial_secret(one, namespace=namespace)
+    name = secret_name(trial)
+    secret = trial_secret(one, namespace=namespace, name=name)
     if pods == 1:
-        return TrialWorkload(
-            namespace, trial.name, 1, (secret, trial_pod(one, namespace=namespace, policy=policy))
-        )
+        pod = trial_pod(one, namespace=namespace, secret=name, policy=policy)
+        return TrialWorkload(namespace, trial.name, name, 1, (secret, pod))
     return TrialWorkload(
         namespace,
         trial.name,
+        name,
         pods,
         (
             secret,
             gang_service(one, namespace=namespace),
-            gang_job(one, namespace=namespace, pods=pods, policy=policy),
+            gang_job(one, namespace=namespace, pods=pods, secret=name, policy=policy),
         ),
     )
 
@@ -403,7 +425,7 @@ class KubernetesRunner(ContainerRunner):
                 self._create_all(workload, trial)
                 return self._follow(workload, emit, stop)
             finally:
-                self._clean_up(workload.namespace, workload.name, workload.kinds)
+                self._clean_up(workload.namespace, workload.named)
         except _UNREACHABLE as exc:
             raise KubernetesError(
                 f"trial {trial.spec.trial_id}: the Kubernetes cluster did not answer ({_describe(exc)})"
@@ -418,7 +440,7 @@ class KubernetesRunner(ContainerRunner):
             try:
                 self._create_all(workload, trial)
             except BaseException:
-                self._delete(workload.namespace, workload.name, workload.kinds)
+                self._delete(workload.namespace, workload.named)
                 raise
         except _UNREACHABLE as exc:
             raise KubernetesError(
@@ -427,6 +449,7 @@ class KubernetesRunner(ContainerRunner):
         return SubmittedWorkload(
             namespace=self.namespace,
             name=workload.name,
+            secret=workload.secret,
             pods=workload.pods,
             kinds=workload.kinds,
             labels={LABEL_TRIAL: str(trial.spec.trial_id), LABEL_RUN: str(trial.spec.run_id)},
@@ -454,7 +477,7 @@ class KubernetesRunner(ContainerRunner):
                 if not stopped and not failed:
                     problems = self._why_not_started(workload, remotes, live)
             finally:
-                self._clean_up(workload.namespace, workload.name, workload.kinds)
+                self._clean_up(workload.namespace, workload.named)
         except _UNREACHABLE as exc:
             raise KubernetesError(
                 f"{workload.name}: the Kubernetes cluster did not answer ({_describe(exc)})"
@@ -508,12 +531,12 @@ class KubernetesRunner(ContainerRunner):
         Secret."""
         created = [self._create(obj, trial) for obj in workload.objects]
         try:
-            self.cluster.own("Secret", workload.namespace, workload.name, created[-1])
+            self.cluster.own("Secret", workload.namespace, workload.secret, created[-1])
         except ApiException as exc:  # the run's clean-up (or a later run's sweep) deletes it all the same
             if self._log is not None:
                 self._log.warning(
                     "Secret %s cannot be owned by its %s, so only the trial's clean-up deletes it: %s",
-                    workload.name,
+                    workload.secret,
                     workload.kinds[-1],
                     _reason(exc),
                 )
@@ -653,13 +676,14 @@ class KubernetesRunner(ContainerRunner):
                 on_output(f"cannot read the output of {container} in pod {pod}: {_reason(exc)}", "stderr")
             lines.close()
 
-    def _clean_up(self, namespace: str, name: str, kinds: Sequence[str]) -> None:
-        """Deletes a run's objects once it ended; only its Secret when its pods are to be kept."""
-        self._delete(namespace, name, kinds if self.delete_pods else [k for k in kinds if k == "Secret"])
+    def _clean_up(self, namespace: str, named: Sequence[tuple[str, str]]) -> None:
+        """Deletes a run's objects ((kind, name) in creation order) once it ended; only its Secret
+        when its pods are to be kept."""
+        self._delete(namespace, named if self.delete_pods else [o for o in named if o[0] == "Secret"])
 
-    def _delete(self, namespace: str, name: str, kinds: Sequence[str]) -> None:
-        """Deletes a run's objects (all named ``name``), the last created first."""
-        for kind in reversed(kinds):
+    def _delete(self, namespace: str, named: Sequence[tuple[str, str]]) -> None:
+        """Deletes a run's objects ((kind, name) in creation order), the last created first."""
+        for kind, name in reversed(named):
             try:
                 self.cluster.delete(kind, namespace, name)
             except _UNREACHABLE as exc:  # the next run's sweep deletes it

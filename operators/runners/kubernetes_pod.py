@@ -11,10 +11,12 @@ A pod shares no folder with the worker: its init container fetches the experimen
 the master with the trial's own token and writes the trial's config, in the pod's work folder.
 
 What only the trial may read (:data:`SECRET_VARIABLES`) is no plain ``env`` value, which anyone who
-may read pods could read: :func:`trial_secret` holds it in a Secret named as the trial's pod or Job,
-and the containers read it through ``valueFrom.secretKeyRef``. Both get the trial's token for the
-master; the init container gets the config (whose ``checkpoint_storage`` may hold keys), the trial's
-container the storage credentials.
+may read pods could read: :func:`trial_secret` holds it in a Secret of the run's own, whose name
+(:func:`secret_name`) is the pod's or Job's with a random suffix, and the containers read it through
+``valueFrom.secretKeyRef``. Both get the trial's token for the master; the init container gets the
+config (whose ``checkpoint_storage`` may hold keys), the trial's container the storage credentials.
+Another trial of the namespace can neither guess that name nor, unless the runner policy allows
+``secrets``, name any Secret in its pod_spec.
 
 The platform's fields win over the user's (:func:`harden`, after the merge): every container runs
 as the trial owner's uid (never root unless the runner policy allows it), without privilege
@@ -29,6 +31,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Mapping
+from secrets import token_hex
 from typing import Any
 
 from airflow.providers.cncf.kubernetes.pod_generator import PodGenerator
@@ -94,27 +97,35 @@ def priority_class(priority: int) -> k8s.V1PriorityClass:
     )
 
 
-def trial_secret(trial: ContainerTrial, *, namespace: str) -> k8s.V1Secret:
-    """The Secret holding the trial's :data:`SECRET_VARIABLES` (those of its ``env``, and its config
-    as :data:`CONFIG_VARIABLE`), named and labelled as its pod (or Job). Immutable: a run's token,
+def secret_name(trial: ContainerTrial) -> str:
+    """A new name for a run's Secret: its pod's (or Job's) and 8 random hex digits, which no one who
+    knows the trial's ids can name."""
+    return f"{trial.name}-{token_hex(4)}"
+
+
+def trial_secret(trial: ContainerTrial, *, namespace: str, name: str) -> k8s.V1Secret:
+    """The Secret ``name`` holding the trial's :data:`SECRET_VARIABLES` (those of its ``env``, and
+    its config as :data:`CONFIG_VARIABLE`), labelled as its pod (or Job). Immutable: a run's token,
     config and credentials never change."""
     data = {k: v for k, v in trial.env.items() if k in SECRET_VARIABLES}
     data[CONFIG_VARIABLE] = json.dumps(dict(trial.config))
     return k8s.V1Secret(
         api_version="v1",
         kind="Secret",
-        metadata=k8s.V1ObjectMeta(name=trial.name, namespace=namespace, labels=dict(trial.labels)),
+        metadata=k8s.V1ObjectMeta(name=name, namespace=namespace, labels=dict(trial.labels)),
         type="Opaque",
         string_data=dict(sorted(data.items())),
         immutable=True,
     )
 
 
-def trial_pod(trial: ContainerTrial, *, namespace: str, policy: RunnerPolicy | None = None) -> k8s.V1Pod:
+def trial_pod(
+    trial: ContainerTrial, *, namespace: str, secret: str, policy: RunnerPolicy | None = None
+) -> k8s.V1Pod:
     """The pod of ``trial`` (one container holding all its slots), with ``environment.pod_spec``
     merged below the platform's fields, under ``policy`` (the runner policy of the trial's pool;
-    the cluster's default when not given). Its :data:`SECRET_VARIABLES` come from
-    :func:`trial_secret`'s Secret, which must exist before the pod starts."""
+    the cluster's default when not given). Its :data:`SECRET_VARIABLES` come from Secret ``secret``
+    (:func:`trial_secret`), which must exist before the pod starts."""
     policy = policy or RunnerPolicy()
     config = trial.config
     resources = config.get("resources") or {}
@@ -125,7 +136,7 @@ def trial_pod(trial: ContainerTrial, *, namespace: str, policy: RunnerPolicy | N
     environment = config.get("environment") or {}
     context_path = f"{API_PREFIX}/runtime/trials/{trial.spec.trial_id}/context"
     pull_policy = "Always" if environment.get("force_pull_image") else "IfNotPresent"
-    env = [_env_var(k, v, secret=trial.name) for k, v in sorted(trial.env.items())]
+    env = [_env_var(k, v, secret=secret) for k, v in sorted(trial.env.items())]
     fetch = k8s.V1Container(
         name=CONTEXT_CONTAINER,
         image=trial.image(),
@@ -133,7 +144,7 @@ def trial_pod(trial: ContainerTrial, *, namespace: str, policy: RunnerPolicy | N
         command=["python3", "-c", FETCH_CONTEXT, str(trial.workdir), context_path, CONFIG_VARIABLE],
         env=[
             *(e for e in env if e.name not in CREDENTIAL_VARIABLES),
-            _from_secret(CONFIG_VARIABLE, secret=trial.name),
+            _from_secret(CONFIG_VARIABLE, secret=secret),
         ],
         volume_mounts=mounts[:1],
     )
@@ -296,12 +307,13 @@ def gang_service(trial: ContainerTrial, *, namespace: str) -> k8s.V1Service:
 
 
 def gang_job(
-    trial: ContainerTrial, *, namespace: str, pods: int, policy: RunnerPolicy | None = None
+    trial: ContainerTrial, *, namespace: str, pods: int, secret: str, policy: RunnerPolicy | None = None
 ) -> k8s.V1Job:
     """A trial spanning ``pods`` pods as one indexed Job: each pod holds ``trial.slot_ids`` (the
-    slots of one pod), knows its container rank from its completion index, and reaches the others
-    through :func:`gang_service`. No pod is retried on its own: the trial's retries restart the gang."""
-    pod = trial_pod(trial, namespace=namespace, policy=policy)
+    slots of one pod), reads Secret ``secret`` as :func:`trial_pod`'s, knows its container rank from
+    its completion index, and reaches the others through :func:`gang_service`. No pod is retried on
+    its own: the trial's retries restart the gang."""
+    pod = trial_pod(trial, namespace=namespace, secret=secret, policy=policy)
     addrs = [f"{trial.name}-{i}.{trial.name}" for i in range(pods)]
     container = pod.spec.containers[0]
     env = [e for e in container.env or [] if e.name not in _GANG_VARIABLES]

@@ -136,6 +136,81 @@ def in_container(context: dict[str, Any], key: str = "containers") -> dict[str, 
     return {"spec": {key: [{"name": "c", "securityContext": context}]}}
 
 
+# Every way a pod spec can read one of its namespace's Secrets (another trial's token and keys):
+# (pod_spec, the refused field's path, the Secret it names).
+SECRET_REFERENCES: list[tuple[dict[str, Any], str, str | None]] = [
+    (
+        {"spec": {"volumes": [{"name": "s", "secret": {"secretName": "det-trial-1-2-3", "optional": True}}]}},
+        "spec.volumes[0].secret",
+        "det-trial-1-2-3",
+    ),
+    (
+        {
+            "spec": {
+                "volumes": [
+                    {"name": "cm", "configMap": {"name": "settings"}},
+                    {
+                        "name": "p",
+                        "projected": {
+                            "sources": [
+                                {"configMap": {"name": "settings"}},
+                                {"secret": {"name": "det-trial-1-2-3"}},
+                            ]
+                        },
+                    },
+                ]
+            }
+        },
+        "spec.volumes[1].projected.sources[1].secret",
+        "det-trial-1-2-3",
+    ),
+    (
+        {
+            "spec": {
+                "containers": [
+                    {
+                        "name": "c",
+                        "env": [
+                            {"name": "A", "value": "1"},
+                            {
+                                "name": "T",
+                                "valueFrom": {"secretKeyRef": {"name": "det-trial-1-2-3", "key": "K"}},
+                            },
+                        ],
+                    }
+                ]
+            }
+        },
+        "spec.containers[0].env[1].valueFrom.secretKeyRef",
+        "det-trial-1-2-3",
+    ),
+    (
+        {
+            "spec": {
+                "initContainers": [{"name": "c", "envFrom": [{"secretRef": {"name": "det-trial-1-2-3"}}]}]
+            }
+        },
+        "spec.initContainers[0].envFrom[0].secretRef",
+        "det-trial-1-2-3",
+    ),
+    (  # the client models' spelling counts too
+        {"spec": {"containers": [{"name": "c", "env_from": [{"secret_ref": {"name": "det-trial-1-2-3"}}]}]}},
+        "spec.containers[0].envFrom[0].secretRef",
+        "det-trial-1-2-3",
+    ),
+    (
+        {
+            "spec": {
+                "ephemeralContainers": [
+                    {"name": "c", "env": [{"name": "T", "valueFrom": {"secretKeyRef": {}}}]}
+                ]
+            }
+        },
+        "spec.ephemeralContainers[0].env[0].valueFrom.secretKeyRef",
+        None,
+    ),
+]
+
 POD_FIELDS = [
     (in_container({"privileged": True}), "spec.containers[0].securityContext.privileged"),
     (
@@ -169,6 +244,7 @@ POD_FIELDS = [
     ({"spec": {"serviceAccount": "admin"}}, "spec.serviceAccount"),
     ({"spec": {"automountServiceAccountToken": True}}, "spec.automountServiceAccountToken"),
     ({"metadata": {"namespace": "kube-system"}}, "metadata.namespace"),
+    *[(pod_spec, path) for pod_spec, path, _ in SECRET_REFERENCES],
 ]
 
 
@@ -193,6 +269,41 @@ def test_a_pool_policy_allows_a_pod_field_for_its_pool_only() -> None:
         "environment.pod_spec.spec.serviceAccountName",
         "environment.pod_spec.spec.automountServiceAccountToken",
     ]
+
+
+@pytest.mark.parametrize(
+    ("pod_spec", "path", "secret"), SECRET_REFERENCES, ids=[p for _, p, _ in SECRET_REFERENCES]
+)
+def test_a_pod_spec_naming_a_secret_is_refused_saying_which_setting_allows_it(
+    pod_spec: dict[str, Any], path: str, secret: str | None
+) -> None:
+    normalized = config_to_dict(parse_config({**BASE, **kubernetes(pod_spec)}))
+    subject = f"Secret {secret!r}" if secret else "a Secret"
+    assert check(normalized, CLUSTER) == [
+        (
+            f"environment.pod_spec.{path}",
+            f"{subject} is not allowed by the cluster's runner policy (its entry in allowed_pod_fields is "
+            "'secrets'; an admin may allow it in airflow.cfg [det] allowed_pod_fields, or for pool "
+            "'default_pool' in [det] pool_policies)",
+        )
+    ]
+
+
+def test_an_admin_may_let_pod_specs_read_secrets_for_the_cluster_or_one_pool() -> None:
+    spec: dict[str, Any] = {"spec": {}}
+    for pod_spec, _, _ in SECRET_REFERENCES:  # all of them in one pod spec
+        for key, items in pod_spec["spec"].items():
+            spec["spec"].setdefault(key, []).extend(items)
+    everywhere = settings.load({"checkpoint_storage_path": "/x/ckpt", "allowed_pod_fields": "secrets"})
+    assert fields(kubernetes(spec), everywhere) == []
+    in_pool = settings.load(
+        {
+            "checkpoint_storage_path": "/x/ckpt",
+            "pool_policies": '{"vault": {"allowed_pod_fields": ["secrets"]}}',
+        }
+    )
+    assert fields({**kubernetes(spec), "resources": {"resource_pool": "vault"}}, in_pool) == []
+    assert len(fields(kubernetes(spec), in_pool)) == len(SECRET_REFERENCES), "other pools: refused"
 
 
 def test_harmless_pod_fields_pass() -> None:

@@ -4,6 +4,7 @@ own, a failing node stops the gang, and the restart places and starts every node
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -122,16 +123,97 @@ def test_a_trial_that_fits_one_host_is_never_split(people: People, creator: Crea
     assert trial_of(people, e).nodes is None
 
 
-def test_node_tasks_end_at_once_where_no_host_reports(people: People, creator: Creator) -> None:
+def test_a_node_task_no_run_needs_ends_and_is_done_once_the_slot_is(people: People, creator: Creator) -> None:
     set_pool_slots(64)
     e = experiment(people, slots_per_trial=4)
+    assert node(people, e, 1, None) == {"status": "wait"}, "it ends; the master starts it when a run needs it"
+    with people.db.begin() as conn:
+        conn.execute(
+            update(schema.trials).where(schema.trials.c.experiment_id == e).values(state="COMPLETED")
+        )
+        conn.execute(update(schema.experiments).where(schema.experiments.c.id == e).values(search_done=True))
     assert node(people, e, 1, None) == {"status": "done"}
+
+
+def test_a_kubernetes_trial_takes_no_host_slots(people: People, creator: Creator) -> None:
+    set_pool_slots(64)
     report(people, "a", 2)
+    report(people, "b", 2)
+    e = experiment(people, slots_per_trial=4)
     row = people.experiment(e)
     config = {**row.config, "airflow": {"trial_runner": "kubernetes"}}
     with people.db.begin() as conn:
         conn.execute(update(schema.experiments).where(schema.experiments.c.id == e).values(config=config))
-    assert node(people, e, 1, "a") == {"status": "done"}, "a Kubernetes trial's pods are its nodes"
+    answer = chief(people, e, "a")
+    assert answer["status"] == "run" and "gang" not in answer["spec"], "its pods are placed by the cluster"
+    with people.db.read() as conn:
+        assert {h.id: h.used for h in hosts.loads(conn)} == {"a": 0, "b": 0}
+
+
+def test_a_node_that_waits_still_starts_when_its_experiment_is_stopping(
+    people: People, creator: Creator
+) -> None:
+    set_pool_slots(64)
+    report(people, "a", 2)
+    report(people, "b", 2)
+    e = experiment(people, slots_per_trial=4)
+    chief(people, e, "a")
+    with people.db.begin() as conn:
+        conn.execute(
+            update(schema.experiments).where(schema.experiments.c.id == e).values(state="STOPPING_CANCELED")
+        )
+    assert node(people, e, 1, "b")["status"] == "run", "the gang starts, and stops as asked"
+
+
+def test_a_node_token_is_void_once_its_run_ended(people: People, creator: Creator) -> None:
+    set_pool_slots(64)
+    report(people, "a", 2)
+    report(people, "b", 2)
+    e = experiment(people, slots_per_trial=4)
+    trial_id = chief(people, e, "a")["trial"].id
+    token = node(people, e, 1, "b")["token"]
+
+    def progress() -> int:
+        headers = {"Authorization": f"Bearer {token}"}
+        path = f"/api/v1/runtime/trials/{trial_id}/progress"
+        return int(people.client.post(path, json={"progress": 0.5}, headers=headers).status_code)
+
+    assert progress() == 200
+    with people.db.begin() as conn:
+        trials.exit_run(conn, trial_id, 0)  # the chief ended the run; the node never reported
+    assert progress() == 403
+
+
+def test_a_node_that_does_not_start_in_time_fails_the_run(
+    people: People, creator: Creator, service_headers: dict[str, str]
+) -> None:
+    set_pool_slots(64)
+    report(people, "a", 2)
+    report(people, "b", 2)
+    e = experiment(people, slots_per_trial=4)
+    trial_id = chief(people, e, "a")["trial"].id
+    with people.db.begin() as conn:
+        started = now() - timedelta(seconds=gangs.NODE_START_SECONDS + 1)
+        conn.execute(update(schema.trial_nodes).where(schema.trial_nodes.c.rank == 1).values(since=started))
+    assert status(people, trial_id, service_headers)["gang_failed"] == (
+        f"node 1 on host b did not start within {gangs.NODE_START_SECONDS} s"
+    )
+
+
+def test_a_gang_placed_on_a_host_gone_since_is_placed_again(people: People, creator: Creator) -> None:
+    set_pool_slots(64)
+    for host in ("a", "b", "c", "d"):
+        report(people, host, 2)
+    busy = experiment(people, slots_per_trial=2)
+    assert chief(people, busy, "c")["status"] == "run"
+    e = experiment(people, slots_per_trial=4)
+    assert chief(people, e, "c") == {"status": "wait", "host": "a", "queue": "det-host-a"}, "placed on a + b"
+    with people.db.begin() as conn:
+        conn.execute(
+            update(schema.hosts).where(schema.hosts.c.id == "b").values(last_seen=now().replace(year=2000))
+        )
+    answer = chief(people, e, "a")
+    assert answer["status"] == "run" and answer["spec"]["gang"]["addrs"] == ["a", "d"]
 
 
 @pytest.mark.parametrize("whose", ["chief", "node"])

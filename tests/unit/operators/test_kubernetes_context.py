@@ -20,7 +20,12 @@ from det_airflow.config import config_to_dict, parse_config
 from det_airflow.master import schema
 from det_airflow.master.auth import hash_token
 from det_airflow.operators.runners import ContainerTrial
-from det_airflow.operators.runners.kubernetes_pod import CONTEXT_CONTAINER, trial_pod, trial_secret
+from det_airflow.operators.runners.kubernetes_pod import (
+    CONTEXT_CONTAINER,
+    secret_name,
+    trial_pod,
+    trial_secret,
+)
 from det_airflow.trial_process import TrialSpec, trial_environment
 from tests.unit.master.creating import Creator, b64, creator, tar_gz  # noqa: F401
 from tests.unit.master.people_app import People, people  # noqa: F401
@@ -104,8 +109,9 @@ def run_init_container(
     env = trial_environment(spec, master_url=master_url, token=token, base_env={}, workdir=workdir)
     trial = ContainerTrial(spec=spec, workdir=workdir, argv=("python3", "train.py"), env=env)
     api = ApiClient()
-    pod = api.sanitize_for_serialization(trial_pod(trial, namespace="ml"))
-    secret = api.sanitize_for_serialization(trial_secret(trial, namespace="ml"))
+    name = secret_name(trial)
+    pod = api.sanitize_for_serialization(trial_pod(trial, namespace="ml", secret=name))
+    secret = api.sanitize_for_serialization(trial_secret(trial, namespace="ml", name=name))
     (init,) = pod["spec"]["initContainers"]
     assert init["name"] == CONTEXT_CONTAINER
     command = [

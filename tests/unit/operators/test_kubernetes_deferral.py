@@ -46,9 +46,12 @@ from tests.unit.operators.test_kubernetes_runner import (
     API,
     CREDENTIALS,
     NAME,
+    SECRET,
     STORAGE_VARIABLES,
+    SUFFIX,
     Lines,
     _container_status,
+    fixed_secret_suffix,  # noqa: F401 (autouse: every run's Secret is SECRET)
     make_trial,
 )
 
@@ -165,9 +168,9 @@ def test_submit_creates_the_pod_without_waiting_and_describes_it_as_plain_data(t
 
     assert cluster.deleted == [("Pod", "det-trial-3-12-1", 0)], "the earlier run's pod is swept first"
     assert [c["kind"] for c in cluster.created] == ["Secret", "Pod"]
-    assert cluster.owned == [("Secret", NAME, "Pod")]
-    assert (workload.namespace, workload.name, workload.pods, workload.kinds) == (
-        "ml", NAME, 1, ("Secret", "Pod"),
+    assert cluster.owned == [("Secret", SECRET, "Pod")]
+    assert (workload.namespace, workload.name, workload.secret, workload.pods, workload.kinds) == (
+        "ml", NAME, SECRET, 1, ("Secret", "Pod"),
     )  # fmt: skip
     assert workload.labels == {LABEL_TRIAL: "12", LABEL_RUN: "2"}
     assert SubmittedWorkload.from_dict(json.loads(json.dumps(workload.to_dict()))) == workload
@@ -194,7 +197,7 @@ def test_a_trial_with_storage_credentials_is_submitted_with_their_secret_first(t
     assert workload.kinds == ("Secret", "Pod")
     assert [c["kind"] for c in cluster.created] == ["Secret", "Pod"]
     assert {k: cluster.created[0]["stringData"][k] for k in CREDENTIALS} == CREDENTIALS
-    assert cluster.owned == [("Secret", NAME, "Pod")]
+    assert cluster.owned == [("Secret", SECRET, "Pod")]
     assert not [v for v in [*CREDENTIALS.values(), "trial-token"] if v in json.dumps(workload.to_dict())]
 
 
@@ -213,12 +216,12 @@ def test_a_refused_pod_takes_back_the_secret_created_before_it(tmp_path: Path) -
     cluster = Cluster(refuse="Pod")
     with pytest.raises(KubernetesError, match=r"cannot create the Pod of trial 12"):
         runner(cluster).submit(make_trial(tmp_path, storage_variables=STORAGE_VARIABLES))
-    assert cluster.deleted == [("Pod", NAME, None), ("Secret", NAME, None)]
+    assert cluster.deleted == [("Pod", NAME, None), ("Secret", SECRET, None)]
 
 
 @pytest.mark.parametrize(
     ("delete_pods", "deleted"),
-    [(True, [("Pod", NAME, None), ("Secret", NAME, None)]), (False, [("Secret", NAME, None)])],
+    [(True, [("Pod", NAME, None), ("Secret", SECRET, None)]), (False, [("Secret", SECRET, None)])],
 )
 def test_collect_deletes_the_secret_even_when_the_pod_is_kept(
     tmp_path: Path, delete_pods: bool, deleted: list[tuple[str, str, None]]
@@ -245,7 +248,7 @@ def test_collect_passes_on_the_output_answers_the_exit_code_and_deletes_the_pod(
     assert [line for line, _ in out.lines] == [
         "fetched the context", "[rank=0] epoch 1", "[rank=0] loss 0.5", "no newline",
     ]  # fmt: skip
-    assert cluster.deleted == [("Pod", NAME, None), ("Secret", NAME, None)]
+    assert cluster.deleted == [("Pod", NAME, None), ("Secret", SECRET, None)]
 
 
 def test_collect_keeps_the_pod_but_not_its_secret_when_so_configured(tmp_path: Path) -> None:
@@ -254,7 +257,7 @@ def test_collect_keeps_the_pod_but_not_its_secret_when_so_configured(tmp_path: P
     workload = the_runner.submit(make_trial(tmp_path))
     cluster.ended(NAME, 0)
     assert the_runner.collect(workload, on_output=Lines()) == 0
-    assert cluster.deleted == [("Secret", NAME, None)]
+    assert cluster.deleted == [("Secret", SECRET, None)]
 
 
 def test_a_stopped_run_kills_what_still_runs_and_answers_killed(tmp_path: Path) -> None:
@@ -366,6 +369,7 @@ def workload(pods: int = 1, *, submitted_at: float = 4e9) -> dict[str, Any]:
     return {
         "namespace": "ml",
         "name": NAME,
+        "secret": SECRET,
         "pods": pods,
         "kinds": kinds,
         "labels": labels,
@@ -567,7 +571,7 @@ def test_a_kubernetes_trial_defers_after_submitting_its_pod_and_reports_its_exit
     secret, pod = op.cluster.created
     trial_id = waiting.trigger.trial_id
     assert pod["metadata"]["name"] == f"det-trial-{experiment_id}-{trial_id}-1"
-    assert (secret["kind"], secret["metadata"]["name"]) == ("Secret", pod["metadata"]["name"])
+    assert (secret["kind"], secret["metadata"]["name"]) == ("Secret", f"{pod['metadata']['name']}-{SUFFIX}")
     token = secret["stringData"]["DET_SESSION_TOKEN"]
     assert token not in json.dumps(pod), "the trial's token is read from its Secret, not the pod spec"
     # Its pods run out of the worker's sight: it is STARTING until its process reports.
@@ -576,6 +580,7 @@ def test_a_kubernetes_trial_defers_after_submitting_its_pod_and_reports_its_exit
     classpath, kwargs = waiting.trigger.serialize()
     assert classpath == "det_airflow.operators.triggers.KubernetesTrialTrigger"
     assert (kwargs["master"], kwargs["workload"]["name"]) == (url, pod["metadata"]["name"])
+    assert kwargs["workload"]["secret"] == secret["metadata"]["name"], "collect deletes it by that name"
 
     op.cluster.ended(pod["metadata"]["name"], 0, b"[rank=0] trained\n")
     result = op.resume_kubernetes(context, {"status": "ended"}, **(waiting.kwargs or {}))  # type: ignore[arg-type]
@@ -584,7 +589,7 @@ def test_a_kubernetes_trial_defers_after_submitting_its_pod_and_reports_its_exit
     assert app.trial(trial_id).state == "COMPLETED"
     assert (0, "INFO", "trained") in trial_logs(app, trial_id)
     assert ("Pod", pod["metadata"]["name"], None) in op.cluster.deleted
-    assert ("Secret", pod["metadata"]["name"], None) in op.cluster.deleted
+    assert ("Secret", secret["metadata"]["name"], None) in op.cluster.deleted
 
 
 def test_a_failed_pod_is_a_failed_run_that_airflow_retries(
@@ -672,7 +677,7 @@ def test_the_connections_credentials_reach_the_pod_through_a_secret_deleted_on_r
     waiting = deferred(op, context)
 
     secret, pod = op.cluster.created
-    assert secret["kind"] == "Secret" and secret["metadata"]["name"] == pod["metadata"]["name"]
+    assert secret["kind"] == "Secret" and secret["metadata"]["name"] == f"{pod['metadata']['name']}-{SUFFIX}"
     credentials = {k: v for k, v in secret["stringData"].items() if k in CREDENTIAL_VARIABLES}
     assert credentials == {
         "AWS_ACCESS_KEY_ID": CREDENTIALS["AWS_ACCESS_KEY_ID"],

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from det_airflow.operators.runners.kubernetes_pod import (
     gang_job,
     gang_service,
     priority_class,
+    secret_name,
     trial_pod,
     trial_secret,
 )
@@ -36,6 +38,8 @@ MINIMAL = {
     "entrypoint": "python3 train.py",
     "searcher": {"name": "single", "metric": "loss", "max_length": 10},
 }
+# The run's Secret, as secret_name would name it.
+SECRET = "det-trial-3-12-2-0a1b2c3d"
 
 
 def pod_dict(
@@ -49,7 +53,7 @@ def pod_dict(
     **changes: Any,
 ) -> dict[str, Any]:
     trial = make_trial(tmp_path, device=device, slots=slots, uid=uid, env=env, **changes)
-    return dict(PodGenerator.serialize_pod(trial_pod(trial, namespace="ml", policy=policy)))
+    return dict(PodGenerator.serialize_pod(trial_pod(trial, namespace="ml", secret=SECRET, policy=policy)))
 
 
 def make_trial(
@@ -171,7 +175,7 @@ KEYED_STORAGE = {"type": "s3", "bucket": "ckpt", "access_key": "AKIDCONFIGKEY", 
 
 
 def reference(name: str) -> dict[str, Any]:
-    return {"name": name, "valueFrom": {"secretKeyRef": {"name": "det-trial-3-12-2", "key": name}}}
+    return {"name": name, "valueFrom": {"secretKeyRef": {"name": SECRET, "key": name}}}
 
 
 def test_secrets_are_read_from_the_trials_secret_through_the_users_pod_spec(tmp_path: Path) -> None:
@@ -200,15 +204,15 @@ def test_secrets_are_read_from_the_trials_secret_through_the_users_pod_spec(tmp_
     assert not CREDENTIAL_VARIABLES & {e["name"] for e in init["env"]}, "it only fetches the context"
 
 
-def test_the_trials_secret_holds_its_token_config_and_credentials_named_and_labelled_as_its_pod(
+def test_the_trials_secret_holds_its_token_config_and_credentials_labelled_as_its_pod(
     tmp_path: Path,
 ) -> None:
     env = {"DET_TRIAL_ID": "12", "AWS_DEFAULT_REGION": "eu-west-1", **CREDENTIALS, **TOKEN}
     trial = make_trial(tmp_path, env=env, checkpoint_storage=KEYED_STORAGE)
-    secret = PodGenerator.serialize_pod(trial_secret(trial, namespace="ml"))
+    secret = PodGenerator.serialize_pod(trial_secret(trial, namespace="ml", name=SECRET))
 
     assert (secret["apiVersion"], secret["kind"], secret["type"]) == ("v1", "Secret", "Opaque")
-    assert secret["metadata"] == {"name": "det-trial-3-12-2", "namespace": "ml", "labels": trial.labels}
+    assert secret["metadata"] == {"name": SECRET, "namespace": "ml", "labels": trial.labels}
     data = secret["stringData"]
     assert set(data) == {*CREDENTIALS, SESSION_TOKEN, CONFIG_VARIABLE} <= SECRET_VARIABLES
     assert {k: data[k] for k in [*CREDENTIALS, *TOKEN]} == {**CREDENTIALS, **TOKEN}
@@ -221,13 +225,21 @@ def test_a_trial_without_storage_credentials_still_has_a_secret_for_its_token_an
     tmp_path: Path,
 ) -> None:
     trial = make_trial(tmp_path, env={"DET_TRIAL_ID": "12", **TOKEN})
-    secret = trial_secret(trial, namespace="ml")
+    secret = trial_secret(trial, namespace="ml", name=SECRET)
     assert sorted(secret.string_data) == [CONFIG_VARIABLE, SESSION_TOKEN]
+
+
+def test_a_runs_secret_is_named_after_its_pod_with_digits_no_one_can_guess(tmp_path: Path) -> None:
+    trial = make_trial(tmp_path)
+    names = {secret_name(trial) for _ in range(3)}
+    assert len(names) == 3
+    for name in names:
+        assert re.fullmatch(r"det-trial-3-12-2-[0-9a-f]{8}", name)
 
 
 def test_a_gangs_pods_read_the_token_and_credentials_from_the_secret(tmp_path: Path) -> None:
     trial = make_trial(tmp_path, env={"DET_TRIAL_ID": "12", **CREDENTIALS, **TOKEN}, slots=(0, 1))
-    job = PodGenerator.serialize_pod(gang_job(trial, namespace="ml", pods=2))
+    job = PodGenerator.serialize_pod(gang_job(trial, namespace="ml", pods=2, secret=SECRET))
 
     assert not [v for v in [*CREDENTIALS.values(), *TOKEN.values()] if v in json.dumps(job)]
     (container,) = job["spec"]["template"]["spec"]["containers"]
@@ -261,7 +273,7 @@ def test_a_multi_pod_trial_is_an_indexed_job_with_a_headless_service(tmp_path: P
         slot_ids=(0, 1, 2, 3), device="cuda",
     )  # fmt: skip
 
-    job = PodGenerator.serialize_pod(gang_job(trial, namespace="ml", pods=2))
+    job = PodGenerator.serialize_pod(gang_job(trial, namespace="ml", pods=2, secret=SECRET))
     service = PodGenerator.serialize_pod(gang_service(trial, namespace="ml"))
 
     assert (job["kind"], job["metadata"]["name"]) == ("Job", "det-trial-3-12-2")
@@ -372,3 +384,44 @@ def test_the_kubernetes_runner_refuses_a_namespace_outside_the_policy(tmp_path: 
     runner = KubernetesRunner(None, namespace="kube-system", settings=settings.load({}))  # type: ignore[arg-type]
     with pytest.raises(PolicyError, match=r"airflow.namespace: namespace 'kube-system' is not allowed"):
         runner.submit(trial)
+
+
+def kubernetes_trial(tmp_path: Path, pod_spec: dict[str, Any], env: dict[str, str]) -> ContainerTrial:
+    config = config_to_dict(
+        parse_config(
+            {**MINIMAL, "airflow": {"trial_runner": "kubernetes"}, "environment": {"pod_spec": pod_spec}}
+        )
+    )
+    spec = TrialSpec(trial_id=12, experiment_id=3, request_id="r", trial_seed=5, config=config, run_id=2)
+    return ContainerTrial(spec=spec, workdir=tmp_path, argv=("python3", "train.py"), env=env)
+
+
+def test_the_kubernetes_runner_refuses_a_pod_spec_that_names_a_secret(tmp_path: Path) -> None:
+    volume = {"name": "stolen", "secret": {"secretName": "det-trial-3-11-1", "optional": True}}
+    trial = kubernetes_trial(tmp_path, {"spec": {"volumes": [volume]}}, env={})
+    runner = KubernetesRunner(None, namespace="default", settings=settings.load({}))  # type: ignore[arg-type]
+    with pytest.raises(PolicyError) as refused:
+        runner.submit(trial)
+    assert refused.value.problems == [
+        (
+            "environment.pod_spec.spec.volumes[0].secret",
+            "Secret 'det-trial-3-11-1' is not allowed by the cluster's runner policy (its entry in "
+            "allowed_pod_fields is 'secrets'; an admin may allow it in airflow.cfg [det] allowed_pod_fields, "
+            "or for pool 'default_pool' in [det] pool_policies)",
+        )
+    ]
+
+
+def test_the_runners_own_secret_references_come_after_the_policy_and_pass_it(tmp_path: Path) -> None:
+    pod_spec = {"spec": {"containers": [{"name": TRIAL_CONTAINER, "env": [{"name": "A", "value": "1"}]}]}}
+    trial = kubernetes_trial(tmp_path, pod_spec, env={"DET_TRIAL_ID": "12", **CREDENTIALS, **TOKEN})
+    runner = KubernetesRunner(None, namespace="default", settings=settings.load({}))  # type: ignore[arg-type]
+
+    workload = runner.workload(trial)
+
+    secret, pod = workload.objects
+    assert secret.metadata.name == workload.secret
+    (container,) = PodGenerator.serialize_pod(pod)["spec"]["containers"]
+    for name in [*CREDENTIALS, SESSION_TOKEN]:
+        ref = {"name": name, "valueFrom": {"secretKeyRef": {"name": workload.secret, "key": name}}}
+        assert ref in container["env"]

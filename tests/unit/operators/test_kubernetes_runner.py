@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import copy
 import json
+import re
+import secrets
 import sys
 import threading
 from collections.abc import Iterator, Mapping
@@ -31,6 +33,7 @@ from det_airflow.operators.runners import (
     ContainerTrial,
     build_runner,
     container_environment,
+    kubernetes_pod,
 )
 from det_airflow.operators.runners.kubernetes import (
     KILLED,
@@ -53,6 +56,9 @@ MINIMAL = {
     "searcher": {"name": "single", "metric": "loss", "max_length": 10},
 }
 NAME = "det-trial-3-12-2"
+# The random part of a run's Secret's name, as the fixture below fixes it.
+SUFFIX = "0a1b2c3d"
+SECRET = f"{NAME}-{SUFFIX}"
 API = ApiClient()
 
 # The runner policy of a cluster whose trials go to namespace "ml".
@@ -66,6 +72,12 @@ STORAGE_VARIABLES = {
     "AWS_DEFAULT_REGION": "eu-west-1",
 }
 CREDENTIALS = {k: v for k, v in STORAGE_VARIABLES.items() if k in CREDENTIAL_VARIABLES}
+
+
+@pytest.fixture(autouse=True)
+def fixed_secret_suffix(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each run's Secret is named with random digits; these tests know them (:data:`SECRET`)."""
+    monkeypatch.setattr(kubernetes_pod, "token_hex", lambda nbytes: SUFFIX)
 
 
 def make_trial(
@@ -102,7 +114,7 @@ def env_of(container: dict[str, Any]) -> dict[str, Any]:
 
 def from_secret(name: str) -> dict[str, Any]:
     """A variable's ``valueFrom`` that reads it from the run's Secret."""
-    return {"secretKeyRef": {"name": NAME, "key": name}}
+    return {"secretKeyRef": {"name": SECRET, "key": name}}
 
 
 # --- the objects ---
@@ -178,7 +190,7 @@ def test_a_trial_larger_than_a_node_is_an_indexed_job_of_one_pod_per_node(tmp_pa
     trial = make_trial(tmp_path, device="cuda", slots=16, resources={"slots_per_trial": 16, "priority": 30})
     secret, service, job = submitted(trial, slots_per_node=8)
 
-    assert (secret["kind"], secret["metadata"]["name"]) == ("Secret", NAME)
+    assert (secret["kind"], secret["metadata"]["name"]) == ("Secret", SECRET)
     assert (service["kind"], service["metadata"]["name"]) == ("Service", NAME)
     assert service["spec"] == {
         "clusterIP": "None",
@@ -215,7 +227,7 @@ def test_token_config_and_credentials_reach_the_trial_from_a_secret_never_as_env
     assert [o["kind"] for o in objects] == kinds, "the Secret exists before the pods that read it"
     secret, *others = objects
     assert secret["metadata"] == {
-        "name": NAME, "namespace": "ml", "labels": {LABEL_EXPERIMENT: "3", LABEL_TRIAL: "12", LABEL_RUN: "2"},
+        "name": SECRET, "namespace": "ml", "labels": {LABEL_EXPERIMENT: "3", LABEL_TRIAL: "12", LABEL_RUN: "2"},
     }  # fmt: skip
     assert (secret["type"], secret["immutable"]) == ("Opaque", True)
     data = secret["stringData"]
@@ -247,6 +259,23 @@ def test_a_trial_without_storage_credentials_still_has_a_secret_for_its_token_an
     secret, pod = submitted(trial)
     assert (secret["kind"], pod["kind"]) == ("Secret", "Pod")
     assert sorted(secret["stringData"]) == [CONFIG_VARIABLE, SESSION_TOKEN]
+
+
+def test_each_run_names_its_secret_anew_where_no_other_trial_can_guess_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(kubernetes_pod, "token_hex", secrets.token_hex)
+    trial = make_trial(tmp_path, slots=4)
+    names = set()
+    for slots_per_node in (8, 2):  # one pod, then a gang
+        secret, *_, last = submitted(trial, slots_per_node=slots_per_node)
+        name = secret["metadata"]["name"]
+        assert re.fullmatch(rf"{NAME}-[0-9a-f]{{8}}", name)
+        pod_spec = last["spec"] if last["kind"] == "Pod" else last["spec"]["template"]["spec"]
+        (container,) = pod_spec["containers"]
+        assert env_of(container)[SESSION_TOKEN] == {"secretKeyRef": {"name": name, "key": SESSION_TOKEN}}
+        names.add(name)
+    assert len(names) == 2
 
 
 def test_slots_that_do_not_divide_into_nodes_are_refused_naming_the_field(tmp_path: Path) -> None:
@@ -434,7 +463,7 @@ def test_pods_are_kept_when_so_configured(tmp_path: Path) -> None:
         make_trial(tmp_path), on_output=Lines(), stop=threading.Event()
     )
     assert code == 0
-    assert cluster.deleted == [("Secret", NAME, None)], "only the Secret, which the pod no longer needs"
+    assert cluster.deleted == [("Secret", SECRET, None)], "only the Secret, which the pod no longer needs"
 
 
 def test_stop_deletes_the_running_pod_with_a_grace_period(tmp_path: Path) -> None:
@@ -489,7 +518,7 @@ def test_a_gang_streams_every_pod_and_answers_the_first_failure(tmp_path: Path) 
 
     assert code == 2
     assert [c["kind"] for c in cluster.created] == ["Secret", "Service", "Job"]
-    assert {("Job", NAME, None), ("Service", NAME, None), ("Secret", NAME, None)} <= set(cluster.deleted)
+    assert {("Job", NAME, None), ("Service", NAME, None), ("Secret", SECRET, None)} <= set(cluster.deleted)
 
 
 def test_a_gang_pod_deleted_by_its_failing_job_does_not_hide_the_failure(tmp_path: Path) -> None:
@@ -514,7 +543,7 @@ def test_an_object_the_api_server_refuses_is_an_error_naming_its_reason(tmp_path
         KubernetesError, match=r"cannot create the Pod of trial 12 in namespace ml: pods is forbidden"
     ):
         runner(cluster).run(make_trial(tmp_path), on_output=Lines(), stop=threading.Event())
-    assert ("Secret", NAME, None) in cluster.deleted, "the Secret created before it is taken back"
+    assert ("Secret", SECRET, None) in cluster.deleted, "the Secret created before it is taken back"
 
 
 def test_the_credentials_secret_is_owned_by_the_pod_and_deleted_after_it(tmp_path: Path) -> None:
@@ -525,8 +554,8 @@ def test_the_credentials_secret_is_owned_by_the_pod_and_deleted_after_it(tmp_pat
 
     assert code == 0
     assert [c["kind"] for c in cluster.created] == ["Secret", "Pod"]
-    assert cluster.owned == [("Secret", NAME, "Pod", "uid-2")], "Kubernetes deletes it with the pod"
-    assert cluster.deleted == [("Pod", NAME, None), ("Secret", NAME, None)]
+    assert cluster.owned == [("Secret", SECRET, "Pod", "uid-2")], "Kubernetes deletes it with the pod"
+    assert cluster.deleted == [("Pod", NAME, None), ("Secret", SECRET, None)]
 
 
 def test_a_gangs_secret_is_owned_by_its_job(tmp_path: Path) -> None:
@@ -535,15 +564,15 @@ def test_a_gangs_secret_is_owned_by_its_job(tmp_path: Path) -> None:
 
     runner(cluster, slots_per_node=2).run(trial, on_output=Lines(), stop=threading.Event())
 
-    assert cluster.owned == [("Secret", NAME, "Job", "uid-3")]
-    assert cluster.deleted[-1] == ("Secret", NAME, None)
+    assert cluster.owned == [("Secret", SECRET, "Job", "uid-3")]
+    assert cluster.deleted[-1] == ("Secret", SECRET, None)
 
 
 def test_the_credentials_secret_is_deleted_even_when_pods_are_kept(tmp_path: Path) -> None:
     cluster = ScriptedCluster()
     trial = make_trial(tmp_path, storage_variables=STORAGE_VARIABLES)
     runner(cluster, delete_pods=False).run(trial, on_output=Lines(), stop=threading.Event())
-    assert cluster.deleted == [("Secret", NAME, None)]
+    assert cluster.deleted == [("Secret", SECRET, None)]
 
 
 def test_a_secret_kubernetes_will_not_let_the_pod_own_is_still_deleted_by_the_run(tmp_path: Path) -> None:
@@ -553,7 +582,7 @@ def test_a_secret_kubernetes_will_not_let_the_pod_own_is_still_deleted_by_the_ru
     code = runner(cluster).run(trial, on_output=Lines(), stop=threading.Event())
 
     assert code == 0
-    assert ("Secret", NAME, None) in cluster.deleted
+    assert ("Secret", SECRET, None) in cluster.deleted
 
 
 def test_a_refused_secret_fails_the_run_before_any_pod_is_created(tmp_path: Path) -> None:
@@ -640,7 +669,7 @@ class RecordingApiServer(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
         url = self._record("GET")
-        items = [{"metadata": {"name": "det-trial-3-12-1"}}] if url.path.endswith("/secrets") else []
+        items = [{"metadata": {"name": "det-trial-3-12-1-5e7a1c00"}}] if url.path.endswith("/secrets") else []
         self._answer(200, {"apiVersion": "v1", "kind": "List", "metadata": {}, "items": items})
 
     def do_POST(self) -> None:  # noqa: N802
@@ -651,7 +680,7 @@ class RecordingApiServer(BaseHTTPRequestHandler):
 
     def do_PATCH(self) -> None:  # noqa: N802
         self._record("PATCH")
-        self._answer(200, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": NAME}})
+        self._answer(200, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": SECRET}})
 
     def do_DELETE(self) -> None:  # noqa: N802
         self._record("DELETE")
@@ -704,12 +733,12 @@ def test_the_cluster_sweeps_creates_owns_and_deletes_the_secret_as_the_api_serve
     writes = [(method, path, body) for method, path, _, _, body in RecordingApiServer.seen if method != "GET"]
     secrets, pods = "/api/v1/namespaces/ml/secrets", "/api/v1/namespaces/ml/pods"
     assert [(method, path) for method, path, _ in writes] == [
-        ("DELETE", f"{secrets}/det-trial-3-12-1"),  # an earlier run's, found by the trial's label
+        ("DELETE", f"{secrets}/det-trial-3-12-1-5e7a1c00"),  # an earlier run's, found by the trial's label
         ("POST", secrets),
         ("POST", pods),
-        ("PATCH", f"{secrets}/{NAME}"),
+        ("PATCH", f"{secrets}/{SECRET}"),
         ("DELETE", f"{pods}/{NAME}"),
-        ("DELETE", f"{secrets}/{NAME}"),
+        ("DELETE", f"{secrets}/{SECRET}"),
     ]
     assert {k: writes[1][2]["stringData"][k] for k in CREDENTIALS} == CREDENTIALS
     assert writes[1][2]["stringData"][SESSION_TOKEN] == "trial-token"

@@ -87,14 +87,15 @@ def test_a_node_task_is_told_where_its_part_of_a_multi_node_run_waits(master: tu
     node_task = {**TASK, "task_id": "trial_node", "host": "a"}
     trigger = TrialNodeTrigger(url, SERVICE_TOKEN, e, slot=0, rank=1, host="a", min_wait=0)
     async_client = AsyncInternalClient(url, SERVICE_TOKEN)
-    assert asyncio.run(trigger._check(async_client)) is None, "no run needs node 1 yet"
+    # The node task looks again after its wait, whatever it finds (it moves, runs, or ends).
+    assert asyncio.run(trigger._check(async_client)) == {"status": "wait", "host": None}
 
     chief = client.acquire(e, 0, TaskRef.model_validate({**TASK, "host": "a", "port": 29600}))
     assert chief.spec is not None and chief.spec.gang is not None
     assert (chief.spec.gang.addrs, chief.spec.gang.rank, chief.spec.gang.port) == (["a", "b"], 0, 29600)
     # Node 1 waits on host b: the trigger of a task on host a fires, so that its task moves there.
     assert asyncio.run(async_client.node_status(e, 0, 1, "a")).host == "b"
-    assert asyncio.run(trigger._check(async_client)) == {"status": "wait"}
+    assert asyncio.run(trigger._check(async_client)) == {"status": "wait", "host": "b"}
     part = client.acquire_node(e, 0, 1, TaskRef.model_validate({**node_task, "host": "b"}))
     assert part.status is SlotStatus.RUN and part.spec is not None and part.spec.gang is not None
     assert (part.spec.gang.rank, part.spec.gang.slots, part.token != chief.token) == (1, 2, True)
