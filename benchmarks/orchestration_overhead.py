@@ -97,13 +97,22 @@ def print_timeline(client: httpx.Client, dag_id: str, run_id: str, t0: float) ->
     tis = client.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances?limit=100").json()[
         "task_instances"
     ]
-    print(f"--- {dag_id} (seconds after submission: queued / start / end)")
-    for ti in sorted(tis, key=lambda t: t["start_date"] or ""):
-        stamps = [
+
+    def stamps(ti: dict) -> str:  # type: ignore[type-arg]
+        return " ".join(
             f"{datetime.fromisoformat(ti[k]).timestamp() - t0:6.1f}" if ti.get(k) else "     -"
             for k in ("queued_when", "start_date", "end_date")
-        ]
-        print(f"{ti['task_id']:>10}[{ti['map_index']:>2}] {' '.join(stamps)}  {ti['state']}")
+        )
+
+    print(f"--- {dag_id} (seconds after submission: queued / start / end, each try with its queue)")
+    for ti in sorted(tis, key=lambda t: t["start_date"] or ""):
+        print(f"{ti['task_id']:>10}[{ti['map_index']:>2}] {stamps(ti)}  {ti['state']}")
+        if ti["try_number"] > 1:  # an experiment's slot that moved to another host, say
+            path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{ti['task_id']}/{ti['map_index']}/tries"
+            for earlier in client.get(path).json().get("task_instances", []):
+                print(
+                    f"{'':>14}try {earlier['try_number']} {stamps(earlier)}  {earlier['state']} {earlier['queue']}"
+                )
 
 
 def run_det(  # type: ignore[no-untyped-def]
