@@ -277,12 +277,12 @@ class _Judge:
             )
         self.security_context(_mapping(_get(spec, "securityContext")), "spec.securityContext", pod_level=True)
         for i, volume in enumerate(_list(spec.get("volumes"))):
-            self.volume(_mapping(volume), f"spec.volumes[{i}]")
+            self.volume(_mapping(volume), f"spec.volumes[{i}]", account)
         for key in _CONTAINER_LISTS:
             for i, container in enumerate(_list(_get(spec, key))):
                 self.container(_mapping(container), f"spec.{key}[{i}]")
 
-    def volume(self, volume: Mapping[str, Any], path: str) -> None:
+    def volume(self, volume: Mapping[str, Any], path: str, account: str | None) -> None:
         if _get(volume, "hostPath") is not None:
             self.guarded("hostPath", f"{path}.hostPath")
         if _get(volume, "secret") is not None:
@@ -291,6 +291,13 @@ class _Judge:
             reference = _get(_mapping(source), "secret")
             if reference is not None:
                 self.secret(reference, "name", f"{path}.projected.sources[{j}].secret")
+            if _get(_mapping(source), "serviceAccountToken") is not None and account is None:
+                # The token the pod would not get by automount, asked for as a volume instead.
+                self.refuse(
+                    f"{_POD_SPEC}.{path}.projected.sources[{j}].serviceAccountToken",
+                    "a service account token without an allowed serviceAccountName",
+                    "allowed_service_accounts",
+                )
 
     def container(self, container: Mapping[str, Any], path: str) -> None:
         context = _mapping(_get(container, "securityContext"))

@@ -243,6 +243,14 @@ POD_FIELDS = [
     ({"spec": {"serviceAccountName": "admin"}}, "spec.serviceAccountName"),
     ({"spec": {"serviceAccount": "admin"}}, "spec.serviceAccount"),
     ({"spec": {"automountServiceAccountToken": True}}, "spec.automountServiceAccountToken"),
+    (
+        {
+            "spec": {
+                "volumes": [{"name": "t", "projected": {"sources": [{"serviceAccountToken": {"path": "t"}}]}}]
+            }
+        },
+        "spec.volumes[0].projected.sources[0].serviceAccountToken",
+    ),
     ({"metadata": {"namespace": "kube-system"}}, "metadata.namespace"),
     *[(pod_spec, path) for pod_spec, path, _ in SECRET_REFERENCES],
 ]
@@ -251,6 +259,12 @@ POD_FIELDS = [
 @pytest.mark.parametrize(("pod_spec", "path"), POD_FIELDS, ids=[p for _, p in POD_FIELDS])
 def test_every_guarded_pod_field_is_refused_by_its_path(pod_spec: dict[str, Any], path: str) -> None:
     assert fields(kubernetes(pod_spec)) == [f"environment.pod_spec.{path}"]
+
+
+def test_a_projected_service_account_token_needs_an_allowed_service_account() -> None:
+    cluster = settings.load({"checkpoint_storage_path": "/x/ckpt", "allowed_service_accounts": "trainer"})
+    volume = {"name": "t", "projected": {"sources": [{"serviceAccountToken": {"path": "t"}}]}}
+    assert fields(kubernetes({"spec": {"serviceAccountName": "trainer", "volumes": [volume]}}), cluster) == []
 
 
 def test_a_pool_policy_allows_a_pod_field_for_its_pool_only() -> None:
