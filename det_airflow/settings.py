@@ -213,7 +213,13 @@ class Settings:
     def host_address(self) -> str:
         """Where the other nodes of a multi-node trial reach this host: ``[det] host_address``, else
         the machine's name."""
-        return (self.checked_on_use.get("host_address") or "").strip()[:253] or socket.gethostname()
+        value = (self.checked_on_use.get("host_address") or "").strip() or socket.gethostname()
+        if not _HOST_ADDRESS.fullmatch(value):
+            raise SettingsError(
+                f"airflow.cfg [{SECTION}] host_address: {value!r} must be a host name or an IP address "
+                "(letters, digits, '.', ':', '_' or '-', at most 253)"
+            )
+        return value
 
     @property
     def host_slots(self) -> int | None:
@@ -304,6 +310,7 @@ _CHECKED_ON_USE = (
 
 
 _HOST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+_HOST_ADDRESS = re.compile(r"[A-Za-z0-9.:_-]{1,253}")
 
 
 def host_queue(host_id: str) -> str:

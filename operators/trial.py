@@ -177,14 +177,10 @@ class TrialOperator(BaseOperator):
 
     # --- the slot loop ---
 
-    def _serve_slot(self, context: Context, ran: list[int]) -> dict[str, Any] | None:
-        from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
-
-        from det_airflow.operators.runners import runner_name
-
-        experiment_id = int(self.experiment_id)
+    def _task_ref(self, context: Context) -> TaskRef:
+        """This task instance, as the master records what runs a trial (or a node of one)."""
         ti = context["ti"]
-        task_ref = TaskRef(
+        return TaskRef(
             try_number=ti.try_number,
             dag_id=ti.dag_id,
             run_id=ti.run_id,
@@ -192,6 +188,14 @@ class TrialOperator(BaseOperator):
             map_index=ti.map_index,
             host=self._host_id,
         )
+
+    def _serve_slot(self, context: Context, ran: list[int]) -> dict[str, Any] | None:
+        from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+        from det_airflow.operators.runners import runner_name
+
+        experiment_id = int(self.experiment_id)
+        task_ref = self._task_ref(context)
         client = self._client()
         try:
             while True:
@@ -467,21 +471,14 @@ class TrialNodeOperator(TrialOperator):
         from airflow.sdk.exceptions import AirflowSkipException
 
         experiment_id = int(self.experiment_id)
-        ti = context["ti"]
-        task_ref = TaskRef(
-            try_number=ti.try_number,
-            dag_id=ti.dag_id,
-            run_id=ti.run_id,
-            task_id=ti.task_id,
-            map_index=ti.map_index,
-            host=self._host_id,
-        )
+        task_ref = self._task_ref(context)
         client = self._client()
         try:
             while True:
                 answer = client.acquire_node(experiment_id, self.slot, self.rank, task_ref)
                 if answer.status == SlotStatus.WAIT and answer.host is not None:
-                    self._move(ran)  # its node waits on another host: the master sent the task there
+                    # Its node waits on another host: the master sent the task there.
+                    self._defer(TrialNodeTrigger, ran, slot=self.slot, rank=self.rank, host=self._host_id)
                 if answer.status != SlotStatus.RUN:
                     if ran:
                         return {"trials": sorted(set(ran))}
@@ -513,13 +510,3 @@ class TrialNodeOperator(TrialOperator):
     def _trial_dir(self, experiment_id: int, trial_id: int) -> Path:
         """Beside the chief's folder (on a work folder the hosts share, they never meet)."""
         return super()._trial_dir(experiment_id, trial_id).with_name(f"trial_{trial_id}.node{self.rank}")
-
-    def _move(self, ran: list[int]) -> None:
-        master, token = self._credentials
-        self.defer(
-            trigger=TrialNodeTrigger(
-                master, token, int(self.experiment_id), slot=self.slot, rank=self.rank, host=self._host_id
-            ),
-            method_name="resume",
-            kwargs={"ran": ran},
-        )

@@ -100,15 +100,18 @@ class TrialSlotTrigger(_PollingTrigger):
         super().__init__(master, token, experiment_id, poll_interval, min_wait)
         self.slot = slot
 
+    def _kwargs(self) -> dict[str, Any]:
+        return {**super()._kwargs(), "slot": self.slot}
+
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return ("det_airflow.operators.triggers.TrialSlotTrigger", {**self._kwargs(), "slot": self.slot})
+        return (f"det_airflow.operators.triggers.{type(self).__name__}", self._kwargs())
 
     async def _check(self, client: AsyncInternalClient) -> dict[str, Any] | None:
         status = await client.slot_status(self.experiment_id, self.slot)
         return None if status == SlotStatus.WAIT else {"status": status.value}
 
 
-class TrialNodeTrigger(_PollingTrigger):
+class TrialNodeTrigger(TrialSlotTrigger):
     """Waits while a node task moves to the host its node waits on (the master has sent the task
     instance to that host's queue): fires at its first look, with what the node task would be told
     on ``host`` now."""
@@ -124,16 +127,12 @@ class TrialNodeTrigger(_PollingTrigger):
         poll_interval: float = 2.0,
         min_wait: float = MIN_WAIT_SECONDS,
     ) -> None:
-        super().__init__(master, token, experiment_id, poll_interval, min_wait)
-        self.slot = slot
+        super().__init__(master, token, experiment_id, slot, poll_interval, min_wait)
         self.rank = rank
         self.host = host
 
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            "det_airflow.operators.triggers.TrialNodeTrigger",
-            {**self._kwargs(), "slot": self.slot, "rank": self.rank, "host": self.host},
-        )
+    def _kwargs(self) -> dict[str, Any]:
+        return {**super()._kwargs(), "rank": self.rank, "host": self.host}
 
     async def _check(self, client: AsyncInternalClient) -> dict[str, Any] | None:
         answer = await client.node_status(self.experiment_id, self.slot, self.rank, self.host)

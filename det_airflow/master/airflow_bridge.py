@@ -374,11 +374,7 @@ def requeue_trial_tasks(live_queues: set[str], prefix: str) -> int:
 
 
 def start_deferred_slots_anew(
-    dag_id: str,
-    run_id: str,
-    map_indexes: list[int],
-    queues: dict[int, str] | None = None,
-    task_id: str = TRIAL_TASK,
+    dag_id: str, run_id: str, map_indexes: list[int], queues: dict[int, str] | None = None
 ) -> list[int]:
     """Start these trial slots of a DAG run now, each in a new try, instead of waiting for their
     triggers; answers the map indexes started (only slots still deferred on their wait for a trial).
@@ -392,9 +388,52 @@ def start_deferred_slots_anew(
     new try's key that late report changes nothing.
 
     ``queues``: map index -> the queue its new try is sent to (the worker host its trial is placed
-    on); clearing otherwise sends it to its task's own queue. ``task_id``: the node tasks of
-    multi-node runs are started the same way.
+    on); clearing otherwise sends it to its task's own queue.
     """
+    from airflow.utils.state import TaskInstanceState
+
+    from det_airflow.airflow_compat import TaskInstance
+
+    waiting = [TaskInstance.state == TaskInstanceState.DEFERRED, TaskInstance.next_method == "resume"]
+    # "resume": waiting for a trial, not watching a trial's pods.
+    return _start_anew(dag_id, run_id, TRIAL_TASK, map_indexes, queues or {}, waiting, "task instances")
+
+
+def start_node_tasks(dag_id: str, run_id: str, map_indexes: list[int], queues: dict[int, str]) -> list[int]:
+    """Start these node tasks of a DAG run now, each in a new try on its ``queues`` entry (the host
+    its node is placed on), as :func:`start_deferred_slots_anew` does for slots: those deferred
+    waiting to move, and those that ended (a node task ends when no run needs it). Running or
+    queued ones are left to ask for their node themselves. Answers the map indexes started."""
+    from airflow.utils.state import TaskInstanceState
+    from sqlalchemy import and_, or_
+
+    from det_airflow.airflow_compat import TaskInstance
+
+    ended = (
+        TaskInstanceState.SUCCESS,
+        TaskInstanceState.SKIPPED,
+        TaskInstanceState.FAILED,
+        TaskInstanceState.UPSTREAM_FAILED,
+    )
+    startable = or_(
+        TaskInstance.state.in_(ended),
+        and_(TaskInstance.state == TaskInstanceState.DEFERRED, TaskInstance.next_method == "resume"),
+    )
+    return _start_anew(dag_id, run_id, NODE_TASK, map_indexes, queues, [startable], "node task instances")
+
+
+def _start_anew(
+    dag_id: str,
+    run_id: str,
+    task_id: str,
+    map_indexes: list[int],
+    queues: dict[int, str],
+    where: list[Any],
+    what: str,
+) -> list[int]:
+    """Clear the mapped task instances of ``task_id`` that ``where`` selects, each to a new try on
+    its ``queues`` entry; a deferred one's try is kept as a success (its process exited 0 when it
+    deferred; Airflow records a try cleared unfinished as failed). Answers the map indexes."""
     if not map_indexes:
         return []
     from airflow.utils.state import TaskInstanceState
@@ -408,69 +447,16 @@ def start_deferred_slots_anew(
         TaskInstance.run_id == run_id,
         TaskInstance.task_id == task_id,
         TaskInstance.map_index.in_(map_indexes),
-        TaskInstance.state == TaskInstanceState.DEFERRED,
-        TaskInstance.next_method == "resume",  # waiting for a trial, not watching a trial's pods
+        *where,
     )
     try:
         with create_session() as session:
-            # Locked until committed: a trigger firing meanwhile finds the slot no longer deferred.
-            tis = list(
-                session.scalars(with_row_locks(query, session=session, of=TaskInstance, key_share=False))
-            )
-            for ti in tis:
-                # Its process checkpointed the trial and exited 0: the try kept in the task's
-                # history says so (Airflow records a try cleared unfinished as failed).
-                ti.state = TaskInstanceState.SUCCESS
-                ti.end_date = datetime.now(UTC)
-                ti.set_duration()
-            clear_task_instances(tis, session, dag_run_state=False)
-            for ti in tis:
-                if queues and ti.map_index in queues:
-                    ti.queue = queues[ti.map_index]
-            return sorted(int(ti.map_index) for ti in tis)
-    except SQLAlchemyError as exc:
-        raise AirflowRecordError(
-            f"Airflow task instances of DAG run '{run_id}' of DAG '{dag_id}': {exc}"
-        ) from None
-
-
-def start_node_tasks(dag_id: str, run_id: str, map_indexes: list[int], queues: dict[int, str]) -> list[int]:
-    """Start these node tasks of a DAG run now, each in a new try on its ``queues`` entry (the host
-    its node is placed on): those deferred waiting to move, and those that ended (a node task ends
-    when no run needs it). Running or queued ones are left to ask for their node themselves.
-    Answers the map indexes started."""
-    if not map_indexes:
-        return []
-    from airflow.utils.state import TaskInstanceState
-    from sqlalchemy import and_, or_, select
-    from sqlalchemy.exc import SQLAlchemyError
-
-    from det_airflow.airflow_compat import TaskInstance, clear_task_instances, create_session, with_row_locks
-
-    ended = (
-        TaskInstanceState.SUCCESS,
-        TaskInstanceState.SKIPPED,
-        TaskInstanceState.FAILED,
-        TaskInstanceState.UPSTREAM_FAILED,
-    )
-    query = select(TaskInstance).where(
-        TaskInstance.dag_id == dag_id,
-        TaskInstance.run_id == run_id,
-        TaskInstance.task_id == NODE_TASK,
-        TaskInstance.map_index.in_(map_indexes),
-        or_(
-            TaskInstance.state.in_(ended),
-            and_(TaskInstance.state == TaskInstanceState.DEFERRED, TaskInstance.next_method == "resume"),
-        ),
-    )
-    try:
-        with create_session() as session:
+            # Locked until committed: a trigger firing meanwhile finds the task no longer deferred.
             tis = list(
                 session.scalars(with_row_locks(query, session=session, of=TaskInstance, key_share=False))
             )
             for ti in tis:
                 if ti.state == TaskInstanceState.DEFERRED:
-                    # As for a trial slot: its process exited 0 when it deferred (the try is kept).
                     ti.state = TaskInstanceState.SUCCESS
                     ti.end_date = datetime.now(UTC)
                     ti.set_duration()
@@ -480,9 +466,7 @@ def start_node_tasks(dag_id: str, run_id: str, map_indexes: list[int], queues: d
                     ti.queue = queues[ti.map_index]
             return sorted(int(ti.map_index) for ti in tis)
     except SQLAlchemyError as exc:
-        raise AirflowRecordError(
-            f"Airflow node task instances of DAG run '{run_id}' of DAG '{dag_id}': {exc}"
-        ) from None
+        raise AirflowRecordError(f"Airflow {what} of DAG run '{run_id}' of DAG '{dag_id}': {exc}") from None
 
 
 def finished_dag_runs(runs: list[tuple[str, str]]) -> set[tuple[str, str]]:

@@ -39,10 +39,10 @@ def start_run(
 ) -> dict[str, Any] | None:
     """Record the nodes of the run of ``trial`` that starts now (``trial.run_id``); answers the
     gang as the chief's spec carries it, or None when the trial runs whole on one host."""
+    if not trial.nodes:
+        return None  # rows of an earlier multi-node run name another run: nothing reads them
     table = schema.trial_nodes
     conn.execute(table.delete().where(table.c.trial_id == trial.id))
-    if not trial.nodes:
-        return None
     addresses = _addresses(conn, [node["host"] for node in trial.nodes])
     chief_address = addresses[0]
     started = now()
@@ -108,6 +108,25 @@ def nodes_to_start(conn: Connection, trial_id: int | None = None) -> list[Row]:
     if trial_id is not None:
         query = query.where(nodes.c.trial_id == trial_id)
     return list(conn.execute(query))
+
+
+def running_nodes(conn: Connection, trial_ids: list[int]) -> list[Row]:
+    """The nodes other than the chief running the current runs of these trials, with their tasks."""
+    if not trial_ids:
+        return []
+    nodes, trials = schema.trial_nodes, schema.trials
+    return list(
+        conn.execute(
+            select(nodes.c.trial_id, nodes.c.rank, nodes.c.task)
+            .join(trials, trials.c.id == nodes.c.trial_id)
+            .where(
+                nodes.c.trial_id.in_(trial_ids),
+                nodes.c.rank > 0,
+                nodes.c.state == RUNNING,
+                nodes.c.run_id == trials.c.run_id,
+            )
+        )
+    )
 
 
 def waiting_node(conn: Connection, trial: Row, rank: int) -> Row | None:

@@ -14,7 +14,7 @@ from collections import defaultdict
 from datetime import UTC, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Row, select
+from sqlalchemy import Connection, Row, or_, select
 
 from det_airflow import settings
 from det_airflow.master import schema
@@ -75,6 +75,12 @@ def holdings(conn: Connection, host_id: str | None = None) -> dict[str, list[tup
     """Host id -> the trials placed on it that hold slots now: (trial id, experiment id, slots);
     every host's, or ``host_id``'s alone. A multi-node trial holds its share on each of its nodes."""
     trials, exps = schema.trials, schema.experiments
+    # A host's own heartbeat reads its trials and the (few) multi-node ones, not every host's.
+    placed = (
+        trials.c.host.is_not(None)
+        if host_id is None
+        else or_(trials.c.host == host_id, trials.c.nodes.is_not(None))
+    )
     rows = conn.execute(
         select(
             trials.c.id,
@@ -90,7 +96,7 @@ def holdings(conn: Connection, host_id: str | None = None) -> dict[str, list[tup
         )
         .join(exps, exps.c.id == trials.c.experiment_id)
         .where(
-            trials.c.host.is_not(None),
+            placed,
             trials.c.state.in_([s.value for s in (*RUNNING_STATES, *BETWEEN_RUNS)]),
         )
         .order_by(trials.c.id)

@@ -13,9 +13,11 @@ policy.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from det_airflow.runner_policy import runner_of
 
 
 @dataclass(frozen=True)
@@ -55,11 +57,10 @@ def fits_any(hosts: Iterable[HostLoad], gang: int) -> bool:
 MAX_NODES = 8
 
 
-def placed_on_hosts(config: dict[str, Any]) -> bool:
+def placed_on_hosts(config: Mapping[str, Any]) -> bool:
     """Whether the experiment's trials take the slots of worker hosts: not a Kubernetes trial,
     whose pods the cluster places (its task only submits and watches them)."""
-    section = config.get("airflow") or {}
-    return (section.get("trial_runner") or section.get("executor") or "local") != "kubernetes"
+    return runner_of(config) != "kubernetes"
 
 
 @dataclass(frozen=True)

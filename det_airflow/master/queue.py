@@ -9,7 +9,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Row, and_, bindparam, func, select, text
+from sqlalchemy import Connection, Row, and_, bindparam, func, null, select, text
 
 from det_airflow import settings
 from det_airflow.config import ResourcesConfig
@@ -204,7 +204,8 @@ def admit(conn: Connection, exp: Row, trial: Row, prefer_host: str | None = None
             admitted_run=trial.run_id + 1,
             admitted_at=now(),
             host=nodes[0].host if nodes else None,
-            nodes=[{"host": n.host, "slots": n.slots} for n in nodes] if nodes and len(nodes) > 1 else None,
+            # SQL NULL (not JSON null) for a gang on one host: a host's holdings select on it.
+            nodes=[{"host": n.host, "slots": n.slots} for n in nodes] if nodes and len(nodes) > 1 else null(),
         )
     )
     return True

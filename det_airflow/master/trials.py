@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from sqlalchemy import Connection, Row, and_, exists, select, update
+from sqlalchemy import Connection, Row, and_, exists, null, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
 from det_airflow.api.models import SlotStatus
@@ -125,7 +125,7 @@ def acquire(
     ):
         # Placed on a host (or, over several, one of them) that has gone since: placed again
         # among the live ones.
-        update_trial(conn, trial.id, admitted_run=trial.run_id, admitted_at=None, host=None, nodes=None)
+        update_trial(conn, trial.id, admitted_run=trial.run_id, admitted_at=None, host=None, nodes=null())
         if not _admitted(conn, exp, get_trial(conn, trial.id), task.get("host")):
             return {"status": SlotStatus.WAIT}
         host = conn.execute(select(trials.c.host).where(trials.c.id == trial.id)).scalar()
@@ -619,7 +619,7 @@ def _lost_runs(conn: Connection, which: Any) -> dict[int, tuple[dict[str, Any], 
     for trial_id, task, _, _ in rows:
         if trial_id not in found and (key := _task_key(task)) is not None:
             runs.append((int(trial_id), key, int(task.get("try_number", 1)), "its task"))
-    for node in _running_nodes(conn, [int(row.id) for row in rows if row.nodes and row.id not in found]):
+    for node in gangs.running_nodes(conn, [int(row.id) for row in rows if row.nodes and row.id not in found]):
         if (key := _task_key(node.task)) is not None:
             runs.append(
                 (int(node.trial_id), key, int(node.task.get("try_number", 1)), f"its node {node.rank}'s task")
@@ -659,25 +659,6 @@ def _task_key(task: dict[str, Any] | None) -> tuple[str, str, str, int] | None:
     if task is None or any(task.get(k) is None for k in ("dag_id", "run_id", "task_id", "map_index")):
         return None
     return (task["dag_id"], task["run_id"], task["task_id"], int(task["map_index"]))
-
-
-def _running_nodes(conn: Connection, trial_ids: list[int]) -> list[Row]:
-    """The other nodes running the current runs of these multi-node trials, with their tasks."""
-    if not trial_ids:
-        return []
-    nodes, trials = schema.trial_nodes, schema.trials
-    return list(
-        conn.execute(
-            select(nodes.c.trial_id, nodes.c.rank, nodes.c.task)
-            .join(trials, trials.c.id == nodes.c.trial_id)
-            .where(
-                nodes.c.trial_id.in_(trial_ids),
-                nodes.c.rank > 0,
-                nodes.c.state == gangs.RUNNING,
-                nodes.c.run_id == trials.c.run_id,
-            )
-        )
-    )
 
 
 def _close_lost_runs(conn: Connection, found: dict[int, tuple[dict[str, Any], str]]) -> list[int]:

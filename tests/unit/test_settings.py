@@ -104,3 +104,13 @@ def test_bad_settings_are_named(values: dict[str, str], message: str) -> None:
 def test_the_airflow_configuration_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AIRFLOW__DET__ALLOWED_DEVICES", "/dev/fuse")
     assert settings.load().policy.allowed_devices == ("/dev/fuse",)
+
+
+def test_a_host_address_is_the_machines_name_unless_set_and_a_bad_one_names_the_setting() -> None:
+    import socket
+
+    assert settings.load({}).host_address == socket.gethostname()
+    assert settings.load({"host_address": " 10.0.0.7 "}).host_address == "10.0.0.7"
+    with pytest.raises(SettingsError) as info:
+        settings.load({"host_address": "gpu 7"}).host_address  # noqa: B018
+    assert str(info.value).startswith("airflow.cfg [det] host_address: 'gpu 7' must be a host name")

@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import select, update
 
 from det_airflow.master import gangs, hosts, schema, trials
 from det_airflow.master.lifecycle import now
@@ -29,6 +29,14 @@ def node(people: People, e: int, rank: int, host: str | None, *, dry_run: bool =
         return trials.acquire_node(conn, e, 0, rank, task, dry_run=dry_run)
 
 
+def gang_on_two_hosts(people: People) -> int:
+    """Hosts a and b of 2 slots each, and an experiment whose trials take 4: larger than either."""
+    set_pool_slots(64)
+    report(people, "a", 2)
+    report(people, "b", 2)
+    return experiment(people, slots_per_trial=4)
+
+
 def status(people: People, trial_id: int, headers: dict[str, str]) -> dict[str, Any]:
     answer = people.client.get(f"/api/v1/internal/trials/{trial_id}", headers=headers)
     assert answer.status_code == 200, answer.text
@@ -38,10 +46,7 @@ def status(people: People, trial_id: int, headers: dict[str, str]) -> dict[str, 
 def test_a_trial_larger_than_every_host_runs_on_two_with_a_part_each(
     people: People, creator: Creator, service_headers: dict[str, str]
 ) -> None:
-    set_pool_slots(64)
-    report(people, "a", 2)
-    report(people, "b", 2)
-    e = experiment(people, slots_per_trial=4)
+    e = gang_on_two_hosts(people)
     assert node(people, e, 1, "b") == {"status": "wait"}, "no run needs node 1 yet"
     answer = chief(people, e, "a")
     assert answer["status"] == "run"
@@ -49,6 +54,7 @@ def test_a_trial_larger_than_every_host_runs_on_two_with_a_part_each(
     trial_id = answer["trial"].id
     with people.db.read() as conn:
         assert {h.id: h.used for h in hosts.loads(conn)} == {"a": 2, "b": 2}, "each host holds its share"
+        assert hosts.holdings(conn, "b") == {"b": [(trial_id, e, 2)]}, "b's heartbeat sees its share"
     assert node(people, e, 1, "a") == {"status": "wait", "host": "b", "queue": "det-host-b"}
     assert node(people, e, 2, "b") == {"status": "wait"}, "two nodes: there is no rank 2"
     assert node(people, e, 1, "b", dry_run=True) == {"status": "run"}
@@ -71,10 +77,7 @@ def test_a_trial_larger_than_every_host_runs_on_two_with_a_part_each(
 def test_one_failing_node_stops_the_gang_and_the_restart_starts_every_node_again(
     people: People, creator: Creator, service_headers: dict[str, str]
 ) -> None:
-    set_pool_slots(64)
-    report(people, "a", 2)
-    report(people, "b", 2)
-    e = experiment(people, slots_per_trial=4)
+    e = gang_on_two_hosts(people)
     people.experiment(e)
     with people.db.begin() as conn:
         conn.execute(update(schema.experiments).where(schema.experiments.c.id == e).values(search_done=True))
@@ -118,6 +121,12 @@ def test_a_trial_that_fits_one_host_is_never_split(people: People, creator: Crea
     report(people, "c", 2)
     busy = experiment(people, slots_per_trial=3)
     assert chief(people, busy, "a")["status"] == "run", "only a takes 3 slots"
+    with people.db.read() as conn:
+        placed_whole = select(schema.trials.c.id).where(
+            schema.trials.c.experiment_id == busy, schema.trials.c.nodes.is_(None)
+        )
+        assert conn.execute(placed_whole).all(), "SQL NULL, which another host's heartbeat skips"
+        assert hosts.holdings(conn, "b") == {}
     e = experiment(people, slots_per_trial=4)
     assert chief(people, e, "b") == {"status": "wait"}, "b and c together have room, but a alone fits it"
     assert trial_of(people, e).nodes is None
@@ -136,10 +145,7 @@ def test_a_node_task_no_run_needs_ends_and_is_done_once_the_slot_is(people: Peop
 
 
 def test_a_kubernetes_trial_takes_no_host_slots(people: People, creator: Creator) -> None:
-    set_pool_slots(64)
-    report(people, "a", 2)
-    report(people, "b", 2)
-    e = experiment(people, slots_per_trial=4)
+    e = gang_on_two_hosts(people)
     row = people.experiment(e)
     config = {**row.config, "airflow": {"trial_runner": "kubernetes"}}
     with people.db.begin() as conn:
@@ -153,10 +159,7 @@ def test_a_kubernetes_trial_takes_no_host_slots(people: People, creator: Creator
 def test_a_node_that_waits_still_starts_when_its_experiment_is_stopping(
     people: People, creator: Creator
 ) -> None:
-    set_pool_slots(64)
-    report(people, "a", 2)
-    report(people, "b", 2)
-    e = experiment(people, slots_per_trial=4)
+    e = gang_on_two_hosts(people)
     chief(people, e, "a")
     with people.db.begin() as conn:
         conn.execute(
@@ -166,10 +169,7 @@ def test_a_node_that_waits_still_starts_when_its_experiment_is_stopping(
 
 
 def test_a_node_token_is_void_once_its_run_ended(people: People, creator: Creator) -> None:
-    set_pool_slots(64)
-    report(people, "a", 2)
-    report(people, "b", 2)
-    e = experiment(people, slots_per_trial=4)
+    e = gang_on_two_hosts(people)
     trial_id = chief(people, e, "a")["trial"].id
     token = node(people, e, 1, "b")["token"]
 
@@ -187,10 +187,7 @@ def test_a_node_token_is_void_once_its_run_ended(people: People, creator: Creato
 def test_a_node_that_does_not_start_in_time_fails_the_run(
     people: People, creator: Creator, service_headers: dict[str, str]
 ) -> None:
-    set_pool_slots(64)
-    report(people, "a", 2)
-    report(people, "b", 2)
-    e = experiment(people, slots_per_trial=4)
+    e = gang_on_two_hosts(people)
     trial_id = chief(people, e, "a")["trial"].id
     with people.db.begin() as conn:
         started = now() - timedelta(seconds=gangs.NODE_START_SECONDS + 1)
@@ -220,10 +217,7 @@ def test_a_gang_placed_on_a_host_gone_since_is_placed_again(people: People, crea
 def test_a_run_whose_node_host_stops_heartbeating_is_lost(
     people: People, creator: Creator, service_headers: dict[str, str], whose: str
 ) -> None:
-    set_pool_slots(64)
-    report(people, "a", 2)
-    report(people, "b", 2)
-    e = experiment(people, slots_per_trial=4)
+    e = gang_on_two_hosts(people)
     trial_id = chief(people, e, "a")["trial"].id
     node(people, e, 1, "b")
     gone = "a" if whose == "chief" else "b"

@@ -5,9 +5,8 @@ that master with that token."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
@@ -15,6 +14,7 @@ from det_airflow.api._http import API_PREFIX
 from det_airflow.operators.experiment import RegisterExperimentOperator
 from det_airflow.operators.hooks import DetHook
 from det_airflow.operators.trial import TrialOperator
+from tests.http_stub import serve
 
 TOKEN = "service-token"
 
@@ -37,14 +37,8 @@ class _Recorder(BaseHTTPRequestHandler):
 @pytest.fixture
 def tiny_master() -> Iterator[str]:
     _Recorder.seen = []
-    server = HTTPServer(("127.0.0.1", 0), _Recorder)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve(_Recorder) as url:
+        yield url
 
 
 def test_the_default_connection_given_in_the_environment_takes_the_client_to_its_master(

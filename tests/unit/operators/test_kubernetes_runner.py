@@ -12,7 +12,7 @@ import secrets
 import sys
 import threading
 from collections.abc import Iterator, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -50,6 +50,7 @@ from det_airflow.operators.runners.kubernetes_pod import (
 )
 from det_airflow.trial_env import SESSION_TOKEN
 from det_airflow.trial_process import TrialSpec, trial_environment
+from tests.http_stub import serve
 
 MINIMAL = {
     "entrypoint": "python3 -m det_airflow.launchers.torch_distributed --trial model_def:Trial",
@@ -708,14 +709,8 @@ class RecordingApiServer(BaseHTTPRequestHandler):
 @pytest.fixture
 def api_server() -> Iterator[str]:
     RecordingApiServer.seen = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), RecordingApiServer)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve(RecordingApiServer) as url:
+        yield url
 
 
 def test_the_cluster_sweeps_creates_owns_and_deletes_the_secret_as_the_api_server_expects(
