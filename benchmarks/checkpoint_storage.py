@@ -1,6 +1,7 @@
 """Checkpoint storage throughput: saving and restoring one 200 MB checkpoint state through the
-Core API's storage, in an S3-compatible object store (moto's standalone server on loopback, the
-one the tests use) against ``shared_fs`` (a folder on this machine's disk), in the same run.
+Core API's storage, in each object store against a local server of it (the ones the tests use, on
+loopback: moto's S3 server, fake-gcs-server, Azurite) and in ``shared_fs`` (a folder on this
+machine's disk), in the same run.
 
 Each figure is the median of ``--repeat`` saves (``writing``: the files written into the folder
 the storage hands out, then uploaded whole before the checkpoint would be registered) and
@@ -26,8 +27,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from det_airflow.core._azure import AzureStorage  # noqa: E402
+from det_airflow.core._gcs import GCSStorage  # noqa: E402
 from det_airflow.core._s3 import S3Storage  # noqa: E402
 from det_airflow.core._storage import CheckpointStorage, FolderStorage  # noqa: E402
+from tests.azure_server import azure_server  # noqa: E402
+from tests.gcs_server import gcs_server  # noqa: E402
 from tests.s3_server import s3_server  # noqa: E402
 
 BUCKET = "bench-checkpoints"
@@ -79,19 +84,28 @@ def main() -> int:
     args = parser.parse_args()
     state = _state(args.mb)
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # the S3 server's request lines
-    with tempfile.TemporaryDirectory(prefix="det-bench-storage-") as folder, s3_server(BUCKET) as url:
+    with tempfile.TemporaryDirectory(prefix="det-bench-storage-") as folder:
+        shared = measure(FolderStorage(Path(folder)), state, args.repeat)
+    figures: dict[str, tuple[float, float]] = {}
+    with s3_server(BUCKET) as url:
         for key, value in (("AWS_ACCESS_KEY_ID", "k"), ("AWS_SECRET_ACCESS_KEY", "s")):
             os.environ.setdefault(key, value)
-        shared = measure(FolderStorage(Path(folder)), state, args.repeat)
-        s3 = measure(
-            S3Storage(BUCKET, prefix="bench", endpoint_url=url, region="us-east-1"), state, args.repeat
+        storage: CheckpointStorage = S3Storage(BUCKET, prefix="bench", endpoint_url=url, region="us-east-1")
+        figures["s3 (moto server)"] = measure(storage, state, args.repeat)
+    with gcs_server(BUCKET) as url:
+        storage = GCSStorage(BUCKET, prefix="bench", endpoint_url=url)
+        figures["gcs (fake-gcs-server)"] = measure(storage, state, args.repeat)
+    with azure_server(BUCKET) as connection_string:
+        storage = AzureStorage(BUCKET, prefix="bench", connection_string=connection_string)
+        figures["azure (Azurite)"] = measure(storage, state, args.repeat)
+    print(f"Checkpoint of {args.mb} MB in {FILES} files, median of {args.repeat}; servers on loopback\n")
+    print("| storage | save MB/s | restore MB/s | save / shared_fs | restore / shared_fs |")
+    print("|---|---:|---:|---:|---:|")
+    print(f"| shared_fs (local disk) | {shared[0]:.0f} | {shared[1]:.0f} | 1.00× | 1.00× |")
+    for name, (save, restore) in figures.items():
+        print(
+            f"| {name} | {save:.0f} | {restore:.0f} | {save / shared[0]:.2f}× | {restore / shared[1]:.2f}× |"
         )
-    print(f"Checkpoint of {args.mb} MB in {FILES} files, median of {args.repeat}\n")
-    print("| storage | save MB/s | restore MB/s |")
-    print("|---|---:|---:|")
-    print(f"| shared_fs (local disk) | {shared[0]:.0f} | {shared[1]:.0f} |")
-    print(f"| s3 (moto server on loopback) | {s3[0]:.0f} | {s3[1]:.0f} |")
-    print(f"| s3 / shared_fs | {s3[0] / shared[0]:.2f}× | {s3[1] / shared[1]:.2f}× |")
     return 0
 
 

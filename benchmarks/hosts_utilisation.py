@@ -13,6 +13,9 @@ queue (`GET /jobs`) are sampled every 0.25 s. Reported per set-up:
 - slot utilisation while trials wait: the mean share of the 8 slots the hosts' trials hold (admitted
   and starting or running) over the samples where some job still waits for slots, from the first
   admission on (before it the experiments' DAGs are being published);
+- idle while a waiting gang fits: the mean share of the 8 slots left free in the samples where some
+  waiting job's gang would fit a host as it is (the rest of the idle share is slots held back for a
+  larger gang ahead in the queue, or split between hosts);
 - double leases: samples where a host holds more slots than it reported, and, from the trials'
   own records afterwards, the most slots any host's overlapping runs ever held against its slots;
 - trials split across hosts: trials whose runs name more than one host (single-node gangs);
@@ -63,9 +66,10 @@ with det.core.init() as core:
 
 @dataclass
 class Samples:
-    """What the sampler saw: (held slots, waiting) per look, and looks where a host was over-leased."""
+    """What the sampler saw: (held slots, waiting, idle slots a waiting gang would fit) per look,
+    and looks where a host was over-leased."""
 
-    held: list[tuple[int, bool]] = field(default_factory=list)
+    held: list[tuple[int, bool, int]] = field(default_factory=list)
     over_leased: int = 0
 
 
@@ -103,10 +107,15 @@ def _sample(client: httpx.Client, stop: threading.Event, samples: Samples) -> No
     while not stop.is_set():
         agents = client.get("/det/api/v1/agents").json()["agents"]
         jobs = client.get("/det/api/v1/jobs").json()["jobs"]
-        held = sum(a["used_slots"] for a in agents if a["alive"])
-        waiting = any(j["needed_slots"] > j["acquired_slots"] for j in jobs)
+        alive = [a for a in agents if a["alive"]]
+        held = sum(a["used_slots"] for a in alive)
+        gangs = [j["slots_per_trial"] for j in jobs if j["needed_slots"] > j["acquired_slots"]]
+        free = [a["num_slots"] - a["used_slots"] for a in alive]
+        # Idle slots while some waiting gang would fit a host as it is: time the admission takes,
+        # not slots held back for a larger gang or split between hosts.
+        fitting = sum(free) if gangs and free and min(gangs) <= max(free) else 0
         samples.over_leased += sum(1 for a in agents if a["used_slots"] > a["num_slots"])
-        samples.held.append((held, waiting))
+        samples.held.append((held, bool(gangs), fitting))
         stop.wait(0.25)
 
 
@@ -191,10 +200,11 @@ def run(base: Path, workers: int, args: argparse.Namespace, port: int) -> dict[s
                 records.append((trial["host"], size, _runs(client, trial["id"])))
         peaks = _peak_per_host(records)
     # From the first admission on: before it, the experiments' DAGs are still being published.
-    first = next((i for i, (held, _) in enumerate(samples.held) if held), len(samples.held))
-    waiting = [held for held, wait in samples.held[first:] if wait]
+    first = next((i for i, (held, _, _) in enumerate(samples.held) if held), len(samples.held))
+    waiting = [(held, fitting) for held, wait, fitting in samples.held[first:] if wait]
     return {
-        "utilisation": statistics.mean(waiting) / POOL_SLOTS if waiting else float("nan"),
+        "utilisation": statistics.mean(h for h, _ in waiting) / POOL_SLOTS if waiting else float("nan"),
+        "idle_fitting": statistics.mean(f for _, f in waiting) / POOL_SLOTS if waiting else float("nan"),
         "over_leased": samples.over_leased,
         "peak_over_slots": max(0, *(peaks[h] - hosts[h] for h in peaks)),
         "split": split,
@@ -222,13 +232,13 @@ def main() -> int:
             shutil.rmtree(base, ignore_errors=True)
     trials = args.trials_per_size * len(SIZES)
     print(f"{trials} trials ({args.trials_per_size} each of 1, 2, 4 slots), {args.work:.0f} s of work each\n")
-    print("| set-up | utilisation while trials wait | over-leased looks | peak over a host's slots "
-          "| trials split | trials/min |")  # fmt: skip
-    print("|---|---:|---:|---:|---:|---:|")
+    print("| set-up | utilisation while trials wait | idle while a waiting gang fits | over-leased looks "
+          "| peak over a host's slots | trials split | trials/min |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for label, r in results.items():
         print(
-            f"| {label} | {r['utilisation']:.0%} | {r['over_leased']} | {r['peak_over_slots']} "
-            f"| {r['split']} | {r['per_minute']:.1f} |"
+            f"| {label} | {r['utilisation']:.0%} | {r['idle_fitting']:.0%} | {r['over_leased']} "
+            f"| {r['peak_over_slots']} | {r['split']} | {r['per_minute']:.1f} |"
         )
     two, one = results["2 hosts × 4 slots"], results["1 host × 8 slots"]
     print(f"\ntrials per minute, 2 hosts against 1: {two['per_minute'] / one['per_minute']:.2f}×")

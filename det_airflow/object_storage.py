@@ -1,35 +1,71 @@
-"""Checkpoint storage in a bucket, reached from Airflow's side: the master (deleting, collecting
-and serving checkpoints) and the trial tasks (handing the credentials to their trials).
+"""Checkpoint storage in an object store, reached from Airflow's side: the master (deleting,
+collecting and serving checkpoints) and the trial tasks (handing the credentials to their trials).
 
-Credentials come, in this order, from Determined's ``access_key``/``secret_key`` in the
-experiment's ``checkpoint_storage``; else from the Airflow connection the storage names with
-``aws_conn_id`` (one the platform allows: ``[det] storage_conn_id``, default ``aws_default``, or a
-pool's ``allowed_conn_ids``), read through the amazon provider's hook, which falls back to boto3's
-own chain (environment, profile, instance role) on that machine when the connection has none.
-The connection's ``endpoint_url`` extra points at an S3-compatible store.
+Credentials come, in this order, from the experiment's ``checkpoint_storage`` itself (Determined's
+``access_key``/``secret_key`` for s3, ``connection_string`` or ``account_url`` + ``credential`` for
+azure); else from the Airflow connection the section names (``aws_conn_id``, ``gcp_conn_id``,
+``wasb_conn_id``: one the platform allows, the ``[det]`` default of its type or a pool's
+``allowed_conn_ids``); else from the store's own chain on the machine that uses it (boto3's
+environment, profile and instance role; Google's application default credentials; Azure's
+``DefaultAzureCredential``).
+
+- s3: the amazon provider's hook reads the connection, and falls back to boto3's chain when the
+  connection has none. The connection's ``endpoint_url`` extra points at an S3-compatible store.
+- gcs: a ``google_cloud_platform`` connection's service-account key (``keyfile_dict``, or the
+  file ``key_path`` names on the machine reading it) and ``project``; its ``endpoint_url`` extra
+  points at a GCS-compatible store, as an aws connection's does at an S3-compatible one.
+- azure: a ``wasb`` connection read as the azure provider's hook reads it: its
+  ``connection_string``, else the account URL (``host``, or the account name in ``login``) with
+  ``shared_access_key``, ``sas_token`` or the key in ``password``.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
+from det_airflow.core import _azure, _gcs
 from det_airflow.core._storage import CheckpointStorage
 from det_airflow.errors import DetError
 
 OBJECT_STORAGE_TYPES = ("s3", "gcs", "azure")
-# The variable :func:`trial_variables` gives a trial for each key a connection may have.
+# An account URL of Azure's public cloud.
+_AZURE_PUBLIC = re.compile(r"https://[a-z0-9]{3,24}\.blob\.core\.windows\.net")
+# The field of each type's section that names its Airflow connection.
+CONN_FIELDS = {"s3": "aws_conn_id", "gcs": "gcp_conn_id", "azure": "wasb_conn_id"}
+# The variable :func:`trial_variables` gives a trial for each section key a connection fills in.
 _TRIAL_VARIABLES = {
-    "access_key": "AWS_ACCESS_KEY_ID",
-    "secret_key": "AWS_SECRET_ACCESS_KEY",
-    "session_token": "AWS_SESSION_TOKEN",
-    "endpoint_url": "AWS_ENDPOINT_URL_S3",
-    "region": "AWS_DEFAULT_REGION",
+    "s3": {
+        "access_key": "AWS_ACCESS_KEY_ID",
+        "secret_key": "AWS_SECRET_ACCESS_KEY",
+        "session_token": "AWS_SESSION_TOKEN",
+        "endpoint_url": "AWS_ENDPOINT_URL_S3",
+        "region": "AWS_DEFAULT_REGION",
+    },
+    "gcs": {
+        "credentials_info": _gcs.CREDENTIALS_VARIABLE,
+        "project": _gcs.PROJECT_VARIABLE,
+        "endpoint_url": _gcs.EMULATOR_VARIABLE,
+    },
+    "azure": {
+        "connection_string": _azure.CONNECTION_STRING_VARIABLE,
+        "account_url": _azure.ACCOUNT_URL_VARIABLE,
+        "credential": _azure.CREDENTIAL_VARIABLE,
+    },
 }
-# Those of them that open the bucket to whoever reads them (an endpoint and a region do not): a
-# runner keeps them out of what others may read, as a Kubernetes pod's spec.
+# Those of them that open the store to whoever reads them (an endpoint, a region, a project do
+# not): a runner keeps them out of what others may read, as a Kubernetes pod's spec.
 CREDENTIAL_VARIABLES = frozenset(
-    _TRIAL_VARIABLES[key] for key in ("access_key", "secret_key", "session_token")
+    {
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        _gcs.CREDENTIALS_VARIABLE,
+        _azure.CONNECTION_STRING_VARIABLE,
+        _azure.CREDENTIAL_VARIABLE,
+    }
 )
 
 
@@ -38,19 +74,50 @@ def is_object_storage(storage: Mapping[str, Any] | None) -> bool:
 
 
 def storage_conn_id(storage: Mapping[str, Any]) -> str:
-    """The Airflow connection an s3 storage's credentials come from."""
+    """The Airflow connection an object storage's credentials come from."""
     from det_airflow import settings
 
-    return str(storage.get("aws_conn_id") or settings.load().storage_conn_id)
+    kind = str(storage.get("type"))
+    given = storage.get(CONN_FIELDS.get(kind, ""))
+    if given:
+        return str(given)
+    loaded = settings.load()
+    return {"gcs": loaded.gcs_conn_id, "azure": loaded.azure_conn_id}.get(kind, loaded.storage_conn_id)
+
+
+def store_endpoint(storage: Mapping[str, Any]) -> tuple[str, str]:
+    """The field of the section that names a store other than the provider's public one, and
+    that address; ``("", "")`` when it names none. An azure connection string's ``BlobEndpoint``
+    counts as its address; an account of Azure's own (``https://<account>.blob.core.windows.net``)
+    is Azure's public store."""
+    if storage.get("type") != "azure":
+        endpoint = storage.get("endpoint_url")
+        return ("endpoint_url", str(endpoint)) if endpoint else ("", "")
+    named, url = "account_url", str(storage.get("account_url") or "")
+    if not url:
+        text = str(storage.get("connection_string") or "")
+        parts = dict(part.split("=", 1) for part in text.split(";") if "=" in part)
+        named, url = "connection_string", parts.get("BlobEndpoint", "")
+    return ("", "") if not url or _AZURE_PUBLIC.fullmatch(url.rstrip("/")) else (named, url)
+
+
+def _own_credentials(storage: Mapping[str, Any]) -> bool:
+    """Whether the section carries its credentials itself (none then come from a connection)."""
+    kind = storage.get("type")
+    if kind == "s3":
+        return bool(storage.get("access_key") and storage.get("secret_key"))
+    if kind == "azure":
+        return bool(storage.get("connection_string") or storage.get("credential"))
+    return False
 
 
 def with_credentials(storage: Mapping[str, Any]) -> dict[str, Any]:
     """``storage`` with the credentials and endpoint of its Airflow connection filled in where
     the config gives none."""
     resolved = dict(storage)
-    if storage.get("type") != "s3" or (storage.get("access_key") and storage.get("secret_key")):
+    if not is_object_storage(storage) or _own_credentials(storage):
         return resolved
-    for key, value in _connection_credentials(storage_conn_id(storage)).items():
+    for key, value in connection_credentials(storage).items():
         if value and not resolved.get(key):
             resolved[key] = value
     return resolved
@@ -62,17 +129,104 @@ def open_storage(storage: Mapping[str, Any]) -> CheckpointStorage:
 
 
 def trial_variables(storage: Mapping[str, Any] | None) -> dict[str, str]:
-    """The ``AWS_*`` variables that give a trial of this storage its credentials; none for
-    storage that is not s3, or whose config carries its own keys."""
-    if not storage or storage.get("type") != "s3":
+    """The variables that give a trial of this storage its credentials (``AWS_*``,
+    ``DET_GCS_CREDENTIALS``, ``AZURE_STORAGE_*``); none for storage that is not in an object store,
+    or whose config carries its own."""
+    if not storage or not is_object_storage(storage) or _own_credentials(storage):
         return {}
-    if storage.get("access_key") and storage.get("secret_key"):
-        return {}
-    found = _connection_credentials(storage_conn_id(storage))
-    return {_TRIAL_VARIABLES[key]: value for key, value in found.items() if value and key in _TRIAL_VARIABLES}
+    names = _TRIAL_VARIABLES[str(storage["type"])]
+    return {
+        names[key]: value if isinstance(value, str) else json.dumps(value)
+        for key, value in connection_credentials(storage).items()
+        if value and key in names
+    }
 
 
-def _connection_credentials(conn_id: str) -> dict[str, str]:
+def connection_credentials(storage: Mapping[str, Any]) -> dict[str, Any]:
+    """The section keys that the Airflow connection of ``storage`` fills in; empty when it has
+    none, or when there is no such connection."""
+    conn_id = storage_conn_id(storage)
+    kind = storage.get("type")
+    if kind == "gcs":
+        return _gcs_credentials(conn_id)
+    if kind == "azure":
+        return _azure_credentials(conn_id)
+    return _s3_credentials(conn_id)
+
+
+def _airflow_connection(conn_id: str) -> Any:
+    """Airflow connection ``conn_id``; None when there is none. The Task SDK's lookup, else Airflow
+    core's: a Celery worker's main process (where a host removes checkpoints) runs no task, and
+    there the Task SDK reads only ``AIRFLOW_CONN_*`` variables and secrets backends, not the
+    metadata database."""
+    from airflow.sdk import BaseHook
+
+    from det_airflow import airflow_compat
+
+    for lookup in (BaseHook.get_connection, airflow_compat.Connection.get_connection_from_secrets):
+        try:
+            return lookup(conn_id)
+        except Exception:  # noqa: S112 - not found there; the next lookup may have it
+            continue
+    return None
+
+
+def _gcs_credentials(conn_id: str) -> dict[str, Any]:
+    """``credentials_info`` (a service-account key) and ``project`` of a google_cloud_platform
+    connection, and its ``endpoint_url`` extra (a GCS-compatible store, such as an emulator)."""
+    conn = _airflow_connection(conn_id)
+    if conn is None:
+        return {}
+    extra = _extra(conn, "google_cloud_platform")
+    found: dict[str, Any] = {
+        "project": extra.get("project") or "",
+        "endpoint_url": extra.get("endpoint_url") or "",
+    }
+    keyfile = extra.get("keyfile_dict")
+    if not keyfile and extra.get("key_path"):
+        try:
+            with open(str(extra["key_path"]), encoding="utf-8") as file:
+                keyfile = file.read()
+        except OSError as exc:
+            raise DetError(f"checkpoint_storage: Airflow connection {conn_id!r}: key_path: {exc}") from None
+    if keyfile:
+        try:
+            found["credentials_info"] = json.loads(keyfile) if isinstance(keyfile, str) else dict(keyfile)
+        except ValueError:
+            raise DetError(
+                f"checkpoint_storage: Airflow connection {conn_id!r}: keyfile_dict is not a JSON key"
+            ) from None
+    return found
+
+
+def _azure_credentials(conn_id: str) -> dict[str, Any]:
+    """``connection_string``, or ``account_url`` and ``credential``, of a wasb connection."""
+    conn = _airflow_connection(conn_id)
+    if conn is None:
+        return {}
+    extra = _extra(conn, "wasb")
+    if extra.get("connection_string"):
+        return {"connection_string": extra["connection_string"]}
+    account_url = ""
+    if conn.host or conn.login:
+        host = str(conn.host or "")
+        account_url = host if host.startswith(("http://", "https://")) else ""
+        if not account_url:
+            account_url = f"https://{host or conn.login}.blob.core.windows.net"
+    credential = (
+        extra.get("shared_access_key") or extra.get("sas_token") or conn.password or extra.get("account_key")
+    )
+    return {"account_url": account_url, "credential": credential or ""}
+
+
+def _extra(conn: Any, conn_type: str) -> dict[str, Any]:
+    """A connection's extras, with the old ``extra__<type>__`` prefixes taken off."""
+    prefix = f"extra__{conn_type}__"
+    extra = conn.extra_dejson or {}
+    return {key.removeprefix(prefix): value for key, value in extra.items() if value not in (None, "")}
+
+
+def _s3_credentials(conn_id: str) -> dict[str, str]:
     """access_key, secret_key, session_token, endpoint_url and region of Airflow connection
     ``conn_id`` (the provider's chain where the connection has none); empty when none is found."""
     try:

@@ -153,16 +153,20 @@ class _Judge:
             )
 
     def storage(self, storage: Mapping[str, Any]) -> None:
-        if storage.get("type") == "s3":
+        from det_airflow.object_storage import CONN_FIELDS, store_endpoint
+
+        kind = storage.get("type")
+        if kind in CONN_FIELDS:
             # Its credentials reach the trial: only a connection the platform gives out.
-            self.conn_id(storage.get("aws_conn_id"), "checkpoint_storage.aws_conn_id")
+            field = CONN_FIELDS[str(kind)]
+            self.conn_id(storage.get(field), f"checkpoint_storage.{field}")
             # The master requests this address and streams its answers to readers: only a store
             # the platform names, never an arbitrary host the API server can reach.
-            endpoint = storage.get("endpoint_url")
-            if endpoint and str(endpoint).rstrip("/") not in self.policy.allowed_storage_endpoints:
+            named, endpoint = store_endpoint(storage)
+            if endpoint and endpoint.rstrip("/") not in self.policy.allowed_storage_endpoints:
                 self.refuse(
-                    "checkpoint_storage.endpoint_url",
-                    f"endpoint {str(endpoint)!r}",
+                    f"checkpoint_storage.{named}",
+                    f"endpoint {endpoint!r}",
                     "allowed_storage_endpoints",
                 )
         if storage.get("type") != "shared_fs" or not storage.get("host_path"):

@@ -124,8 +124,11 @@ class Settings:
     namespace: str = AirflowSection.namespace
     docker_conn_id: str | None = None
     kubernetes_conn_id: str | None = None
-    # The Airflow connection of s3 checkpoint storage that names no ``aws_conn_id``.
+    # The Airflow connection of s3 checkpoint storage that names no ``aws_conn_id``; of gcs storage
+    # that names no ``gcp_conn_id``; of azure storage that names no ``wasb_conn_id``.
     storage_conn_id: str = "aws_default"
+    gcs_conn_id: str = "google_cloud_default"
+    azure_conn_id: str = "wasb_default"
     # The address trials and tasks reach the master at; None: derived from airflow.cfg [api].
     master_url: str | None = None
     # The Docker daemon of docker trials; None: $DOCKER_HOST, else the local socket.
@@ -239,7 +242,17 @@ class Settings:
         return self.policy.extended(extra, f"airflow.cfg [det] pool_policies[{pool!r}]")
 
     def allowed_conn_ids(self, policy: RunnerPolicy) -> set[str]:
-        defaults = {c for c in (self.docker_conn_id, self.kubernetes_conn_id, self.storage_conn_id) if c}
+        defaults = {
+            c
+            for c in (
+                self.docker_conn_id,
+                self.kubernetes_conn_id,
+                self.storage_conn_id,
+                self.gcs_conn_id,
+                self.azure_conn_id,
+            )
+            if c
+        }
         return defaults | set(policy.allowed_conn_ids)
 
     def allowed_namespaces(self, policy: RunnerPolicy) -> set[str]:
@@ -279,6 +292,8 @@ def load(values: Mapping[str, str | None] | None = None) -> Settings:
         docker_conn_id=_text(get("docker_conn_id")),
         kubernetes_conn_id=_text(get("kubernetes_conn_id")),
         storage_conn_id=_text(get("storage_conn_id")) or Settings.storage_conn_id,
+        gcs_conn_id=_text(get("gcs_conn_id")) or Settings.gcs_conn_id,
+        azure_conn_id=_text(get("azure_conn_id")) or Settings.azure_conn_id,
         master_url=_text(get("master_url")),
         docker_url=_text(get("docker_url")),
         slot_lock_dir=_text(get("slot_lock_dir")) or Settings.slot_lock_dir,

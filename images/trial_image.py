@@ -4,7 +4,9 @@ No registry is needed: the root file system is assembled here and loaded with ``
 It holds this interpreter (as ``/usr/local/bin/python3``), the shared libraries it and the copied
 packages link against, ``/bin/sh`` and coreutils, det-airflow's trial side (the Core API,
 PyTorchTrial, launchers; not its Airflow operators or web UI) and the installed distributions that
-``det-airflow[torch]`` needs, copied from the running environment. Nothing of Airflow goes in.
+``det-airflow[torch,stores]`` needs (torch, and the clients of the object stores checkpoints may go
+to: boto3, google-cloud-storage, azure-storage-blob), copied from the running environment. Nothing
+of Airflow goes in.
 
 Usage: ``python images/trial_image.py [--tag det-airflow-trial:cpu]`` (``make trial-image``).
 """
@@ -64,6 +66,12 @@ TOOLS = (
     "sort",
     "chmod",
 )
+# det-airflow's extras whose requirements the image holds.
+IMAGE_EXTRAS = ("torch", "stores")
+# Imported in the built image to check it, with what a trial uses.
+IMAGE_CHECK = (
+    "import det_airflow, torch, boto3, google.cloud.storage, azure.storage.blob; print(torch.__version__)"
+)
 # The image records which sources it holds, so that a stale one can be told apart and rebuilt
 # (`docker import` sets no labels, environment variables it does).
 SOURCES_VARIABLE = "DET_AIRFLOW_IMAGE_SOURCES"
@@ -77,7 +85,7 @@ IMAGE_CHANGES = [
 ]
 
 
-def distributions(extras: Iterable[str] = ("torch",)) -> list[metadata.Distribution]:
+def distributions(extras: Iterable[str] = IMAGE_EXTRAS) -> list[metadata.Distribution]:
     """det-airflow's trial-side requirements with ``extras``, and theirs, as installed here."""
     seen: dict[str, metadata.Distribution] = {}
     pending: list[tuple[str, tuple[str, ...]]] = [("det-airflow", tuple(extras))]
@@ -109,8 +117,8 @@ def _files_of(dist: metadata.Distribution) -> Iterator[tuple[Path, str]]:
 
 
 def sources_digest() -> str:
-    """A digest of det-airflow's trial-side sources as they are now."""
-    digest = hashlib.sha256()
+    """A digest of det-airflow's trial-side sources as they are now, and of the extras it holds."""
+    digest = hashlib.sha256(repr(IMAGE_EXTRAS).encode())
     for path, arcname in sorted(_source_files(), key=lambda entry: entry[1]):
         digest.update(arcname.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
@@ -167,7 +175,7 @@ def _tools() -> Iterator[tuple[Path, str]]:
         yield Path(dash).resolve(), "bin/sh"
 
 
-def build_rootfs_tar(target: Path, extras: Iterable[str] = ("torch",)) -> int:
+def build_rootfs_tar(target: Path, extras: Iterable[str] = IMAGE_EXTRAS) -> int:
     """Writes the root file system as a tar to ``target``; answers the number of files."""
     entries: dict[str, Path] = {}
     for dist in distributions(extras):
@@ -267,14 +275,14 @@ def main(argv: list[str] | None = None) -> int:
             args.tag,
             "python3",
             "-c",
-            "import det_airflow, torch; print(torch.__version__)",
+            IMAGE_CHECK,
         ],
         capture_output=True,
         text=True,
         check=False,
     )
     if out.returncode != 0:
-        print(f"the image does not start python3 with det_airflow and torch:\n{out.stderr}", file=sys.stderr)
+        print(f"the image does not import what trials use:\n{out.stderr}", file=sys.stderr)
         return 1
     print(f"built {args.tag} (torch {out.stdout.strip()})")
     return 0

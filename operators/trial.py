@@ -409,12 +409,13 @@ class TrialOperator(BaseOperator):
         return Path(self.work_dir or default_work_dir()) / f"exp_{experiment_id}" / f"trial_{trial_id}"
 
     def _storage_variables(self, config: dict[str, Any]) -> dict[str, str]:
-        """The credentials of the experiment's s3 checkpoint storage, from its Airflow connection;
-        none when they cannot be read (the trial's first checkpoint says why)."""
-        storage = config.get("checkpoint_storage")
-        if not storage or storage.get("type") != "s3":
-            return {}
+        """The credentials of the experiment's object storage, from its Airflow connection; none
+        when they cannot be read (the trial's first checkpoint says why)."""
         from det_airflow import object_storage
+
+        storage = config.get("checkpoint_storage")
+        if not object_storage.is_object_storage(storage):
+            return {}
 
         try:
             return object_storage.trial_variables(storage)

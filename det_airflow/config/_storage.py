@@ -22,9 +22,11 @@ _REQUIRED = {
     "azure": "container",
 }
 _FIELDS = tuple(f.name for f in dataclasses.fields(CheckpointStorageConfig) if f.name != "options")
-# s3's own fields: kept in `options` as given, checked here so that a mistake is reported with the
-# config rather than when the trial first checkpoints.
+# The object stores' own fields: kept in `options` as given, checked here so that a mistake is
+# reported with the config rather than when the trial first checkpoints.
 _S3_STRINGS = ("endpoint_url", "access_key", "secret_key", "aws_conn_id", "region")
+_GCS_STRINGS = ("endpoint_url", "gcp_conn_id", "project")
+_AZURE_STRINGS = ("connection_string", "account_url", "credential", "wasb_conn_id")
 _PATH = "checkpoint_storage"
 
 
@@ -54,6 +56,11 @@ def read_checkpoint_storage(value: Any, problems: Problems) -> CheckpointStorage
         f.missing(_REQUIRED[kind], "a non-empty string", f"for {kind} storage")
     if kind == "s3":
         _check_s3(f)
+    elif kind == "gcs":
+        _check_strings(f, _GCS_STRINGS)
+        _check_url(f, "endpoint_url")
+    elif kind == "azure":
+        _check_azure(f)
     host_path = f.string("host_path", nonempty=True)
     if kind == "shared_fs" and isinstance(host_path, str) and not posixpath.isabs(host_path):
         f.bad("host_path", "an absolute path")
@@ -72,14 +79,33 @@ def read_checkpoint_storage(value: Any, problems: Problems) -> CheckpointStorage
 
 def _check_s3(f: Fields) -> None:
     """Credentials go in pairs, and an S3-compatible store is named by its URL."""
-    for key in _S3_STRINGS:
-        f.string(key, nonempty=True)
-    endpoint = f.get("endpoint_url")
-    if isinstance(endpoint, str) and endpoint and not endpoint.startswith(("http://", "https://")):
-        f.bad("endpoint_url", "an http:// or https:// URL")
+    _check_strings(f, _S3_STRINGS)
+    _check_url(f, "endpoint_url")
     for given, needed in (("access_key", "secret_key"), ("secret_key", "access_key")):
         if f.given(given) and not f.given(needed):
             f.missing(needed, "a non-empty string", f"with {given}")
+
+
+def _check_azure(f: Fields) -> None:
+    """An account is named once: by a connection string, or by its URL (with a key or SAS token
+    as ``credential``, else the machine's Azure identity)."""
+    _check_strings(f, _AZURE_STRINGS)
+    _check_url(f, "account_url")
+    if f.given("connection_string") and f.given("account_url"):
+        f.bad("account_url", "no account_url with connection_string (it names the account)")
+    if f.given("credential") and not f.given("account_url"):
+        f.missing("account_url", "the account's URL", "with credential")
+
+
+def _check_strings(f: Fields, keys: tuple[str, ...]) -> None:
+    for key in keys:
+        f.string(key, nonempty=True)
+
+
+def _check_url(f: Fields, key: str) -> None:
+    value = f.get(key)
+    if isinstance(value, str) and value and not value.startswith(("http://", "https://")):
+        f.bad(key, "an http:// or https:// URL")
 
 
 def _read_counts(f: Fields) -> dict[str, Any]:

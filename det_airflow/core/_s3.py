@@ -1,39 +1,28 @@
 """Checkpoints in an S3 bucket (AWS, or an S3-compatible store such as MinIO), through boto3.
 
-A checkpoint is the objects under ``<prefix>/<uuid>/``. It is written into a local folder first
-and uploaded when complete; a failed upload deletes what it had sent, so no partial checkpoint
-stays behind to be registered or restored.
-
-boto3 is imported on first use: every trial imports the Core API at start, and only those that
-checkpoint to S3 need it.
+What every object store does with a checkpoint is in ``_objects``; here are boto3's calls.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
+import itertools
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from det_airflow.core._storage import (
-    CheckpointFilesMissing,
-    CheckpointStorage,
-    checked_relative,
-    resources_of,
-)
+from det_airflow.core._objects import SECTION, ObjectStorage, causes, string_field
+from det_airflow.core._storage import CheckpointStorage
 from det_airflow.errors import DetError
 
 DEFAULT_REGION = "us-east-1"
-_SECTION = "checkpoint_storage"
 # Codes S3 answers for an object that is not there (GetObject, and HeadObject without a body).
 _NO_OBJECT = ("NoSuchKey", "404", "NotFound")
 # The section's fields read here; aws_conn_id names an Airflow connection, resolved outside the trial.
 _FIELDS = ("bucket", "prefix", "endpoint_url", "access_key", "secret_key", "session_token", "region")
 
 
-class S3Storage(CheckpointStorage):
+class S3Storage(ObjectStorage):
     """Checkpoints as objects under ``s3://<bucket>/<prefix>/<uuid>/``.
 
     Credentials come from ``access_key``/``secret_key`` when given, else from boto3's standard
@@ -48,6 +37,7 @@ class S3Storage(CheckpointStorage):
     """
 
     type = "s3"
+    scheme = "s3"
 
     def __init__(
         self,
@@ -60,8 +50,7 @@ class S3Storage(CheckpointStorage):
         session_token: str | None = None,
         region: str | None = None,
     ) -> None:
-        self.bucket = bucket
-        self.prefix = prefix.strip("/")
+        super().__init__(bucket, prefix)
         self.endpoint_url = endpoint_url
         self.region = region
         self._access_key = access_key
@@ -73,13 +62,13 @@ class S3Storage(CheckpointStorage):
         """From an ``s3`` section: ``bucket``, and optionally ``prefix``, ``endpoint_url``,
         ``access_key``/``secret_key`` (with ``session_token`` for temporary ones) and ``region``."""
         if not isinstance(storage, Mapping):
-            raise DetError(f"{_SECTION}: expected an s3 section, got {storage!r}")
-        fields = {key: _string(storage, key) for key in _FIELDS}
+            raise DetError(f"{SECTION}: expected an s3 section, got {storage!r}")
+        fields = {key: string_field(storage, key) for key in _FIELDS}
         if not fields["bucket"]:
-            raise DetError(f"{_SECTION}.bucket: required for type s3")
+            raise DetError(f"{SECTION}.bucket: required for type s3")
         for given, needed in (("access_key", "secret_key"), ("secret_key", "access_key")):
             if fields[given] and not fields[needed]:
-                raise DetError(f"{_SECTION}.{needed}: required with {given}")
+                raise DetError(f"{SECTION}.{needed}: required with {given}")
         return cls(
             fields["bucket"],
             prefix=fields["prefix"] or "",
@@ -120,165 +109,90 @@ class S3Storage(CheckpointStorage):
             region=self.region,
         )
 
-    def key(self, uuid: str) -> str:
-        """The key prefix of checkpoint ``uuid``'s objects, ending in ``/``."""
-        return f"{self.prefix}/{uuid}/" if self.prefix else f"{uuid}/"
-
     def describe(self, uuid: str) -> dict[str, str]:
         described = {"type": self.type, "bucket": self.bucket, "key": self.key(uuid)}
         if self.endpoint_url:
             described["endpoint_url"] = self.endpoint_url
         return described
 
-    def location(self, uuid: str) -> str:
-        return f"s3://{self.bucket}/{self.key(uuid)}"
-
-    @contextlib.contextmanager
-    def writing(self, uuid: str) -> Iterator[Path]:
-        """A local temporary folder, uploaded when the block succeeds and removed in any case."""
-        if self.exists(uuid):
-            raise DetError(f"checkpoint {uuid} already exists at {self.location(uuid)}")
-        with _temporary_folder(uuid) as folder:
-            yield folder
-            self._upload(uuid, folder)
-
-    @contextlib.contextmanager
-    def local_path(self, uuid: str) -> Iterator[Path]:
-        """The checkpoint downloaded into a temporary folder, removed when the block ends."""
-        with _temporary_folder(uuid) as folder:
-            self.download(uuid, folder)
-            yield folder
-
-    def download(self, uuid: str, dest: Path) -> None:
-        files = self.files(uuid)
-        if not files:
-            raise self.missing(uuid)
-        with self._translated():
-            for relative in files:
-                target = Path(dest) / checked_relative(relative)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                self._client.download_file(self.bucket, self.key(uuid) + relative, str(target))
-
-    def delete(self, uuid: str) -> None:
-        """Delete every object under the checkpoint's key, a page (at most 1,000) at a time."""
-        with self._translated():
-            for page in self._pages(uuid):
-                objects = [{"Key": obj["Key"]} for obj in page.get("Contents", ())]
-                if not objects:
-                    continue
-                answer = self._client.delete_objects(
-                    Bucket=self.bucket, Delete={"Objects": objects, "Quiet": True}
-                )
-                if answer.get("Errors"):
-                    first = answer["Errors"][0]
-                    raise DetError(
-                        f"checkpoint {uuid}: {len(answer['Errors'])} objects at {self.location(uuid)} "
-                        f"could not be deleted, e.g. {first.get('Key')}: {first.get('Code')}"
-                    )
-
     def exists(self, uuid: str) -> bool:
-        with self._translated():
+        with self.translated():
             answer = self._client.list_objects_v2(Bucket=self.bucket, Prefix=self.key(uuid), MaxKeys=1)
         return bool(answer.get("KeyCount"))
 
-    def files(self, uuid: str) -> dict[str, int]:
-        key = self.key(uuid)
-        found: dict[str, int] = {}
-        with self._translated():
-            for page in self._pages(uuid):
-                for obj in page.get("Contents", ()):
-                    relative = obj["Key"][len(key) :]
-                    if relative and not relative.endswith("/"):  # folder markers hold no data
-                        found[relative] = int(obj["Size"])
-        return found
+    def _list(self, prefix: str) -> Iterable[tuple[str, int]]:
+        for page in self._pages(prefix):
+            for obj in page.get("Contents", ()):
+                yield obj["Key"], int(obj["Size"])
 
-    def open_file(self, uuid: str, relative: str) -> IO[bytes]:
-        """The object's body, streamed as it is read; close it when done."""
-        key = self.key(uuid) + checked_relative(relative).as_posix()
-        client = self._client
+    def _pages(self, prefix: str) -> Iterator[dict[str, Any]]:
+        paginator = self._client.get_paginator("list_objects_v2")
+        yield from paginator.paginate(Bucket=self.bucket, Prefix=prefix)
+
+    def _put(self, path: Path, key: str) -> None:
+        self._client.upload_file(str(path), self.bucket, key)
+
+    def _get(self, key: str, path: Path) -> None:
+        self._client.download_file(self.bucket, key, str(path))
+
+    def _open(self, key: str) -> IO[bytes] | None:
         from botocore.exceptions import ClientError
 
-        with self._translated():
-            try:
-                answer = client.get_object(Bucket=self.bucket, Key=key)
-            except ClientError as error:
-                if _code(error) in _NO_OBJECT:
-                    raise CheckpointFilesMissing(
-                        f"checkpoint {uuid}: no file {relative!r} at {self.location(uuid)}"
-                    ) from None
-                raise
+        try:
+            answer = self._client.get_object(Bucket=self.bucket, Key=key)
+        except ClientError as error:
+            if _code(error) in _NO_OBJECT:
+                return None
+            raise
         body: IO[bytes] = answer["Body"]
         return body
 
-    def _upload(self, uuid: str, folder: Path) -> None:
-        key = self.key(uuid)
-        try:
-            with self._translated():
-                for relative in resources_of(folder):
-                    self._client.upload_file(str(folder / relative), self.bucket, key + relative)
-        except BaseException:
-            # What was sent so far is no checkpoint; a failure to clean it up must not hide why.
-            with contextlib.suppress(Exception):
-                self.delete(uuid)
-            raise
+    def _delete(self, uuid: str, keys: Iterable[str]) -> None:
+        """Delete ``keys`` 1,000 (S3's most) a request."""
+        listed = iter(keys)
+        while batch := list(itertools.islice(listed, 1000)):
+            answer = self._client.delete_objects(
+                Bucket=self.bucket, Delete={"Objects": [{"Key": key} for key in batch], "Quiet": True}
+            )
+            if answer.get("Errors"):
+                first = answer["Errors"][0]
+                raise DetError(
+                    f"checkpoint {uuid}: {len(answer['Errors'])} objects at {self.location(uuid)} "
+                    f"could not be deleted, e.g. {first.get('Key')}: {first.get('Code')}"
+                )
 
-    def _pages(self, uuid: str) -> Iterator[dict[str, Any]]:
-        paginator = self._client.get_paginator("list_objects_v2")
-        yield from paginator.paginate(Bucket=self.bucket, Prefix=self.key(uuid))
+    def _describe_error(self, error: BaseException) -> str | None:
+        return _describe_error(error)
 
-    @functools.cached_property
-    def _client(self) -> Any:
+    def _connect(self) -> Any:
         try:
             import boto3
             from botocore.config import Config
         except ImportError:
             raise DetError(
-                f"{_SECTION} type s3 needs boto3: pip install 'det-airflow[s3]' (or boto3)"
+                f"{SECTION} type s3 needs boto3: pip install 'det-airflow[s3]' (or boto3)"
             ) from None
-        with self._translated():
-            session = boto3.session.Session(
-                aws_access_key_id=self._access_key,
-                aws_secret_access_key=self._secret_key,
-                aws_session_token=self._session_token,
-                region_name=self.region,
-            )
-            # S3-compatible stores are reached by path (http://host/bucket/key): their host names
-            # rarely resolve with the bucket in front, as AWS's do.
-            config = Config(s3={"addressing_style": "path"}) if self.endpoint_url else None
-            return session.client(
-                "s3",
-                region_name=session.region_name or DEFAULT_REGION,
-                endpoint_url=self.endpoint_url,
-                config=config,
-            )
+        session = boto3.session.Session(
+            aws_access_key_id=self._access_key,
+            aws_secret_access_key=self._secret_key,
+            aws_session_token=self._session_token,
+            region_name=self.region,
+        )
+        # S3-compatible stores are reached by path (http://host/bucket/key): their host names
+        # rarely resolve with the bucket in front, as AWS's do.
+        config = Config(s3={"addressing_style": "path"}) if self.endpoint_url else None
+        return session.client(
+            "s3",
+            region_name=session.region_name or DEFAULT_REGION,
+            endpoint_url=self.endpoint_url,
+            config=config,
+        )
 
-    @contextlib.contextmanager
-    def _translated(self) -> Iterator[None]:
-        """boto3's errors as one line for the user, naming the bucket and the endpoint."""
-        try:
-            yield
-        except DetError:
-            raise
-        except Exception as error:
-            message = _describe_error(error)
-            if message is None:
-                raise
-            raise DetError(f"{_SECTION}: bucket {self.bucket!r} at {self._endpoint()}: {message}") from None
-
-    def _endpoint(self) -> str:
+    def endpoint(self) -> str:
         endpoint = self.__dict__.get("_client")  # the client's, when built: it includes the env's
         if endpoint is not None:
             return str(endpoint.meta.endpoint_url)
         return self.endpoint_url or "AWS S3"
-
-
-def _string(storage: Mapping[str, Any], key: str) -> str | None:
-    value = storage.get(key)
-    if value is None or value == "":
-        return None
-    if not isinstance(value, str):
-        raise DetError(f"{_SECTION}.{key}: expected a string, got {value!r}")
-    return value
 
 
 def _code(error: Any) -> str:
@@ -289,12 +203,7 @@ def _describe_error(error: BaseException) -> str | None:
     """What went wrong, for a boto3/botocore error (or one caused by it); None for other errors."""
     from botocore.exceptions import ClientError, NoCredentialsError, PartialCredentialsError
 
-    chain: list[BaseException] = []
-    cause: BaseException | None = error
-    while cause is not None and cause not in chain:
-        chain.append(cause)
-        cause = cause.__cause__ or cause.__context__
-    for link in chain:
+    for link in causes(error):
         if isinstance(link, NoCredentialsError | PartialCredentialsError):
             return (
                 "no credentials found; set checkpoint_storage.access_key and secret_key, the "
@@ -309,15 +218,3 @@ def _describe_error(error: BaseException) -> str | None:
     if module.startswith(("botocore", "boto3", "s3transfer")):
         return str(error)
     return None
-
-
-@contextlib.contextmanager
-def _temporary_folder(uuid: str) -> Iterator[Path]:
-    import shutil
-    import tempfile
-
-    folder = Path(tempfile.mkdtemp(prefix=f"det-checkpoint-{uuid}-"))  # mode 0700
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)

@@ -1,7 +1,9 @@
 """Checkpoint storage: where a checkpoint's files live, and writing them so none is seen half-done.
 
 ``CheckpointStorage`` is the interface; ``from_config`` builds the kind the experiment config names:
-a folder (``shared_fs``, ``directory``) here, or an S3 bucket (``det_airflow.core._s3``).
+a folder (``shared_fs``, ``directory``) here, or an object store (``det_airflow.core._objects``): an
+S3 bucket (``_s3``), a Google Cloud Storage bucket (``_gcs``) or an Azure Blob Storage container
+(``_azure``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from det_airflow.errors import DetError
 
 # shutil is imported where it is used: every trial imports this module at start, few delete a
 # checkpoint, and a trial's start is on the clock of every trial.
-_NOT_YET = ("gcs", "azure")
 
 
 class CheckpointFilesMissing(DetError):
@@ -44,27 +45,23 @@ class CheckpointStorage(abc.ABC):
         kind = storage.get("type")
         if kind in ("shared_fs", "directory"):
             return FolderStorage.from_config(storage)
-        if kind == "s3":
-            from det_airflow.core._s3 import S3Storage
-
-            return S3Storage.from_config(storage)
-        if kind in _NOT_YET:
-            raise DetError(
-                f"checkpoint_storage type {kind!r} is not supported yet by det-airflow; "
-                "use shared_fs, directory or s3"
-            )
-        raise DetError(f"checkpoint_storage.type: expected shared_fs, directory or s3, got {kind!r}")
+        store = _object_store(kind)
+        if store is not None:
+            return store.from_config(storage)
+        raise DetError(
+            f"checkpoint_storage.type: expected shared_fs, directory, s3, gcs or azure, got {kind!r}"
+        )
 
     @classmethod
     def from_record(
         cls, described: Mapping[str, Any], uuid: str, like: CheckpointStorage | None = None
     ) -> CheckpointStorage | None:
         """The storage that a registered checkpoint's ``storage`` record (see ``describe``) names;
-        None when it names none. An s3 record gets ``like``'s credentials when on the same store."""
-        if described.get("type") == "s3":
-            from det_airflow.core._s3 import S3Storage
-
-            return S3Storage.from_record(described, uuid, like)
+        None when it names none. An object store's record gets ``like``'s credentials when on the
+        same store."""
+        store = _object_store(described.get("type"))
+        if store is not None:
+            return store.from_record(described, uuid, like)
         path = described.get("path")
         if not isinstance(path, str) or Path(path).name != uuid:
             return None
@@ -194,6 +191,23 @@ class FolderStorage(CheckpointStorage):
             raise CheckpointFilesMissing(
                 f"checkpoint {uuid}: no file {relative!r} at {path.parent}"
             ) from None
+
+
+def _object_store(kind: Any) -> Any:
+    """The class of object store ``kind`` names (imported now: few trials need one); None for others."""
+    if kind == "s3":
+        from det_airflow.core._s3 import S3Storage
+
+        return S3Storage
+    if kind == "gcs":
+        from det_airflow.core._gcs import GCSStorage
+
+        return GCSStorage
+    if kind == "azure":
+        from det_airflow.core._azure import AzureStorage
+
+        return AzureStorage
+    return None
 
 
 def checked_relative(relative: str) -> PurePosixPath:

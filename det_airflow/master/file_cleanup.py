@@ -206,11 +206,13 @@ def refused_checkpoints(
 
     A ``shared_fs`` folder is removed only where the experiment's own storage puts that uuid and
     under the pool's roots, so a stored ``storage.path`` that says otherwise never takes anything
-    else with it. An ``s3`` checkpoint's objects lie under the experiment's own prefix. Other
-    storage (a container's own ``directory``) has no files of a host to remove.
+    else with it. An object store's checkpoint (s3, gcs, azure) lies under the experiment's own
+    prefix. Other storage (a container's own ``directory``) has no files of a host to remove.
     """
+    from det_airflow.object_storage import is_object_storage
+
     config = experiment.config.get("checkpoint_storage") or {}
-    if config.get("type") == "s3":
+    if is_object_storage(config):
         return [uuid for uuid, _ in checkpoints], []
     if config.get("type") != "shared_fs":
         return [], []
@@ -249,8 +251,10 @@ def _carry_out(removal: Removal) -> list[str]:
         work_dir = current.trial_work_dir
         own = work_dir / f"exp_{removal.experiment_id}"
         return remove_tree(own, [work_dir], "trial work directory", identity=None)
+    from det_airflow.object_storage import is_object_storage
+
     config = removal.storage or {}
-    if config.get("type") == "s3":
+    if is_object_storage(config):
         return remove_stored_checkpoints(config, removal.uuids)
     identity = None
     if removal.uid is not None:  # the master queues both; no gid is the uid's own group, never root's
@@ -267,7 +271,7 @@ def _carry_out(removal: Removal) -> list[str]:
 
 
 def remove_stored_checkpoints(config: Mapping[str, Any], uuids: Sequence[str]) -> list[str]:
-    """Delete the objects of checkpoints ``uuids`` from the bucket of an experiment's ``s3``
+    """Delete the objects of checkpoints ``uuids`` from the object store of an experiment's
     ``checkpoint_storage`` (only under its own prefix); what was not removed, one line each."""
     from det_airflow import object_storage
 

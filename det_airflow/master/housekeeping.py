@@ -63,6 +63,8 @@ def _forget_deleted_dags(db: Database) -> object:
 #: The job that removes queued files where no worker host reports; the requests that queue
 #: removals ask for it at once (`run_soon`).
 REMOVE_FILES = "remove files"
+#: The job that starts slots told to move to another host; a slot's request that moved it asks for it.
+START_PLACED_SLOTS = "start placed slots"
 
 # In the order a turn runs them: an experiment whose DAG run is gone ends before its runs would be
 # reclaimed one by one as lost.
@@ -73,7 +75,7 @@ JOBS = (
     # Only where preemption is on (airflow.cfg [det]); otherwise it costs no query.
     Job("preempt for waiting jobs", 2.0, trials.preempt_for_waiting_jobs),
     # A slot told its trial runs on another worker host deferred: start it there now.
-    Job("start placed slots", 2.0, trials.start_placed_slots),
+    Job(START_PLACED_SLOTS, 2.0, trials.start_placed_slots),
     # While worker hosts report: slots freed are taken again at once, on the waiting trial's host.
     Job("start waiting slots", 2.0, trials.start_waiting_slots),
     # The node tasks of multi-node runs whose start the chief's own request could not make.
@@ -121,16 +123,35 @@ def _run_logged(job: Job, db: Database) -> bool:
     return True
 
 
-# Wakes the thread early: its stop, or a job asked for now (`run_soon`).
+# Wakes the thread early: its stop, or a job asked for sooner than its interval (`run_soon`).
 _wake = threading.Event()
-_soon: set[str] = set()
+# Job name -> the monotonic times it was asked to run at.
+_soon: dict[str, list[float]] = {}
+_soon_lock = threading.Lock()
 
 
-def run_soon(name: str) -> None:
+def run_soon(name: str, *after: float) -> None:
     """Run the job ``name`` at the thread's next turn, now rather than at its interval: a request
-    that changed what the job looks at (a trial's end frees slots) need not wait for it."""
-    _soon.add(name)
+    that changed what the job looks at (a trial's end frees slots) need not wait for it. With
+    ``after``, at each of those many seconds from now instead: a few quick looks for a change that
+    follows the request by moments (a task deferring once told to move)."""
+    now = time.monotonic()
+    with _soon_lock:
+        _soon.setdefault(name, []).extend(now + delay for delay in after or (0.0,))
     _wake.set()
+
+
+def _take_soon(due: dict[str, float]) -> None:
+    """Bring forward in ``due`` the jobs asked for sooner than their next turn (one time each: the
+    others wait until the job has run)."""
+    with _soon_lock:
+        for name, times in _soon.items():
+            first = min(times, default=None)
+            if first is not None and name in due and first < due[name]:
+                due[name] = first
+                times.remove(first)
+        for name in [name for name, times in _soon.items() if not times]:
+            del _soon[name]
 
 
 def _loop(stop: threading.Event) -> None:
@@ -141,12 +162,12 @@ def _loop(stop: threading.Event) -> None:
             if due[job.name] <= turn:
                 _run_logged(job, get_database())
                 due[job.name] = turn + job.every_seconds
+        _take_soon(due)
         _wake.wait(max(0.0, min(due.values()) - time.monotonic()))
         _wake.clear()
         if stop.is_set():
             return
-        while _soon:
-            due[_soon.pop()] = 0.0
+        _take_soon(due)
 
 
 _lock = threading.Lock()

@@ -195,8 +195,10 @@ def register_checkpoint(conn: Connection, trial_id: int, body: dict[str, Any]) -
 
 def _recorded_storage(storage: dict[str, Any], uuid: str, folder: Path) -> dict[str, Any]:
     """Where a checkpoint's files are, as its record keeps it: derived from the experiment's own
-    storage, never from what the trial says. A bucket's record names no credentials."""
-    if storage.get("type") == "s3":
+    storage, never from what the trial says. An object store's record names no credentials."""
+    from det_airflow.object_storage import is_object_storage
+
+    if is_object_storage(storage):
         from det_airflow.core._storage import CheckpointStorage
 
         bucket = CheckpointStorage.from_config(storage)

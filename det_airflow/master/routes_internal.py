@@ -82,6 +82,10 @@ def searcher_status(experiment_id: int) -> dict:
         return {"ready": ready, "state": row.state, "slots": submission.trial_slots(cfg)}
 
 
+# Seconds after a slot is told to move when the master looks whether its task has deferred yet.
+_MOVE_LOOKS = (0.3, 0.6, 1.0, 1.5)
+
+
 # Only the fields of the answer's status are sent (SlotAnswer).
 @router.post(
     "/experiments/{experiment_id}/slots/{slot}/acquire",
@@ -94,6 +98,8 @@ def acquire(experiment_id: int, slot: int, body: TaskRef, dry_run: bool = False)
     queue = answer.pop("queue", None)
     if queue is not None and not dry_run and body.dag_id and body.run_id and body.map_index is not None:
         trials.route_slot(body.dag_id, body.run_id, body.map_index, queue)
+        # The task defers once told; its new try on the trial's host starts as soon as it has.
+        housekeeping.run_soon(housekeeping.START_PLACED_SLOTS, *_MOVE_LOOKS)
     if "trial" in answer:
         if answer.get("spec", {}).get("gang"):
             # A multi-node run: its other nodes' tasks start now, each on its host.

@@ -1,24 +1,30 @@
-"""Checkpoints in S3-compatible object storage on a real Airflow: moto's standalone S3 server, its
-credentials only in Airflow's `aws_default` connection (the experiment YAML names none).
+"""Checkpoints in object storage on a real Airflow, for each store against a local server: moto's
+S3 server, fake-gcs-server and Azurite. The store's address and credentials are only in Airflow's
+connection of its type (`aws_default`, `google_cloud_default`, `wasb_default`); the experiment
+YAML names none.
 
-A trial saves checkpoints to the bucket, fails once and resumes from its latest checkpoint read
-back from the bucket; garbage collection deletes the objects of the checkpoints the policy does not
-keep; a Viewer with no bucket credentials downloads a checkpoint through the master, byte for byte;
-`det e delete` leaves no object behind; a YAML naming a connection the platform does not give out
-is refused at `det e create`.
+A trial saves checkpoints to the store, fails once and resumes from its latest checkpoint read
+back from it; garbage collection deletes the objects of the checkpoints the policy does not keep;
+a Viewer with no credentials downloads a checkpoint through the master, byte for byte; `det e
+delete` leaves no object behind; a YAML naming a connection the platform does not give out is
+refused at `det e create`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from tests.azure_server import azure_client, azure_server
+from tests.gcs_server import gcs_client, gcs_server
 from tests.integration.conftest import TEST_USERS
 from tests.integration.det_env import DetEnv, wait_until
 from tests.s3_server import s3_client, s3_server
@@ -30,7 +36,7 @@ PREFIX = "team-a"
 WEIGHTS = bytes(range(256)) * 4096  # 1 MiB
 
 # Saves a checkpoint per step (a nested file and 1 MiB of weights); its first run fails after the
-# third, the restart resumes from the checkpoint it reads back from the bucket.
+# third, the restart resumes from the checkpoint it reads back from the store.
 TRAIN_PY = """
 import sys
 
@@ -56,33 +62,89 @@ with det.core.init() as core:
 """
 
 
-@pytest.fixture(scope="module")
-def s3_url() -> Iterator[str]:
-    with s3_server(BUCKET) as url:
-        yield url
+@dataclass(frozen=True)
+class Store:
+    """One object store as the tests see it: the YAML section naming it, the field naming its
+    connection, the keys its section must never register, and its objects under PREFIX."""
+
+    section: dict[str, str]
+    conn_field: str
+    secrets: frozenset[str]
+    objects: Callable[[], dict[str, bytes]]
+
+    def keys(self) -> list[str]:
+        return sorted(self.objects())
 
 
-@pytest.fixture(scope="module")
-def det(airflow, s3_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DetEnv]:
-    extra = json.dumps({"endpoint_url": s3_url, "region_name": "us-east-1"})
-    airflow.airflow("connections", "delete", "aws_default")
-    added = airflow.airflow(
-        "connections", "add", "aws_default", "--conn-type", "aws",
-        "--conn-login", "det", "--conn-password", "det", "--conn-extra", extra,
-    )  # fmt: skip
-    assert added.returncode == 0, added.stderr
-    yield DetEnv.install(airflow, tmp_path_factory.mktemp("det-config"))
-
-
-def keys(url: str) -> list[str]:
-    listed = s3_client(url).list_objects_v2(Bucket=BUCKET, Prefix=f"{PREFIX}/").get("Contents", [])
-    return [o["Key"] for o in listed]
-
-
-def objects(url: str) -> dict[str, bytes]:
+def _s3_objects(url: str) -> dict[str, bytes]:
     client = s3_client(url)
     listed = client.list_objects_v2(Bucket=BUCKET, Prefix=f"{PREFIX}/").get("Contents", [])
     return {o["Key"]: client.get_object(Bucket=BUCKET, Key=o["Key"])["Body"].read() for o in listed}
+
+
+def _gcs_objects(url: str) -> dict[str, bytes]:
+    bucket = gcs_client(url).bucket(BUCKET)
+    return {blob.name: blob.download_as_bytes() for blob in bucket.list_blobs(prefix=f"{PREFIX}/")}
+
+
+def _azure_objects(connection_string: str) -> dict[str, bytes]:
+    container = azure_client(connection_string).get_container_client(BUCKET)
+    return {
+        blob.name: container.download_blob(blob.name).readall()
+        for blob in container.list_blobs(name_starts_with=f"{PREFIX}/")
+    }
+
+
+@contextlib.contextmanager
+def _store(kind: str, airflow: Any) -> Iterator[Store]:
+    """The store's server running, and the Airflow connection of its type pointing at it."""
+
+    def connect(conn_id: str, conn_type: str, extra: dict[str, str], *fields: str) -> None:
+        airflow.airflow("connections", "delete", conn_id)
+        added = airflow.airflow(
+            "connections",
+            "add",
+            conn_id,
+            "--conn-type",
+            conn_type,
+            "--conn-extra",
+            json.dumps(extra),
+            *fields,
+        )
+        assert added.returncode == 0, added.stderr
+
+    if kind == "s3":
+        with s3_server(BUCKET) as url:
+            extra = {"endpoint_url": url, "region_name": "us-east-1"}
+            connect("aws_default", "aws", extra, "--conn-login", "det", "--conn-password", "det")
+            secrets = frozenset({"access_key", "secret_key", "session_token"})
+            yield Store({"type": "s3", "bucket": BUCKET}, "aws_conn_id", secrets, lambda: _s3_objects(url))
+    elif kind == "gcs":
+        with gcs_server(BUCKET) as url:
+            connect("google_cloud_default", "google_cloud_platform", {"endpoint_url": url})
+            secrets = frozenset({"credentials_info"})
+            yield Store({"type": "gcs", "bucket": BUCKET}, "gcp_conn_id", secrets, lambda: _gcs_objects(url))
+    else:
+        with azure_server(BUCKET) as connection_string:
+            connect("wasb_default", "wasb", {"connection_string": connection_string})
+            secrets = frozenset({"connection_string", "credential"})
+            yield Store(
+                {"type": "azure", "container": BUCKET},
+                "wasb_conn_id",
+                secrets,
+                lambda: _azure_objects(connection_string),
+            )
+
+
+@pytest.fixture(scope="module", params=["s3", "gcs", "azure"])
+def store(request: pytest.FixtureRequest, airflow: Any) -> Iterator[Store]:
+    with _store(request.param, airflow) as store:
+        yield store
+
+
+@pytest.fixture(scope="module")
+def det(airflow: Any, tmp_path_factory: pytest.TempPathFactory) -> DetEnv:
+    return DetEnv.install(airflow, tmp_path_factory.mktemp("det-config"))
 
 
 def write_experiment(tmp_path: Path, storage: dict[str, Any]) -> tuple[Path, Path]:
@@ -90,13 +152,13 @@ def write_experiment(tmp_path: Path, storage: dict[str, Any]) -> tuple[Path, Pat
     context.mkdir()
     (context / "train.py").write_text(TRAIN_PY)
     config = {
-        "name": "s3-checkpoints",
+        "name": f"{storage['type']}-checkpoints",
         "entrypoint": "python3 train.py",
         "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": 6}},
         "max_restarts": 1,
         "checkpoint_storage": storage,
     }
-    path = tmp_path / "s3.yaml"
+    path = tmp_path / "experiment.yaml"
     path.write_text(yaml.safe_dump(config))
     return path, context
 
@@ -109,10 +171,9 @@ def sha256_tree(folder: Path) -> dict[str, str]:
     }
 
 
-def test_checkpoints_live_in_the_bucket_from_save_to_delete(det: DetEnv, s3_url: str, tmp_path: Path) -> None:
+def test_checkpoints_live_in_the_store_from_save_to_delete(det: DetEnv, store: Store, tmp_path: Path) -> None:
     storage = {
-        "type": "s3",
-        "bucket": BUCKET,
+        **store.section,
         "prefix": PREFIX,
         "save_trial_latest": 2,
         "save_trial_best": 0,
@@ -139,14 +200,15 @@ def test_checkpoints_live_in_the_bucket_from_save_to_delete(det: DetEnv, s3_url:
 
     # The master removes the others' objects in the background (no worker host reports here).
     wait_until(
-        lambda: sorted({key.split("/")[1] for key in keys(s3_url)}) == kept or None,
-        "the bucket to hold only the kept checkpoints' objects",
+        lambda: sorted({key.split("/")[1] for key in store.keys()}) == kept or None,
+        "the store to hold only the kept checkpoints' objects",
     )
-    stored = objects(s3_url)
+    stored = store.objects()
     newest = max((c for c in checkpoints if c["state"] == "COMPLETED"), key=lambda c: c["steps_completed"])
-    assert newest["storage"]["type"] == "s3" and newest["steps_completed"] == 6
-    assert newest["storage"]["bucket"] == BUCKET
-    assert not {"access_key", "secret_key", "session_token"} & set(newest["storage"])
+    assert newest["storage"]["type"] == storage["type"] and newest["steps_completed"] == 6
+    assert BUCKET in newest["storage"].values()
+    assert not store.secrets & set(newest["storage"])
+    assert "AccountKey" not in json.dumps(newest["storage"])
 
     # A Viewer has no bucket credentials: the master streams the files.
     viewer = det.as_user("viewer", viewer_password(det), tmp_path / "viewer-config")
@@ -162,7 +224,7 @@ def test_checkpoints_live_in_the_bucket_from_save_to_delete(det: DetEnv, s3_url:
     assert hashlib.sha256((target / "weights.bin").read_bytes()).digest() == hashlib.sha256(WEIGHTS).digest()
 
     det.det("experiment", "delete", str(experiment_id), "--yes")
-    wait_until(lambda: keys(s3_url) == [] or None, "every object of the deleted experiment removed")
+    wait_until(lambda: store.keys() == [] or None, "every object of the deleted experiment removed")
 
 
 def viewer_password(det: DetEnv) -> str:
@@ -173,13 +235,15 @@ def viewer_password(det: DetEnv) -> str:
     return str(stored["viewer"])
 
 
-def test_a_connection_the_platform_does_not_give_out_is_refused(det: DetEnv, tmp_path: Path) -> None:
+def test_a_connection_the_platform_does_not_give_out_is_refused(
+    det: DetEnv, store: Store, tmp_path: Path
+) -> None:
     before = det.experiment_count()
-    config, context = write_experiment(tmp_path, {"type": "s3", "bucket": BUCKET, "aws_conn_id": "aws_admin"})
+    config, context = write_experiment(tmp_path, {**store.section, store.conn_field: "admin_only"})
 
     refused = det.det("experiment", "create", str(config), str(context), check=False)
 
     assert refused.returncode != 0
-    assert "checkpoint_storage.aws_conn_id" in refused.stderr and "aws_admin" in refused.stderr
+    assert f"checkpoint_storage.{store.conn_field}" in refused.stderr and "admin_only" in refused.stderr
     assert "Traceback" not in refused.stderr
     assert det.experiment_count() == before

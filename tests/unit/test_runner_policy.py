@@ -331,3 +331,50 @@ def test_harmless_pod_fields_pass() -> None:
         },
     }
     assert fields(kubernetes(pod_spec)) == []
+
+
+@pytest.mark.parametrize(
+    ("storage", "field", "default"),
+    [
+        ({"type": "gcs", "bucket": "ckpt"}, "gcp_conn_id", "google_cloud_default"),
+        ({"type": "azure", "container": "ckpt"}, "wasb_conn_id", "wasb_default"),
+    ],
+)
+def test_gcs_and_azure_storage_name_only_a_connection_the_platform_gives_out(
+    storage: dict[str, Any], field: str, default: str
+) -> None:
+    cluster = settings.load({"checkpoint_storage_path": "/x/ckpt", "allowed_conn_ids": "team_a"})
+    assert fields({"checkpoint_storage": storage}, cluster) == []
+    assert fields({"checkpoint_storage": {**storage, field: default}}, cluster) == []
+    assert fields({"checkpoint_storage": {**storage, field: "team_a"}}, cluster) == []
+    assert fields({"checkpoint_storage": {**storage, field: "admin"}}, cluster) == [
+        f"checkpoint_storage.{field}"
+    ]
+
+
+def test_an_azure_account_outside_azure_must_be_one_the_admin_lists() -> None:
+    """An account of Azure's own is Azure's public store; any other address the master would request
+    (an account_url, a connection string's BlobEndpoint) must be listed."""
+    cluster = settings.load(
+        {"checkpoint_storage_path": "/x/ckpt", "allowed_storage_endpoints": "http://azurite.internal:10000"}
+    )
+    azure = {"type": "azure", "container": "ckpt"}
+    assert (
+        fields({"checkpoint_storage": {**azure, "account_url": "https://acct.blob.core.windows.net"}}) == []
+    )
+    listed = "http://azurite.internal:10000"
+    assert fields({"checkpoint_storage": {**azure, "account_url": listed}}, cluster) == []
+    assert fields({"checkpoint_storage": {**azure, "account_url": "http://169.254.169.254"}}, cluster) == [
+        "checkpoint_storage.account_url"
+    ]
+    hidden = "AccountName=a;AccountKey=k;BlobEndpoint=http://10.0.0.1:10000/a"
+    assert fields({"checkpoint_storage": {**azure, "connection_string": hidden}}, cluster) == [
+        "checkpoint_storage.connection_string"
+    ]
+    public = "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=k;EndpointSuffix=core.windows.net"
+    assert fields({"checkpoint_storage": {**azure, "connection_string": public}}) == []
+
+
+def test_a_gcs_endpoint_must_be_one_the_admin_lists() -> None:
+    gcs = {"type": "gcs", "bucket": "ckpt", "endpoint_url": "http://169.254.169.254"}
+    assert fields({"checkpoint_storage": gcs}) == ["checkpoint_storage.endpoint_url"]

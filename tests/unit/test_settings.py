@@ -23,7 +23,8 @@ def test_defaults_deny_everything_but_images(monkeypatch: pytest.MonkeyPatch, tm
     assert s.allowed_roots(s.policy) == (tmp_path / "det-checkpoints", tmp_path / "det-trials")
     assert s.allowed_namespaces(s.policy) == {"default"}
     assert s.storage_conn_id == "aws_default"
-    assert s.allowed_conn_ids(s.policy) == {"aws_default"}
+    assert (s.gcs_conn_id, s.azure_conn_id) == ("google_cloud_default", "wasb_default")
+    assert s.allowed_conn_ids(s.policy) == {"aws_default", "google_cloud_default", "wasb_default"}
 
 
 def test_lists_paths_and_flags_are_read() -> None:
@@ -47,7 +48,7 @@ def test_lists_paths_and_flags_are_read() -> None:
     assert s.policy.allowed_pod_fields == ("hostIPC",)
     assert s.policy.allow_root and not s.policy.read_only_root
     assert s.allowed_namespaces(s.policy) == {"ml"}
-    assert s.allowed_conn_ids(s.policy) == {"k8s_ml", "aws_default"}
+    assert s.allowed_conn_ids(s.policy) == {"k8s_ml", "aws_default", "google_cloud_default", "wasb_default"}
     assert s.trial_uid_range == (70000, 70009)
     assert s.max_long_polls_per_user == 3
 

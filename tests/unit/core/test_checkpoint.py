@@ -107,6 +107,6 @@ def test_a_trial_without_checkpoint_storage_fails_only_when_it_checkpoints(
                 pass
 
 
-def test_cloud_storage_in_the_config_is_a_clear_error(remote_init: Callable) -> None:
-    with pytest.raises(DetError, match="'gcs' is not supported yet"):
-        remote_init(checkpoint_storage={"type": "gcs", "bucket": "b"})
+def test_cloud_storage_without_its_bucket_is_a_clear_error(remote_init: Callable) -> None:
+    with pytest.raises(DetError, match="checkpoint_storage.bucket: required for type gcs"):
+        remote_init(checkpoint_storage={"type": "gcs"})

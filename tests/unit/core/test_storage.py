@@ -29,10 +29,15 @@ def test_directory_is_container_path(tmp_path: Path) -> None:
     assert storage.path("u1") == tmp_path / "c" / "u1"
 
 
-@pytest.mark.parametrize("kind", ["gcs", "azure"])
-def test_cloud_storage_is_not_supported_yet(kind: str) -> None:
-    with pytest.raises(DetError, match=f"checkpoint_storage type '{kind}' is not supported yet"):
-        CheckpointStorage.from_config({"type": kind, "bucket": "b"})
+@pytest.mark.parametrize(
+    "section, location",
+    [
+        ({"type": "gcs", "bucket": "b", "prefix": "p"}, "gs://b/p/u1/"),
+        ({"type": "azure", "container": "c", "connection_string": "UseDevelopmentStorage=true"}, "/c/u1/"),
+    ],
+)
+def test_gcs_and_azure_storage_name_where_a_checkpoint_lives(section: dict[str, str], location: str) -> None:
+    assert CheckpointStorage.from_config(section).location("u1").endswith(location)
 
 
 def test_missing_paths_are_named() -> None:

@@ -19,12 +19,13 @@ from det_airflow.errors import DetError
         ({"type": "shared_fs"}, "checkpoint_storage.host_path: required for type shared_fs"),
         ({"type": "shared_fs", "host_path": ""}, "checkpoint_storage.host_path: required for type shared_fs"),
         ({"type": "directory"}, "checkpoint_storage.container_path: required for type directory"),
+        ({"type": "gcs"}, "checkpoint_storage.bucket: required for type gcs"),
+        ({"type": "azure"}, "checkpoint_storage.container: required for type azure"),
         (
-            {"type": "gcs", "bucket": "b"},
-            "checkpoint_storage type 'gcs' is not supported yet by det-airflow; use shared_fs, directory or s3",
+            {"type": "nfs"},
+            "checkpoint_storage.type: expected shared_fs, directory, s3, gcs or azure, got 'nfs'",
         ),
-        ({"type": "nfs"}, "checkpoint_storage.type: expected shared_fs, directory or s3, got 'nfs'"),
-        ({}, "checkpoint_storage.type: expected shared_fs, directory or s3, got None"),
+        ({}, "checkpoint_storage.type: expected shared_fs, directory, s3, gcs or azure, got None"),
     ],
 )
 def test_a_bad_checkpoint_storage_is_refused_word_for_word(storage: dict[str, Any], message: str) -> None:

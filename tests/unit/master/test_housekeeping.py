@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -106,3 +107,28 @@ def test_a_trials_exit_asks_for_a_job_that_exists() -> None:
     from det_airflow.master import routes_internal
 
     assert routes_internal.WAITING_SLOTS in {job.name for job in housekeeping.JOBS}
+
+
+def test_a_job_asked_for_at_later_moments_runs_at_each_of_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slot told to move asks for a few quick looks: each runs, well before the job's interval."""
+    ran: list[float] = []
+    looked_three_times = threading.Event()
+
+    def look(_db: Database) -> None:
+        ran.append(time.monotonic())
+        if len(ran) == 4:  # its first turn, then the three asked for
+            looked_three_times.set()
+
+    monkeypatch.setattr(housekeeping, "JOBS", (housekeeping.Job("look", 3600.0, look),))
+    monkeypatch.setattr(housekeeping, "get_database", lambda: Database(f"sqlite:///{tmp_path / 'db'}"))
+    housekeeping.start()
+    try:
+        assert not looked_three_times.wait(0.2)
+        asked = time.monotonic()
+        housekeeping.run_soon("look", 0.2, 0.4, 0.6)
+        assert looked_three_times.wait(WAIT_SECONDS), f"ran {len(ran)} times"
+    finally:
+        housekeeping.stop()
+    assert all(later - asked >= delay - 0.01 for later, delay in zip(ran[1:], (0.2, 0.4, 0.6), strict=True))
