@@ -11,11 +11,12 @@ Each runs three experiments submitted at once, 20 trials each of 1, 2 and 4 slot
 queue (`GET /jobs`) are sampled every 0.25 s. Reported per set-up:
 
 - slot utilisation while trials wait: the mean share of the 8 slots the hosts' trials hold (admitted
-  and starting or running) over the samples where some job still waits for slots, from the first
-  admission on (before it the experiments' DAGs are being published);
+  and starting or running) over the samples where some trial waits to be admitted (created by its
+  searcher, not yet given slots), from the first admission on (before it the experiments' DAGs are
+  being published);
 - idle while a waiting gang fits: the mean share of the 8 slots left free in the samples where some
-  waiting job's gang would fit a host as it is (the rest of the idle share is slots held back for a
-  larger gang ahead in the queue, or split between hosts);
+  waiting trial's gang would fit a host as it is (the rest of the idle share is slots too few on any
+  one host for the gangs that wait);
 - double leases: samples where a host holds more slots than it reported, and, from the trials'
   own records afterwards, the most slots any host's overlapping runs ever held against its slots;
 - trials split across hosts: trials whose runs name more than one host (single-node gangs);
@@ -103,16 +104,22 @@ def _wait(predicate: Any, timeout: float, what: str) -> Any:
     raise RuntimeError(f"{what} did not happen within {timeout:.0f} s")
 
 
-def _sample(client: httpx.Client, stop: threading.Event, samples: Samples) -> None:
+def _sample(client: httpx.Client, stop: threading.Event, samples: Samples, sizes: dict[int, int]) -> None:
+    """Every 0.25 s: the slots the hosts hold, and the gangs of the trials still waiting to be
+    admitted (``sizes``: experiment id -> slots per trial, filled in as they are submitted)."""
     while not stop.is_set():
         agents = client.get("/det/api/v1/agents").json()["agents"]
-        jobs = client.get("/det/api/v1/jobs").json()["jobs"]
         alive = [a for a in agents if a["alive"]]
         held = sum(a["used_slots"] for a in alive)
-        gangs = [j["slots_per_trial"] for j in jobs if j["needed_slots"] > j["acquired_slots"]]
+        gangs = [
+            size
+            for experiment_id, size in list(sizes.items())
+            for trial in client.get(f"/det/api/v1/experiments/{experiment_id}/trials").json()["trials"]
+            if trial["state"] == "QUEUED" and trial["host"] is None  # created, not admitted yet
+        ]
         free = [a["num_slots"] - a["used_slots"] for a in alive]
-        # Idle slots while some waiting gang would fit a host as it is: time the admission takes,
-        # not slots held back for a larger gang or split between hosts.
+        # Idle slots while some waiting trial's gang would fit a host as it is: time the admission
+        # takes (or a job ahead holding it back), not slots too few on any one host for the gangs.
         fitting = sum(free) if gangs and free and min(gangs) <= max(free) else 0
         samples.over_leased += sum(1 for a in agents if a["used_slots"] > a["num_slots"])
         samples.held.append((held, bool(gangs), fitting))
@@ -176,9 +183,15 @@ def run(base: Path, workers: int, args: argparse.Namespace, port: int) -> dict[s
         (work / "train.py").write_text(TRAIN)
         context = base64.b64encode(pack_context(work).data).decode()
         samples, stop = Samples(), threading.Event()
-        sampler = threading.Thread(target=_sample, args=(af.client(timeout=60), stop, samples), daemon=True)
+        sizes: dict[int, int] = {}
+        sampler = threading.Thread(
+            target=_sample, args=(af.client(timeout=60), stop, samples, sizes), daemon=True
+        )
         t0 = time.monotonic()
-        ids = [_submit(client, context, size, args.trials_per_size, args.work) for size in SIZES]
+        ids: list[int] = []
+        for size in SIZES:
+            ids.append(_submit(client, context, size, args.trials_per_size, args.work))
+            sizes[ids[-1]] = size
         sampler.start()
 
         def finished() -> list[str] | None:

@@ -150,14 +150,23 @@ def delete_dag(dag_id: str) -> None:
     request_reparse()
 
 
-def stale_dags(prefix: str) -> list[str]:
-    """DAG ids starting with `prefix` that Airflow marks stale (no file builds them)."""
-    from sqlalchemy import select
+def stale_dags(prefix: str, quiet_seconds: float = 0.0) -> list[str]:
+    """DAG ids starting with `prefix` that Airflow marks stale (no file builds them), and that no
+    parse has written for `quiet_seconds`."""
+    from datetime import timedelta
+
+    from sqlalchemy import or_, select
 
     from det_airflow.airflow_compat import DagModel, create_session
+    from det_airflow.master.lifecycle import now
 
     query = select(DagModel.dag_id).where(
-        DagModel.dag_id.startswith(prefix, autoescape=True), DagModel.is_stale.is_(True)
+        DagModel.dag_id.startswith(prefix, autoescape=True),
+        DagModel.is_stale.is_(True),
+        or_(
+            DagModel.last_parsed_time.is_(None),
+            DagModel.last_parsed_time < now() - timedelta(seconds=quiet_seconds),
+        ),
     )
     with create_session() as session:
         return list(session.scalars(query))

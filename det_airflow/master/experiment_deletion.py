@@ -65,18 +65,24 @@ def delete_experiment(db: Database, experiment_id: int) -> tuple[list[str], list
 
 
 def _remove_airflow_records(row: Row) -> list[str]:
-    """The experiment's own DAG (`det experiment create`), or only its run of a shared DAG."""
+    """The experiment's own DAG (`det experiment create`), or only its run of a shared DAG.
+
+    An experiment's own DAG is not deleted here: only its file. The DAG processor may be writing
+    the factory's DAGs back at this moment, and a DAG row deleted under it fails that write and
+    stops the DAG processor (Airflow's own DAG delete has the same race). The parse requested here
+    marks the DAG stale; the master's `forget deleted experiments' DAGs` then deletes it with its
+    runs once no parse has touched it for a while (experiment_files.forget_deleted_experiment_dags).
+    """
     try:
         if row.dag_id == experiment_dag_id(row.id):
             path = experiment_file(airflow_bridge.dags_folder(), row.id)
             retired = path.parent / FINISHED_SUBDIR / path.name
             try:
-                # First, or the DAG processor would bring the DAG back from the file.
                 path.unlink(missing_ok=True)
                 retired.unlink(missing_ok=True)
             except OSError as exc:
                 return [f"experiment file {path}: {exc.strerror or exc}; so its DAG '{row.dag_id}' was kept"]
-            airflow_bridge.delete_dag(row.dag_id)
+            airflow_bridge.request_reparse()
         elif row.dag_id and row.dag_run_id:
             # A YAML under dags/ is the user's: its DAG stays for the runs it still has.
             airflow_bridge.delete_dag_run(row.dag_id, row.dag_run_id)

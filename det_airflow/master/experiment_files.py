@@ -124,18 +124,22 @@ def retire_finished_experiment_files(conn: Connection) -> list[int]:
     return retired
 
 
-def forget_deleted_experiment_dags(conn: Connection) -> list[str]:
-    """Delete the DAGs of deleted experiments that Airflow registered again; returns their ids.
+#: How long a deleted experiment's stale DAG must have gone unparsed before it is deleted: longer
+#: than a parse of the factory takes, so that none still in flight writes it back.
+STALE_QUIET_SECONDS = 20.0
 
-    A parse of the DAG processor that began before `det e delete` removed the experiment's file
-    can finish after the delete removed its DAG, and register the DAG once more; its ``@once``
-    schedule may even get a new run before the next parse marks it stale. Such DAGs (an experiment
-    DAG id whose experiment row is gone, stale) are removed with their runs: an experiment id is
-    never reused, so no experiment of today owns them.
+
+def forget_deleted_experiment_dags(conn: Connection) -> list[str]:
+    """Delete the DAGs of deleted experiments, with their runs; returns their ids.
+
+    `det e delete` removes an experiment's file and leaves its DAG to this job: such a DAG (an
+    experiment DAG id whose experiment row is gone) is deleted once Airflow marks it stale and no
+    parse has written it for ``STALE_QUIET_SECONDS``, so that no parse in flight writes a DAG row
+    deleted under it. An experiment id is never reused, so no experiment of today owns them.
     """
     prefix = experiment_dag_id(0).removesuffix("0")
     candidates: dict[int, str] = {}
-    for dag_id in airflow_bridge.stale_dags(prefix):
+    for dag_id in airflow_bridge.stale_dags(prefix, quiet_seconds=STALE_QUIET_SECONDS):
         number = dag_id.removeprefix(prefix)
         if number.isdigit():
             candidates[int(number)] = dag_id

@@ -223,6 +223,7 @@ def test_checkpoints_live_in_the_store_from_save_to_delete(det: DetEnv, store: S
     assert (target / "state" / "step").read_text() == "6"
     assert hashlib.sha256((target / "weights.bin").read_bytes()).digest() == hashlib.sha256(WEIGHTS).digest()
 
+    det.wait_dag_run(experiment)  # a COMPLETED experiment's run ends moments later; delete waits for it
     det.det("experiment", "delete", str(experiment_id), "--yes")
     wait_until(lambda: store.keys() == [] or None, "every object of the deleted experiment removed")
 

@@ -48,6 +48,7 @@ class AirflowRecords:
     deleted_dags: list[str] = field(default_factory=list)
     deleted_runs: list[tuple[str, str]] = field(default_factory=list)
     yaml_present_at_dag_delete: list[bool] = field(default_factory=list)
+    reparses: int = 0
     refuse: str | None = None
     dags_folder: Path = Path()
 
@@ -66,7 +67,12 @@ class AirflowRecords:
         self.deleted_dags.append(dag_id)
 
     def delete_dag_run(self, dag_id: str, run_id: str) -> None:
+        if self.refuse:
+            raise airflow_bridge.AirflowRecordError(self.refuse)
         self.deleted_runs.append((dag_id, run_id))
+
+    def request_reparse(self) -> None:
+        self.reparses += 1
 
 
 @dataclass
@@ -202,12 +208,15 @@ def master(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Master]:
     monkeypatch.setattr(airflow_bridge, "running_dag_runs", records.running_dag_runs)
     monkeypatch.setattr(airflow_bridge, "delete_dag", records.delete_dag)
     monkeypatch.setattr(airflow_bridge, "delete_dag_run", records.delete_dag_run)
+    monkeypatch.setattr(airflow_bridge, "request_reparse", records.request_reparse)
     yield Master(db, records, dags, work, storage)
     db.engine.dispose()
     master_db.get_database.cache_clear()
 
 
-def test_deleting_a_created_experiment_removes_its_yaml_then_its_dag_files_and_rows(master: Master) -> None:
+def test_deleting_a_created_experiment_removes_its_yaml_then_its_dag_files_and_rows(
+    master: Master, monkeypatch: pytest.MonkeyPatch
+) -> None:
     experiment_id = master.add_experiment()
     assert len(master.leftovers(experiment_id)) == 4
 
@@ -218,8 +227,21 @@ def test_deleting_a_created_experiment_removes_its_yaml_then_its_dag_files_and_r
     assert removals.remove_here(master.db) == 2
     assert master.leftovers(experiment_id) == []
     assert master.rows_of(experiment_id) == {"experiments": 0, "checkpoints": 0, "metrics": 0}
+    # Its DAG goes once a parse has marked it stale and none has written it since: never under a
+    # parse in flight.
+    assert master.airflow.deleted_dags == [] and master.airflow.reparses == 1
+    asked: list[float] = []
+
+    def stale_dags(prefix: str, quiet_seconds: float = 0.0) -> list[str]:
+        asked.append(quiet_seconds)
+        return [experiment_dag_id(experiment_id)]
+
+    monkeypatch.setattr(airflow_bridge, "stale_dags", stale_dags)
+    with master.db.read() as conn:
+        assert experiment_files.forget_deleted_experiment_dags(conn) == [experiment_dag_id(experiment_id)]
     assert master.airflow.deleted_dags == [experiment_dag_id(experiment_id)]
     assert master.airflow.yaml_present_at_dag_delete == [False]
+    assert asked == [experiment_files.STALE_QUIET_SECONDS] and asked[0] > 0
     assert master.airflow.deleted_runs == []
 
 
@@ -273,7 +295,7 @@ def test_an_ended_experiment_whose_dag_run_still_runs_is_refused(master: Master,
 
 
 def test_what_cannot_be_removed_is_reported_and_the_rest_still_goes(master: Master) -> None:
-    experiment_id = master.add_experiment()
+    experiment_id = master.add_experiment(dag_id="det_digits")  # its run of a YAML's DAG goes in the request
     master.airflow.refuse = "TaskInstances still running"
     work_dir = master.work / f"exp_{experiment_id}"
     for child in sorted(work_dir.rglob("*"), reverse=True):
@@ -379,7 +401,9 @@ def test_a_deleted_experiments_dag_registered_again_is_forgotten_and_nothing_els
     # (and maybe given a run by its @once schedule), beside a kept experiment's DAG and a user's YAML DAG that only look alike.
     stale = [experiment_dag_id(deleted), experiment_dag_id(kept), "det_exp_notes"]
     monkeypatch.setattr(
-        airflow_bridge, "stale_dags", lambda prefix: [d for d in stale if d.startswith(prefix)]
+        airflow_bridge,
+        "stale_dags",
+        lambda prefix, quiet_seconds=0.0: [d for d in stale if d.startswith(prefix)],
     )
 
     with master.db.read() as conn:
