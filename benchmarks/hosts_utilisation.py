@@ -14,6 +14,8 @@ queue (`GET /jobs`) are sampled every 0.25 s. Reported per set-up:
   and starting or running) over the samples where some trial waits to be admitted (created by its
   searcher, not yet given slots), from the first admission on (before it the experiments' DAGs are
   being published);
+- utilisation while a job is short of slots: the earlier measure, over the samples where a job of
+  the queue needs more slots than it holds (`GET /jobs`), which also counts a job between trials;
 - idle while a waiting gang fits: the mean share of the 8 slots left free in the samples where some
   waiting trial's gang would fit a host as it is (the rest of the idle share is slots too few on any
   one host for the gangs that wait);
@@ -67,10 +69,10 @@ with det.core.init() as core:
 
 @dataclass
 class Samples:
-    """What the sampler saw: (held slots, waiting, idle slots a waiting gang would fit) per look,
-    and looks where a host was over-leased."""
+    """What the sampler saw: (held slots, a trial waiting, idle slots a waiting gang would fit, a job
+    short of slots) per look, and looks where a host was over-leased."""
 
-    held: list[tuple[int, bool, int]] = field(default_factory=list)
+    held: list[tuple[int, bool, int, bool]] = field(default_factory=list)
     over_leased: int = 0
 
 
@@ -121,8 +123,12 @@ def _sample(client: httpx.Client, stop: threading.Event, samples: Samples, sizes
         # Idle slots while some waiting trial's gang would fit a host as it is: time the admission
         # takes (or a job ahead holding it back), not slots too few on any one host for the gangs.
         fitting = sum(free) if gangs and free and min(gangs) <= max(free) else 0
+        # The earlier measure: a job of the queue short of slots (`det job list`), which also counts
+        # a job between its trials (none created yet) or whose last trial has just ended.
+        jobs = client.get("/det/api/v1/jobs").json()["jobs"]
+        short = any(j["needed_slots"] > j["acquired_slots"] for j in jobs)
         samples.over_leased += sum(1 for a in agents if a["used_slots"] > a["num_slots"])
-        samples.held.append((held, bool(gangs), fitting))
+        samples.held.append((held, bool(gangs), fitting, short))
         stop.wait(0.25)
 
 
@@ -213,9 +219,11 @@ def run(base: Path, workers: int, args: argparse.Namespace, port: int) -> dict[s
                 records.append((trial["host"], size, _runs(client, trial["id"])))
         peaks = _peak_per_host(records)
     # From the first admission on: before it, the experiments' DAGs are still being published.
-    first = next((i for i, (held, _, _) in enumerate(samples.held) if held), len(samples.held))
-    waiting = [(held, fitting) for held, wait, fitting in samples.held[first:] if wait]
+    first = next((i for i, (held, *_) in enumerate(samples.held) if held), len(samples.held))
+    waiting = [(held, fitting) for held, wait, fitting, _ in samples.held[first:] if wait]
+    short = [held for held, _, _, job_short in samples.held[first:] if job_short]
     return {
+        "job_short": statistics.mean(short) / POOL_SLOTS if short else float("nan"),
         "utilisation": statistics.mean(h for h, _ in waiting) / POOL_SLOTS if waiting else float("nan"),
         "idle_fitting": statistics.mean(f for _, f in waiting) / POOL_SLOTS if waiting else float("nan"),
         "over_leased": samples.over_leased,
@@ -245,13 +253,14 @@ def main() -> int:
             shutil.rmtree(base, ignore_errors=True)
     trials = args.trials_per_size * len(SIZES)
     print(f"{trials} trials ({args.trials_per_size} each of 1, 2, 4 slots), {args.work:.0f} s of work each\n")
-    print("| set-up | utilisation while trials wait | idle while a waiting gang fits | over-leased looks "
+    print("| set-up | utilisation while trials wait | idle while a waiting gang fits "
+          "| utilisation while a job is short (earlier measure) | over-leased looks "
           "| peak over a host's slots | trials split | trials/min |")  # fmt: skip
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for label, r in results.items():
         print(
-            f"| {label} | {r['utilisation']:.0%} | {r['idle_fitting']:.0%} | {r['over_leased']} "
-            f"| {r['peak_over_slots']} | {r['split']} | {r['per_minute']:.1f} |"
+            f"| {label} | {r['utilisation']:.0%} | {r['idle_fitting']:.0%} | {r['job_short']:.0%} "
+            f"| {r['over_leased']} | {r['peak_over_slots']} | {r['split']} | {r['per_minute']:.1f} |"
         )
     two, one = results["2 hosts × 4 slots"], results["1 host × 8 slots"]
     print(f"\ntrials per minute, 2 hosts against 1: {two['per_minute'] / one['per_minute']:.2f}×")
