@@ -113,13 +113,21 @@ def _own_credentials(storage: Mapping[str, Any]) -> bool:
 
 def with_credentials(storage: Mapping[str, Any]) -> dict[str, Any]:
     """``storage`` with the credentials and endpoint of its Airflow connection filled in where
-    the config gives none."""
+    the config gives none. An azure section that names its account (``account_url``) takes no
+    connection string, which names one too: the store uses it only for that same account, as a
+    trial does with ``AZURE_STORAGE_CONNECTION_STRING``."""
     resolved = dict(storage)
     if not is_object_storage(storage) or _own_credentials(storage):
         return resolved
     for key, value in connection_credentials(storage).items():
         if value and not resolved.get(key):
             resolved[key] = value
+    if storage.get("type") == "azure" and storage.get("account_url") and "connection_string" in resolved:
+        from det_airflow.core._azure import same_account
+
+        connection_string = resolved.pop("connection_string")
+        if same_account(connection_string, str(storage["account_url"])):
+            return {**storage, "connection_string": connection_string, "account_url": None}
     return resolved
 
 

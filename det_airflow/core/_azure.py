@@ -101,12 +101,10 @@ class AzureStorage(ObjectStorage):
         """The storage a registered checkpoint's record names (see ``describe``), with ``like``'s
         credentials when ``like`` is the same account; None when the record is no azure record of
         ``uuid``."""
-        container, key = described.get("container"), described.get("key")
-        if not isinstance(container, str) or not container or not isinstance(key, str):
+        place = cls.placed(described, uuid)
+        if place is None:
             return None
-        prefix, _, name = key.rstrip("/").rpartition("/")
-        if name != uuid:
-            return None
+        container, prefix = place
         account_url = described.get("account_url") or None
         if isinstance(like, AzureStorage):
             return like.moved(container, prefix, account_url)
@@ -286,6 +284,17 @@ def _account_url(url: str) -> str:
     """The account's blob endpoint in ``url``, without the SAS token it may carry."""
     parts = urlsplit(url)
     return f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
+
+
+def same_account(connection_string: str, account_url: str) -> bool:
+    """Whether ``connection_string`` names the account at ``account_url`` (read offline)."""
+    from azure.storage.blob import BlobServiceClient
+
+    try:
+        client = BlobServiceClient.from_connection_string(connection_string)
+    except ValueError:
+        return False
+    return _account_url(client.url) == _account_url(account_url)
 
 
 def _default_credential() -> Any:

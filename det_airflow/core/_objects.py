@@ -44,6 +44,16 @@ class ObjectStorage(CheckpointStorage):
         self.bucket = bucket
         self.prefix = prefix.strip("/")
 
+    @classmethod
+    def placed(cls, described: Mapping[str, Any], uuid: str) -> tuple[str, str] | None:
+        """``(bucket, prefix)`` of a registered checkpoint's record (see ``describe``) of checkpoint
+        ``uuid`` in this kind of store; None when the record is no such record."""
+        bucket, key = described.get(cls.noun), described.get("key")
+        if not isinstance(bucket, str) or not bucket or not isinstance(key, str):
+            return None
+        prefix, _, name = key.rstrip("/").rpartition("/")
+        return (bucket, prefix) if name == uuid else None
+
     def key(self, uuid: str) -> str:
         """The key prefix of checkpoint ``uuid``'s objects, ending in ``/``."""
         return f"{self.prefix}/{uuid}/" if self.prefix else f"{uuid}/"

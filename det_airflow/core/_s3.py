@@ -85,12 +85,10 @@ class S3Storage(ObjectStorage):
     ) -> S3Storage | None:
         """The storage a registered checkpoint's record names (see ``describe``), with ``like``'s
         credentials when ``like`` is the same store; None when the record is no s3 record of ``uuid``."""
-        bucket, key = described.get("bucket"), described.get("key")
-        if not isinstance(bucket, str) or not bucket or not isinstance(key, str):
+        place = cls.placed(described, uuid)
+        if place is None:
             return None
-        prefix, _, name = key.rstrip("/").rpartition("/")
-        if name != uuid:
-            return None
+        bucket, prefix = place
         endpoint_url = described.get("endpoint_url") or None
         if isinstance(like, S3Storage):
             return like.moved(bucket, prefix, endpoint_url)

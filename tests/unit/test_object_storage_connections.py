@@ -110,3 +110,14 @@ def test_the_variables_that_open_a_store_are_the_ones_kept_secret() -> None:
         object_storage.CREDENTIAL_VARIABLES
     )
     assert "AZURE_STORAGE_ACCOUNT_URL" not in object_storage.CREDENTIAL_VARIABLES
+
+
+def test_an_azure_section_naming_its_account_takes_the_connection_string_only_for_that_account(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    text = "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=k3y;EndpointSuffix=core.windows.net"
+    connection(monkeypatch, "wasb_default", conn_type="wasb", extra={"connection_string": text})
+    same = object_storage.with_credentials({**AZURE, "account_url": "https://acct.blob.core.windows.net"})
+    assert same["connection_string"] == text and not same.get("account_url")
+    other = object_storage.with_credentials({**AZURE, "account_url": "https://other.blob.core.windows.net"})
+    assert "connection_string" not in other and other["account_url"] == "https://other.blob.core.windows.net"
