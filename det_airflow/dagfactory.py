@@ -258,6 +258,23 @@ def check_runner_policy(path: Path, cfg: ExperimentConfig) -> None:
         raise runner_policy.PolicyError(problems, source=str(path))
 
 
+# The label that marks a task's experiment (det_airflow.master.tasks), and the CLI verb of each type.
+_TASK_LABEL = "det-task:"
+_TASK_VERBS = {
+    "command": "cmd run",
+    "notebook": "notebook start",
+    "tensorboard": "tensorboard start",
+    "shell": "shell start",
+}
+
+
+def _task_type(cfg: ExperimentConfig) -> str | None:
+    for label in cfg.labels:
+        if label.startswith(_TASK_LABEL) and label[len(_TASK_LABEL) :] in _TASK_VERBS:
+            return label[len(_TASK_LABEL) :]
+    return None
+
+
 def build_dag(file: ExperimentFile, cfg: ExperimentConfig, submission: Submission | None = None):  # type: ignore[no-untyped-def]
     from airflow.sdk import DAG, Asset
 
@@ -274,7 +291,11 @@ def build_dag(file: ExperimentFile, cfg: ExperimentConfig, submission: Submissio
     # Every user-chosen text below goes through airflow_text: no control sequences, and in doc_md
     # (rendered as Markdown) no link or image of the user's.
     name = plain_text(cfg.name)
-    if file.experiment_id is not None:
+    task_type = _task_type(cfg)
+    if file.experiment_id is not None and task_type is not None:
+        display_name = f"{name} ({task_type} {file.experiment_id})"
+        doc = f"A {task_type} started with `det {_TASK_VERBS[task_type]}`: `det task logs {file.experiment_id}` follows it."
+    elif file.experiment_id is not None:
         display_name = f"{name} (experiment {file.experiment_id})"
         doc = (
             f"Experiment **{markdown_text(cfg.name)}** ({file.experiment_id}): "
@@ -297,7 +318,7 @@ def build_dag(file: ExperimentFile, cfg: ExperimentConfig, submission: Submissio
         catchup=False,
         is_paused_upon_creation=False,
         max_active_runs=1 if file.experiment_id is not None else 16,
-        tags=["det", plain_text(cfg.searcher.name)],
+        tags=["det", task_type] if task_type else ["det", plain_text(cfg.searcher.name)],
         description=plain_text(cfg.description or cfg.name)[:200],
         doc_md=doc,
         default_args={"owner": plain_text(submission.owner) if submission else "det"},

@@ -67,10 +67,11 @@ TOOLS = (
     "chmod",
 )
 # det-airflow's extras whose requirements the image holds.
-IMAGE_EXTRAS = ("torch", "stores")
+IMAGE_EXTRAS = ("torch", "stores", "tasks")
 # Imported in the built image to check it, with what a trial uses.
 IMAGE_CHECK = (
-    "import det_airflow, torch, boto3, google.cloud.storage, azure.storage.blob; print(torch.__version__)"
+    "import det_airflow, torch, boto3, google.cloud.storage, azure.storage.blob, tensorboard, jupyterlab; "
+    "print(torch.__version__)"
 )
 # The image records which sources it holds, so that a stale one can be told apart and rebuilt
 # (`docker import` sets no labels, environment variables it does).

@@ -176,7 +176,7 @@ class Job(_Answer):
 
     jobs_ahead: int
     id: int
-    type: Literal["TYPE_EXPERIMENT"]
+    type: Literal["TYPE_EXPERIMENT", "TYPE_COMMAND", "TYPE_NOTEBOOK", "TYPE_TENSORBOARD", "TYPE_SHELL"]
     name: str | None = Field(description="null when the caller may not read the experiment")
     priority: int
     weight: float
@@ -264,6 +264,62 @@ class CreateExperiment(_Body):
                 f"the config is {len(value)} characters, over the limit of {CONFIG_LIMIT_CHARS} (1 MiB)"
             )
         return value
+
+
+TaskType = Literal["command", "notebook", "tensorboard", "shell"]
+
+
+class Task(_Answer):
+    """A notebook, TensorBoard, command or shell (`det task list`, the Tasks page)."""
+
+    id: int
+    type: TaskType
+    description: str
+    owner: str
+    state: str  # QUEUED, PULLING, STARTING, RUNNING, TERMINATING, TERMINATED (Determined's)
+    end_state: str | None  # once TERMINATED: COMPLETED, CANCELED or ERROR
+    exit_code: int | None
+    ready: bool  # its server answers through the proxy
+    url: str | None  # where the proxy serves it (notebooks, TensorBoards, shells)
+    resource_pool: str
+    slots: int
+    priority: int
+    start_time: str | None
+    end_time: str | None
+    trial_id: int | None  # its logs are this trial's
+    host: str | None
+    dag_id: str | None
+    dag_run_id: str | None
+    command: list[str]
+    experiment_ids: list[int]
+    trial_ids: list[int]
+    idle_timeout: float | None
+
+
+class CreateTask(_Body):
+    type: TaskType
+    config: str | None = Field(None, description="the task's config (YAML): resources, environment, ...")
+    context: str | None = Field(None, description="base64 of the context tar.gz")
+    command: list[str] = Field(default_factory=list, max_length=10_000)
+    experiment_ids: list[int] = Field(default_factory=list, max_length=1000)
+    trial_ids: list[int] = Field(default_factory=list, max_length=10_000)
+
+    @field_validator("config")
+    @classmethod
+    def _config_size(cls, value: str | None) -> str | None:
+        if value is not None and len(value) > CONFIG_LIMIT_CHARS:
+            raise ValueError(
+                f"the config is {len(value)} characters, over the limit of {CONFIG_LIMIT_CHARS} (1 MiB)"
+            )
+        return value
+
+
+class TaskAnswer(_Answer):
+    task: Task
+
+
+class TaskList(_Answer):
+    tasks: list[Task]
 
 
 class LabelBody(_Body):
@@ -562,6 +618,27 @@ class MetricReport(_Body):
 
 class MetricBatch(_Body):
     reports: list[MetricReport] = Field(max_length=10_000)
+
+
+class TaskRuntime(_Answer):
+    """What a task's own program runs (``GET /runtime/trials/{id}/task``, the task's trial token)."""
+
+    id: int
+    type: Literal["command", "notebook", "tensorboard", "shell"]
+    # command: its argv; shell: the command to run in each terminal (empty: the login shell);
+    # tensorboard: {"sources": [{"experiment_id", "trial_id"}, ...]}.
+    args: dict[str, Any]
+    proxy_prefix: str  # the path the proxy serves it under, e.g. "/det/proxy/12/"
+    bind_address: str  # where its server listens (the proxy reaches it there)
+    idle_timeout: float | None  # seconds without use before it stops itself; None: never
+
+
+class TaskReady(_Body):
+    """The task's server listens: where, and the secret the proxy must present."""
+
+    port: int = Field(ge=1, le=65535)
+    secret: str = Field(min_length=16, max_length=128, pattern=r"^[A-Za-z0-9_\-]+$")
+    address: str | None = Field(default=None, max_length=253)
 
 
 class Progress(_Body):

@@ -130,3 +130,18 @@ class RuntimeClient:
     def searcher_completed(self, length: int, metric: float | str) -> None:
         """Report the searcher metric at the end of the operation (non-finite values as "NaN" etc.)."""
         self._call("POST", f"{self._trial}/searcher/completed", {"length": int(length), "metric": metric})
+
+    # --- tasks (notebooks, TensorBoards, shells): what the task's program runs and where it listens ---
+
+    def task(self) -> dict[str, Any]:
+        """The task this trial runs (``TaskRuntime``): its type, what it runs, its proxy prefix, the
+        address its server binds and its idle timeout."""
+        return dict(self._call("GET", f"{self._trial}/task"))
+
+    def task_ready(self, port: int, secret: str, address: str | None = None) -> None:
+        """The task's server listens at ``address`` (default: the one ``task()`` named) and ``port``
+        and asks the proxy for ``secret`` (header ``X-Det-Task-Secret``; Jupyter's token)."""
+        body: dict[str, Any] = {"port": int(port), "secret": secret}
+        if address is not None:
+            body["address"] = address
+        self._call("POST", f"{self._trial}/task/ready", body)

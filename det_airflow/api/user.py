@@ -17,13 +17,19 @@ import uuid as uuid_module
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
 import httpx
 from pydantic import BaseModel, ValidationError
 
-from det_airflow.api._http import Session, _error_message, normalize_master_url
+from det_airflow.api._http import (
+    Session,
+    _error_message,
+    _message_of,
+    _raise_for_status,
+    normalize_master_url,
+)
 from det_airflow.api.models import (
     Checkpoint,
     CheckpointAnswer,
@@ -47,12 +53,19 @@ from det_airflow.api.models import (
     MetricsList,
     StateChange,
     StateChanges,
+    Task,
+    TaskAnswer,
+    TaskList,
+    TaskType,
     Trial,
     TrialAnswer,
     TrialList,
     UpdatedJobs,
 )
 from det_airflow.errors import APIError, DetError
+
+if TYPE_CHECKING:
+    from websockets.sync.client import ClientConnection
 
 CONFIG_DIR_ENV = "DET_AIRFLOW_CONFIG_DIR"
 USER_ENV = "DET_USER"
@@ -206,6 +219,38 @@ def connect(master: str | None, *, ask_password: Callable[[str], str] | None = N
             relogin = _prompted_login(master, stored.username, ask_password)
         return UserClient(master, stored.token, relogin=relogin)
     return UserClient(master, relogin() if relogin is not None else None, relogin=relogin)
+
+
+def websocket_url(master: str, path: str, params: dict[str, Any] | None = None) -> str:
+    """``ws://`` (``wss://`` for an https master) URL of ``path`` on ``master``.
+
+    Example:
+        >>> websocket_url("https://det.example.org", "/det/proxy/12/ws")
+        'wss://det.example.org/det/proxy/12/ws'
+    """
+    from urllib.parse import urlencode
+
+    base = normalize_master_url(master)
+    scheme, rest = base.split("://", 1)
+    query = f"?{urlencode(params, doseq=True)}" if params else ""
+    return f"{'wss' if scheme == 'https' else 'ws'}://{rest}{path}{query}"
+
+
+def _open_websocket(master: str, url: str, token: str | None) -> ClientConnection:
+    try:
+        from websockets.exceptions import InvalidHandshake, InvalidStatus
+        from websockets.sync.client import connect as ws_connect
+    except ImportError:
+        raise DetError("opening a WebSocket needs the websockets package: pip install websockets") from None
+
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        return ws_connect(url, additional_headers=headers, open_timeout=30)
+    except InvalidStatus as exc:
+        body = (exc.response.body or b"").decode("utf-8", errors="replace")
+        _raise_for_status(master, exc.response.status_code, _message_of(body, exc.response.reason_phrase))
+    except (OSError, TimeoutError, InvalidHandshake) as exc:
+        raise APIError(f"cannot open a connection to {url}: {exc}") from None
 
 
 # --- the client --------------------------------------------------------------------------------------
@@ -396,6 +441,65 @@ class UserClient:
         behind_of; all are applied together or none."""
         return self._answer(UpdatedJobs, "POST", "/jobs/update", json={"updates": updates}).jobs
 
+    # --- tasks: notebooks, TensorBoards, commands, shells ---
+
+    def create_task(
+        self,
+        task_type: TaskType,
+        *,
+        config: str | None = None,
+        context: str | None = None,
+        command: list[str] | None = None,
+        experiment_ids: list[int] | None = None,
+        trial_ids: list[int] | None = None,
+    ) -> Task:
+        """Start a task. ``config``: its config as YAML text; ``context``: the base64 tar.gz of a
+        folder to run in; ``command``: what a command runs (a shell: what each terminal runs);
+        ``experiment_ids`` / ``trial_ids``: what a TensorBoard shows."""
+        body: dict[str, Any] = {
+            "type": task_type,
+            "config": config,
+            "context": context,
+            "command": command or [],
+            "experiment_ids": experiment_ids or [],
+            "trial_ids": trial_ids or [],
+        }
+        return self._answer(TaskAnswer, "POST", "/tasks", json=body).task
+
+    def list_tasks(self, *, task_type: TaskType | None = None, all: bool = False) -> list[Task]:  # noqa: A002 - the route's own name
+        """The caller's tasks (``all``: every task the caller may read), of one type when given."""
+        params: dict[str, Any] = {}
+        if task_type is not None:
+            params["type"] = task_type
+        if all:
+            params["all"] = "true"
+        return self._answer(TaskList, "GET", "/tasks", params=params).tasks
+
+    def get_task(self, task_id: int) -> Task:
+        return self._answer(TaskAnswer, "GET", f"/tasks/{task_id}").task
+
+    def kill_task(self, task_id: int) -> Task:
+        return self._answer(TaskAnswer, "POST", f"/tasks/{task_id}/kill").task
+
+    def open_websocket(self, path: str, *, params: dict[str, Any] | None = None) -> ClientConnection:
+        """A WebSocket to ``path`` on the master (such as a shell's ``/det/proxy/<id>/ws``), opened
+        with this client's login; a refusal is an APIError with the master's own words.
+
+        Raises:
+            DetError: The ``websockets`` package is missing.
+            APIError: The master refused the connection or cannot be reached.
+        """
+        url = websocket_url(self.master, path, params)
+        try:
+            return _open_websocket(self.master, url, self._session.token)
+        except APIError as exc:
+            if exc.status_code != 401 or self._relogin is None:
+                raise
+            relogin, self._relogin = self._relogin, None  # only once, as for requests
+            self._session.close()
+            self._session = Session(self.master, relogin())
+            return _open_websocket(self.master, url, self._session.token)
+
     # --- hosts ---
 
     def list_agents(self) -> list[Host]:
@@ -467,6 +571,7 @@ __all__ = [
     "Metrics",
     "StateChange",
     "StoredLogin",
+    "Task",
     "Trial",
     "UserClient",
     "auth_file",
@@ -477,4 +582,5 @@ __all__ = [
     "login",
     "new_request_id",
     "store_login",
+    "websocket_url",
 ]

@@ -7,7 +7,22 @@ import os
 import sys
 from collections.abc import Sequence
 
-from det_airflow.cli import admin, agent, checkpoint, experiment, job, preview_search, render, trial, user
+from det_airflow.cli import (
+    admin,
+    agent,
+    checkpoint,
+    command,
+    experiment,
+    job,
+    notebook,
+    preview_search,
+    render,
+    shell,
+    task,
+    tensorboard,
+    trial,
+    user,
+)
 from det_airflow.errors import ConfigError, DetError
 
 MASTER_ENV = "DET_MASTER"
@@ -44,7 +59,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--version", action=_VersionAction)
     nouns = parser.add_subparsers(dest="noun", metavar="COMMAND", required=True)
-    for module in (experiment, trial, job, agent, checkpoint, user, admin, preview_search):
+    for module in (
+        experiment,
+        trial,
+        job,
+        agent,
+        checkpoint,
+        notebook,
+        tensorboard,
+        command,
+        shell,
+        task,
+        user,
+        admin,
+        preview_search,
+    ):
         module.register(nouns)
     return parser
 

@@ -23,6 +23,7 @@ from det_airflow.core._local import DEFAULT_LOCAL_STORE, LocalBackend
 from det_airflow.core._preempt import PreemptContext
 from det_airflow.core._searcher import SearcherContext, SearcherOperation
 from det_airflow.core._storage import CheckpointStorage
+from det_airflow.core._tensorboard import TensorboardMode
 from det_airflow.core._train import EarlyExitReason, TrainContext
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "PreemptContext",
     "SearcherContext",
     "SearcherOperation",
+    "TensorboardMode",
     "TrainContext",
     "init",
 ]

@@ -19,6 +19,7 @@ from det_airflow.core._local import DEFAULT_LOCAL_STORE, LocalBackend
 from det_airflow.core._preempt import PreemptContext
 from det_airflow.core._searcher import SearcherContext
 from det_airflow.core._storage import CheckpointStorage, FolderStorage
+from det_airflow.core._tensorboard import TensorBoardEvents, tensorboard_prefix, tensorboard_scalars
 from det_airflow.core._train import EarlyExitReason, TrainContext
 from det_airflow.errors import InvalidHP
 
@@ -29,10 +30,10 @@ class Context:
     """What ``core.init()`` gives training code: ``distributed``, ``train``, ``checkpoint``,
     ``preempt``, ``searcher``, plus ``info`` (the ClusterInfo, None off-cluster).
 
-    Used as a context manager it flushes buffered metrics on exit. ``det.InvalidHP`` raised inside
-    the block is reported as an early exit (INVALID_HP) and swallowed, so the process ends with
-    exit code 0 and the searcher replaces the trial; code after the ``with`` block still runs,
-    so keep the training inside it.
+    Used as a context manager it flushes buffered metrics and syncs the TensorBoard folder on exit.
+    ``det.InvalidHP`` raised inside the block is reported as an early exit (INVALID_HP) and
+    swallowed, so the process ends with exit code 0 and the searcher replaces the trial; code after
+    the ``with`` block still runs, so keep the training inside it.
     """
 
     def __init__(
@@ -112,7 +113,10 @@ def init(
             default one process.
         checkpoint_storage: off-cluster only: a folder, or a ``checkpoint_storage`` mapping; on a
             trial the experiment config's is used.
-        preempt_mode, tensorboard_mode, async_checkpointing: accepted for Determined code; ignored.
+        tensorboard_mode: ``"AUTO"`` (default) writes every reported metric as a TensorBoard
+            scalar into ``train.get_tensorboard_path()``; ``"MANUAL"`` leaves that folder to the
+            training code. Either way the folder reaches the trial's TensorBoard.
+        preempt_mode, async_checkpointing: accepted for Determined code; ignored.
         config: off-cluster only: an experiment config (as loaded from YAML) for the searcher's
             length and metric; on a trial the experiment's own config (``DET_EXPERIMENT_CONFIG``) is used.
     """
@@ -122,6 +126,7 @@ def init(
     experiment_config: Mapping[str, Any] = (info.trial.config if info and info.trial.config else None) or (
         config or {}
     )
+    write_scalars = tensorboard_scalars(tensorboard_mode)
     storage: CheckpointStorage | None
     backend: Backend
     if info is not None and info.master_url:
@@ -130,6 +135,14 @@ def init(
         backend = _remote_backend(info)
         storage_config = _config.checkpoint_storage(experiment_config)
         storage = CheckpointStorage.from_config(storage_config) if storage_config else None
+        tensorboard = TensorBoardEvents.on_trial(
+            storage_config,
+            experiment_id=info.trial.experiment_id,
+            trial_id=info.trial.trial_id,
+            allocation_id=info.allocation_id,
+            rank=dist.rank,
+            write_scalars=write_scalars,
+        )
     else:
         store = Path(os.environ.get(trial_env.LOCAL_STORE) or DEFAULT_LOCAL_STORE)
         local = LocalBackend(
@@ -143,9 +156,13 @@ def init(
             storage = CheckpointStorage.from_config(checkpoint_storage)
         else:
             storage = FolderStorage(local.checkpoints_dir, type="directory")
+        # Off-cluster the files are written where they are read: the local store, synced nowhere.
+        ids = (info.trial.experiment_id, info.trial.trial_id) if info else (0, 0)
+        tensorboard = TensorBoardEvents(local.store / tensorboard_prefix(*ids), write_scalars=write_scalars)
     # Test mode sends each report at once and asks about preemption every time, so that a loop
     # ends at its first check after reporting (see LocalBackend.should_preempt).
-    train = TrainContext(dist, backend, flush_every=1) if test_mode else TrainContext(dist, backend)
+    batching: dict[str, Any] = {"flush_every": 1} if test_mode else {}
+    train = TrainContext(dist, backend, tensorboard=tensorboard, **batching)
     return Context(
         distributed=dist,
         train=train,

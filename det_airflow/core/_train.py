@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from det_airflow.core._backend import Backend
 from det_airflow.core._distributed import DistributedContext
 from det_airflow.core._jsonable import jsonable_metrics
 from det_airflow.core._local import now_iso
+from det_airflow.core._tensorboard import TensorBoardEvents
 
 TRAINING = "training"
 VALIDATION = "validation"
@@ -30,7 +32,9 @@ class TrainContext:
     Training metrics are buffered and sent in batches, so reporting every batch stays cheap; the
     buffer goes out with the next validation report, before a checkpoint is registered, on close,
     and whenever it holds ``flush_every`` reports or is ``flush_interval`` seconds old.
-    Validation reports are sent at once: each reaches the searcher.
+    Validation reports are sent at once: each reaches the searcher. Every report is also written
+    to the TensorBoard folder (see ``det_airflow.core._tensorboard``) when ``tensorboard`` says so;
+    without one, the folder is a temporary one that nothing writes or syncs.
     """
 
     def __init__(
@@ -40,8 +44,10 @@ class TrainContext:
         *,
         flush_every: int = 100,
         flush_interval: float = 10.0,
+        tensorboard: TensorBoardEvents | None = None,
     ) -> None:
         self._dist = distributed
+        self._tensorboard = tensorboard if tensorboard is not None else TensorBoardEvents(write_scalars=False)
         self._backend = backend
         self._flush_every = flush_every
         self._flush_interval = flush_interval
@@ -60,12 +66,14 @@ class TrainContext:
         """Report metrics of any group; only ``training`` reports are buffered."""
         if not self._dist.is_chief:
             return
+        values = jsonable_metrics(metrics)
         report = {
             "group": str(group),
             "steps_completed": int(steps_completed),
-            "metrics": jsonable_metrics(metrics),
+            "metrics": values,
             "report_time": now_iso(),
         }
+        self._tensorboard.add_scalars(str(group), int(steps_completed), values)
         if not self._buffer:
             self._buffer_since = time.monotonic()
         self._buffer.append(report)
@@ -97,5 +105,18 @@ class TrainContext:
         """The best searcher metric reported so far by any trial of the experiment."""
         return self._backend.best_validation()
 
+    def get_tensorboard_path(self) -> Path:
+        """The folder (created) whose files reach the trial's TensorBoard: the reported metrics are
+        written there, and training code may write its own event files there too."""
+        return self._tensorboard.path
+
+    def upload_tensorboard_files(self, selector: Callable[[Path], bool] | None = None) -> None:
+        """Send the TensorBoard folder's new or changed files (those ``selector`` keeps) now, rather
+        than at the next sync after a report; a failure is logged, never raised."""
+        self._tensorboard.sync_now(selector)
+
     def close(self) -> None:
-        self.flush()
+        try:
+            self.flush()
+        finally:
+            self._tensorboard.close()

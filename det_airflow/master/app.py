@@ -32,10 +32,12 @@ def create_app(*, background_jobs: bool = True) -> FastAPI:
     from det_airflow.master import (
         housekeeping,
         limits,
+        proxy,
         routes_internal,
         routes_jobs,
         routes_people,
         routes_runtime,
+        routes_tasks,
         routes_ui,
         routes_unmanaged,
     )
@@ -52,6 +54,9 @@ def create_app(*, background_jobs: bool = True) -> FastAPI:
     prefix = API_PREFIX.removeprefix("/det")
     for module in (routes_unmanaged, routes_people, routes_ui, routes_jobs, routes_internal, routes_runtime):
         app.include_router(module.router, prefix=prefix)
+    app.include_router(routes_tasks.router, prefix=prefix)
+    app.include_router(routes_tasks.runtime_router, prefix=prefix)
+    app.include_router(proxy.router)  # /det/proxy/<task id>/..., beside the API
 
     @app.get("/openapi.json", include_in_schema=False, dependencies=[Depends(requires_authenticated())])
     def openapi() -> JSONResponse:

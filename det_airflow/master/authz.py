@@ -88,6 +88,15 @@ class Caller:
             )
         )
 
+    def may_use_pool(self, pool: str) -> bool:
+        """Whether the caller may run jobs in Airflow pool ``pool``: read access to it, as the
+        auth manager decides per pool."""
+        from airflow.api_fastapi.auth.managers.models.resource_details import PoolDetails
+
+        return bool(
+            _auth_manager().is_authorized_pool(method="GET", details=PoolDetails(name=pool), user=self.user)
+        )
+
     def sees_secrets_of(self, experiment: Row) -> bool:
         return experiment.owner == self.name or self.is_admin
 
@@ -134,6 +143,12 @@ def _check_owner_or_admin(caller: Caller, experiment: Row, action: str) -> None:
             f"user '{caller.name}' may not {action} experiment {experiment.id}: it is an unmanaged "
             f"experiment of '{experiment.owner}'; only its owner or an admin may"
         )
+
+
+def check_pool(caller: Caller, pool: str) -> None:
+    """Refuse unless the caller may run jobs in Airflow pool ``pool`` (read access to it)."""
+    if not caller.may_use_pool(pool):
+        raise PermissionDenied(f"user '{caller.name}' may not use pool '{pool}': needs read access to it")
 
 
 def check_create(caller: Caller) -> None:

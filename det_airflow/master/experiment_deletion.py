@@ -52,7 +52,11 @@ def delete_experiment(db: Database, experiment_id: int) -> tuple[list[str], list
     not_removed = [*_remove_airflow_records(row), *_remove_optuna_study(row), *refused]
     with db.begin() as conn:
         experiments.get_experiment(conn, experiment_id, lock=True)
-        removing = [*removals.queue_checkpoints(conn, row, uuids), *removals.queue_work_dirs(conn, row)]
+        removing = [
+            *removals.queue_checkpoints(conn, row, uuids),
+            *removals.queue_tensorboard(conn, row),
+            *removals.queue_work_dirs(conn, row),
+        ]
         trial_ids = select(schema.trials.c.id).where(schema.trials.c.experiment_id == experiment_id)
         lifecycle.forget(conn, "experiment", [experiment_id])
         lifecycle.forget(conn, "trial", conn.execute(trial_ids).scalars().all())

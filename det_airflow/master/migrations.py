@@ -204,6 +204,23 @@ def _v11_trial_nodes(op: Operations) -> None:
     )
 
 
+def _v12_tasks(op: Operations) -> None:
+    op.create_table(
+        "det_tasks",
+        sa.Column(
+            "id", sa.Integer, sa.ForeignKey("det_experiments.id", ondelete="CASCADE"), primary_key=True
+        ),
+        sa.Column("type", sa.String(16), nullable=False, index=True),
+        sa.Column("config", sa.JSON, nullable=False),
+        sa.Column("args", sa.JSON, nullable=False),
+        sa.Column("address", sa.String(253)),
+        sa.Column("port", sa.Integer),
+        sa.Column("secret", sa.String(128)),
+        sa.Column("ready_at", sa.DateTime(timezone=True)),
+        sa.Column("exit_code", sa.Integer),
+    )
+
+
 def backfill_metric_chunks(conn: Connection, chunks: sa.Table = schema.metric_chunks) -> int:
     """Rebuild the charts' numbers from every stored metric row; returns the trials that had some."""
     metrics = sa.table(
@@ -257,6 +274,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(9, "hosts: det_hosts, the workers' inventory; det_trials.host and hosts", _v9_hosts),
     Migration(10, "file removals done by the hosts that have the files: det_removals", _v10_removals),
     Migration(11, "multi-node trials: det_trials.nodes, det_trial_nodes", _v11_trial_nodes),
+    Migration(
+        12, "tasks beside experiments (notebooks, TensorBoards, commands, shells): det_tasks", _v12_tasks
+    ),
 )
 
 

@@ -118,6 +118,7 @@ class Holder:
     slots: int
     since: float  # when its run was admitted: the newest runs are preempted first
     releasing: bool = False  # already on its way out (preempted, paused, stopping): its slots free soon
+    preemptible: bool = True  # False for tasks (notebooks, shells, ...): Determined never preempts them
 
 
 def _victim_order(holder: Holder) -> tuple[int, float, int]:
@@ -138,7 +139,7 @@ def choose_preemptions(capacity: int, jobs: Iterable[Job], holders: Iterable[Hol
     order = sorted(jobs, key=order_key)
     everyone = list(holders)
     free = capacity - sum(job.held for job in order) + sum(h.slots for h in everyone if h.releasing)
-    candidates = sorted((h for h in everyone if not h.releasing), key=_victim_order)
+    candidates = sorted((h for h in everyone if not h.releasing and h.preemptible), key=_victim_order)
     chosen: dict[int, int] = {}
     for job in order:
         need = job.slots_per_trial
@@ -270,7 +271,9 @@ def choose_fair_share_preemptions(
         held[leaving.job_id] -= leaving.slots
     free = capacity - sum(held.values())
     left = {job.id: job.waiting for job in order}
-    candidates = sorted((h for h in everyone if not h.releasing), key=lambda h: (-h.since, -h.trial_id))
+    candidates = sorted(
+        (h for h in everyone if not h.releasing and h.preemptible), key=lambda h: (-h.since, -h.trial_id)
+    )
     chosen: dict[int, int] = {}
     while (job := _next_fair(fitting, shares, held, left, below_share_only=True)) is not None:
         need = job.slots_per_trial

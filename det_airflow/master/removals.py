@@ -51,8 +51,27 @@ def queue_checkpoints(conn: Connection, experiment: Row, uuids: Sequence[str]) -
     ``file_cleanup.refused_checkpoints``), as its owner's identity; what it queued, for the answer."""
     if not uuids:
         return []
-    identity = file_cleanup.owner_identity(conn, experiment.owner)
+    storage = _queue_stored(conn, experiment, list(uuids))
+    count = f"{len(uuids)} checkpoint{'s' if len(uuids) != 1 else ''}"
+    return [f"{count} ({storage.get('type')})"]
+
+
+def queue_tensorboard(conn: Connection, experiment: Row) -> list[str]:
+    """Queue the removal of the experiment's TensorBoard files, ``tensorboard/experiment/<id>/`` of
+    its checkpoint storage (core/_tensorboard.py), as its owner's identity; what it queued."""
+    from det_airflow.object_storage import is_object_storage
+
     storage = experiment.config.get("checkpoint_storage") or {}
+    if storage.get("type") != "shared_fs" and not is_object_storage(storage):
+        return []
+    _queue_stored(conn, experiment, [f"tensorboard/experiment/{experiment.id}"])
+    return [f"its TensorBoard files ({storage.get('type')})"]
+
+
+def _queue_stored(conn: Connection, experiment: Row, paths: list[str]) -> dict[str, Any]:
+    """Queue a removal of ``paths`` (relative to the experiment's checkpoint storage) as its owner's
+    identity; answers that storage."""
+    storage = dict(experiment.config.get("checkpoint_storage") or {})
     _insert(
         conn,
         experiment.id,
@@ -60,11 +79,10 @@ def queue_checkpoints(conn: Connection, experiment: Row, uuids: Sequence[str]) -
         host=None,
         pool=experiment.resource_pool,
         storage=storage,
-        uuids=list(uuids),
-        identity=identity,
+        uuids=paths,
+        identity=file_cleanup.owner_identity(conn, experiment.owner),
     )
-    count = f"{len(uuids)} checkpoint{'s' if len(uuids) != 1 else ''}"
-    return [f"{count} ({storage.get('type')})"]
+    return storage
 
 
 def queue_work_dirs(conn: Connection, experiment: Row) -> list[str]:

@@ -48,6 +48,7 @@ from det_airflow.master import (
     schema,
     serialize,
     submission,
+    tasks,
     trials,
 )
 from det_airflow.master.auth import CrossSiteGuard
@@ -57,6 +58,7 @@ from det_airflow.master.authz import (
     PermissionDenied,
     check_change,
     check_create,
+    check_pool,
     check_read,
     readable,
 )
@@ -115,6 +117,7 @@ def create_experiment(body: CreateExperiment, caller: CallerDep) -> dict:
             parent_id=body.parent_id,
             request_id=body.request_id,
             check_source=lambda source: check_read(caller, source, "warm-start from"),
+            check_pool=lambda pool: check_pool(caller, pool),
         )
     # Fields accepted but not acted on: one line the CLI prints, never silently dropped.
     warnings = list(experiments.experiment_config(row).warnings)
@@ -128,7 +131,8 @@ def create_experiment(body: CreateExperiment, caller: CallerDep) -> dict:
 @router.get("/experiments", response_model=ExperimentList)
 def list_experiments(caller: CallerDep, all: bool = False) -> dict:  # noqa: A002 - the CLI's flag name
     table = schema.experiments
-    query = select(table).order_by(table.c.id)
+    # Tasks (notebooks, TensorBoards, ...) run as experiments of their own: `det task list` shows them.
+    query = select(table).where(tasks.not_a_task()).order_by(table.c.id)
     if not all:
         query = query.where(table.c.archived.is_(False))
     with get_database().read() as conn:

@@ -21,7 +21,7 @@ from sqlalchemy import (
 )
 
 # Bump when a table changes; `det admin migrate` brings a database up to this version.
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 metadata = MetaData()
 
@@ -246,4 +246,23 @@ trial_nodes = Table(
     Column("exit_code", Integer),
     Column("token_hash", String(64)),
     Column("task", JSON),
+)
+
+# Tasks beside experiments (Determined's notebooks, TensorBoards, commands and shells). Each runs as
+# a one-trial experiment of its own (the queue, placement, runners, logs and DAG run are the trial's);
+# this row says what kind of task it is and where its web server, once up, answers the proxy.
+tasks = Table(
+    "det_tasks",
+    metadata,
+    Column("id", Integer, ForeignKey("det_experiments.id", ondelete="CASCADE"), primary_key=True),
+    Column("type", String(16), nullable=False, index=True),  # command | notebook | tensorboard | shell
+    Column("config", JSON, nullable=False),  # the task's config as submitted (Determined's task fields)
+    Column("args", JSON, nullable=False),  # what the task runs: argv, TensorBoard's sources
+    # Its server (notebook, TensorBoard, shell) once up: where it listens and the secret it asks of
+    # the proxy. None until the task reports it, and again once the task ended.
+    Column("address", String(253)),
+    Column("port", Integer),
+    Column("secret", String(128)),
+    Column("ready_at", DateTime(timezone=True)),
+    Column("exit_code", Integer),
 )

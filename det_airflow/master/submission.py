@@ -97,6 +97,8 @@ def create_once(
     parent_id: int | None = None,
     request_id: str | None = None,
     check_source: Callable[[Row], None] | None = None,
+    after_create: Callable[[Connection, int], None] | None = None,
+    check_pool: Callable[[str], None] | None = None,
 ) -> tuple[Row, bool]:
     """Validate and store a submitted experiment; returns it and whether it is new.
 
@@ -104,10 +106,14 @@ def create_once(
     ``request_id``, a retry (or a concurrent duplicate) answers the experiment the first one made.
     ``check_source`` is given the experiment a warm start reads from (``searcher.source_trial_id``
     or ``source_checkpoint_uuid``) and raises when the submitter may not read it: its trials will.
+    ``after_create`` stores what goes with the experiment (a task's row) in its transaction;
+    ``check_pool`` raises when the submitter may not use the experiment's pool.
     """
     if request_id is not None and (existing := _created_for(db, request_id, owner)) is not None:
         return existing, False
     cfg = prepare_config(config_yaml)
+    if check_pool is not None:
+        check_pool(trial_pool(cfg))
     if check_source is not None:
         with db.read() as conn:
             source = warm_start_source(conn, cfg)
@@ -129,6 +135,8 @@ def create_once(
                 parent_id=parent_id,
                 request_id=request_id,
             )
+            if after_create is not None:
+                after_create(conn, experiment_id)
             row = experiments.get_experiment(conn, experiment_id)
     except IntegrityError:
         if request_id is None or (existing := _created_for(db, request_id, owner)) is None:

@@ -20,6 +20,7 @@ from det_airflow.master import (
     queue,
     schema,
     search,
+    tasks,
     trial_logs,
 )
 from det_airflow.master.airflow_bridge import TRIAL_TASK
@@ -780,6 +781,7 @@ def exit_run(conn: Connection, trial_id: int, exit_code: int) -> tuple[Row, bool
     if TrialState(trial.state).is_terminal or trial.state in (TrialState.QUEUED, TrialState.PAUSED):
         return trial, False  # its run has been closed already (a lost run reclaimed, a repeated report)
     gangs.end_tokens(conn, trial_id)  # the other nodes of a run over several hosts end with it
+    tasks.run_ended(conn, exp.id, exit_code)  # a task's server is gone with its process
     cfg = experiments.experiment_config(exp)
     exp_state = ExperimentState(exp.state)
     event = None

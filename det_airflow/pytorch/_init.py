@@ -42,8 +42,9 @@ def init(
 
     ``aggregation_frequency`` N: the optimizer steps every N batches, on the gradients of those N
     batches (averaged unless ``optimizations.average_aggregated_gradients`` is false); default
-    the config's ``optimizations.aggregation_frequency``, else 1. ``enable_tensorboard_logging`` is
-    accepted for Determined code; det-airflow writes no TensorBoard files.
+    the config's ``optimizations.aggregation_frequency``, else 1. ``enable_tensorboard_logging``
+    False: the reported metrics are not written as TensorBoard events (``tensorboard_mode`` MANUAL);
+    files the trial writes into ``core.train.get_tensorboard_path()`` still reach its TensorBoard.
     """
     info = get_cluster_info()
     # A CPU trial (no slots) trains on the CPU even where a GPU is visible.
@@ -53,7 +54,10 @@ def init(
         own_group = use_cuda and _init_nccl()
         distributed = DistributedContext.from_torch_distributed()
     try:
-        with core.init(distributed=distributed, config=exp_conf) as core_context:
+        tensorboard_mode = "AUTO" if enable_tensorboard_logging else "MANUAL"
+        with core.init(
+            distributed=distributed, config=exp_conf, tensorboard_mode=tensorboard_mode
+        ) as core_context:
             config = dict(info.trial.config) if info and info.trial.config else dict(exp_conf or {})
             trial_hparams, seed = _hparams_and_seed(info, hparams, config)
             device = _device(core_context.distributed) if use_cuda else torch.device("cpu")

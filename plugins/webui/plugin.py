@@ -53,6 +53,7 @@ class DetPlugin(AirflowPlugin):
             "url_route": "det-experiments",
         },
         {"name": "Job queue", "href": f"{_UI}/queue", "destination": "nav", "url_route": "det-queue"},
+        {"name": "Tasks", "href": f"{_UI}/tasks", "destination": "nav", "url_route": "det-tasks"},
         {
             "name": "Experiment",
             "href": f"{_UI}/dag/{{DAG_ID}}",

@@ -196,7 +196,10 @@ def test_lifecycle_of_an_experiment(det: Any, real_master: RealMaster, as_user: 
     deleted = det("e", "delete", str(n), "--yes").out.splitlines()
     assert deleted[0] == f"Deleted experiment {n}"
     # Its trial work folder goes in the background, on the host its trials ran on.
-    assert deleted[1:] == [f"Removing in the background: the trial work directory on {socket.gethostname()}"]
+    assert deleted[1:] == [
+        "Removing in the background: its TensorBoard files (shared_fs); "
+        f"the trial work directory on {socket.gethostname()}"
+    ]
     result = det("e", "describe", str(n))
     assert (result.code, result.err) == (1, f"Error: experiment {n} not found\n")
 

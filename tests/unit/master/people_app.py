@@ -57,6 +57,13 @@ class PerDagAuthManager(SimpleAuthManager):
             super().is_authorized_dag(method=method, user=user, access_entity=access_entity, details=details)
         )
 
+    def is_authorized_pool(  # type: ignore[override]
+        self, *, method: Any, user: SimpleAuthManagerUser, details: Any = None
+    ) -> bool:
+        if user.username == "dave" and details is not None and details.name == "restricted":
+            return False  # a pool an auth manager keeps from one user
+        return bool(super().is_authorized_pool(method=method, user=user, details=details))
+
 
 async def _user_from_header(request: Request) -> SimpleAuthManagerUser:
     name = request.headers.get("x-test-user")

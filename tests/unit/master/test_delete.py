@@ -37,7 +37,11 @@ EXAMPLE = Path(__file__).parents[3] / "examples" / "mnist_pytorch" / "random.yam
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 # The master's own host: where no trial recorded a host, its trial work folder is queued there.
 HOST = "master-host"
-QUEUED = ["2 checkpoints (shared_fs)", f"the trial work directory on {HOST}"]
+QUEUED = [
+    "2 checkpoints (shared_fs)",
+    "its TensorBoard files (shared_fs)",
+    f"the trial work directory on {HOST}",
+]
 
 
 @dataclass
@@ -155,7 +159,10 @@ class Master:
                     trial_run_id=1,
                 )
             )
-        for folder in self.storage.glob(f"ckpt-{experiment_id}-*"):
+        events = self.storage / "tensorboard" / "experiment" / str(experiment_id) / "trial" / str(trial_id)
+        events.mkdir(parents=True)
+        (events / "events.out.tfevents.1.host.1.1").write_bytes(b"events")
+        for folder in [*self.storage.glob(f"ckpt-{experiment_id}-*"), self.storage / "tensorboard"]:
             owned_by(self.db, "admin", folder)
         if own_dag:
             experiment_files.write_experiment_file(experiment_id, config)
@@ -219,13 +226,17 @@ def test_deleting_a_created_experiment_removes_its_yaml_then_its_dag_files_and_r
 ) -> None:
     experiment_id = master.add_experiment()
     assert len(master.leftovers(experiment_id)) == 4
+    events = master.storage / "tensorboard" / "experiment" / str(experiment_id)
+    assert events.is_dir()
 
     assert experiment_deletion.delete_experiment(master.db, experiment_id) == ([], QUEUED)
 
-    # The rows and the DAG file go in the request; the checkpoints and the work folder are queued.
-    assert len(master.leftovers(experiment_id)) == 3
-    assert removals.remove_here(master.db) == 2
+    # The rows and the DAG file go in the request; the checkpoints, TensorBoard files and the work
+    # folder are queued.
+    assert len(master.leftovers(experiment_id)) == 3 and events.is_dir()
+    assert removals.remove_here(master.db) == 3
     assert master.leftovers(experiment_id) == []
+    assert not events.exists() and (master.storage / "tensorboard" / "experiment").is_dir()
     assert master.rows_of(experiment_id) == {"experiments": 0, "checkpoints": 0, "metrics": 0}
     # Its DAG goes once a parse has marked it stale and none has written it since: never under a
     # parse in flight.
@@ -315,9 +326,13 @@ def test_what_cannot_be_removed_is_reported_and_the_rest_still_goes(master: Mast
         "TaskInstances still running",
         f"checkpoint ckpt-{experiment_id}-1: its files are not at a known path ('/')",
     ]
-    assert removing == ["1 checkpoint (shared_fs)", f"the trial work directory on {HOST}"]
+    assert removing == [
+        "1 checkpoint (shared_fs)",
+        "its TensorBoard files (shared_fs)",
+        f"the trial work directory on {HOST}",
+    ]
     assert master.rows_of(experiment_id)["experiments"] == 0
-    assert removals.remove_here(master.db) == 2
+    assert removals.remove_here(master.db) == 3
     assert master.leftovers(experiment_id) == [work_dir, master.storage / f"ckpt-{experiment_id}-1"]
     # What the removal could not do stays queued with its problem, to be tried again.
     with master.db.read() as conn:

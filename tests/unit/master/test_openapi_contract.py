@@ -14,6 +14,7 @@ from det_airflow.master.app import create_app
 BODILESS_COMMANDS = {
     ("POST", "/api/v1/experiments/{experiment_id}/{action}"),
     ("POST", "/api/v1/trials/{trial_id}/kill"),
+    ("POST", "/api/v1/tasks/{task_id}/kill"),
     ("POST", "/api/v1/internal/experiments/{experiment_id}/finalize"),
     ("POST", "/api/v1/internal/hosts/{host_id}/removals/claim"),
 }
@@ -108,7 +109,10 @@ def test_no_route_reads_its_request_by_hand() -> None:
     by_hand = [
         f"{sorted(route.methods)} {route.path}"
         for route in create_app().routes
-        if isinstance(route, APIRoute) and route.dependant.request_param_name is not None
+        if isinstance(route, APIRoute)
+        and route.dependant.request_param_name is not None
+        # The proxy to tasks' servers passes requests on whole: reading them by hand is its job.
+        and not route.path.startswith("/proxy/")
     ]
 
     assert by_hand == []

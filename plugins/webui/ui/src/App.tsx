@@ -1,7 +1,10 @@
 import { ExperimentPage } from "./pages/ExperimentPage";
 import { ExperimentsPage } from "./pages/ExperimentsPage";
+import { OpeningPage, OpenTaskPage } from "./pages/OpenTaskPage";
 import { QueuePage } from "./pages/QueuePage";
 import { ResolvePage } from "./pages/ResolvePage";
+import { TaskPage } from "./pages/TaskPage";
+import { TasksPage } from "./pages/TasksPage";
 import { TrialPage } from "./pages/TrialPage";
 import { type Route, useRoute } from "./router";
 
@@ -21,6 +24,9 @@ export function App() {
         <a href="#/queue" data-testid="nav-queue" className={section(route) === "queue" ? "current" : ""}>
           Job queue
         </a>
+        <a href="#/tasks" data-testid="nav-tasks" className={section(route) === "tasks" ? "current" : ""}>
+          Tasks
+        </a>
       </nav>
       <main>
         <Page route={route} />
@@ -30,7 +36,17 @@ export function App() {
 }
 
 function section(route: Route): string {
-  return route.page === "queue" ? "queue" : "experiments";
+  switch (route.page) {
+    case "queue":
+      return "queue";
+    case "tasks":
+    case "task":
+    case "openTask":
+    case "opening":
+      return "tasks";
+    default:
+      return "experiments";
+  }
 }
 
 function Page({ route }: { route: Route }) {
@@ -43,6 +59,14 @@ function Page({ route }: { route: Route }) {
       return <TrialPage key={route.id} id={route.id} />;
     case "queue":
       return <QueuePage />;
+    case "tasks":
+      return <TasksPage />;
+    case "task":
+      return <TaskPage key={route.id} id={route.id} />;
+    case "openTask":
+      return <OpenTaskPage key={route.id} id={route.id} />;
+    case "opening":
+      return <OpeningPage />;
     case "resolve":
       return <ResolvePage dagId={route.dagId} runId={route.runId} mapIndex={route.mapIndex} />;
     case "unknown":

@@ -39,6 +39,8 @@ export type LogLine = Schemas["LogLine"];
 export type Job = Schemas["Job"];
 export type CurveSeries = Schemas["CurveSeries"];
 export type Curves = Schemas["Curves"];
+export type Task = Schemas["Task"];
+export type TaskType = Task["type"];
 
 // Hand-written: the page's filters as the strings its inputs hold, sent as query parameters.
 export type LogQuery = {
@@ -157,6 +159,14 @@ export const api = {
     const body: Schemas["JobUpdates"] = { updates: [{ job_id: jobId, ...change }] };
     return request<Answer<"/api/v1/jobs/update", "post">>("POST", "/jobs/update", body);
   },
+  tasks: (params: { type?: TaskType; all?: boolean }) =>
+    request<Answer<"/api/v1/tasks", "get">>("GET", `/tasks${query(params)}`).then((r) => r.tasks),
+  task: (id: number) =>
+    request<Answer<"/api/v1/tasks/{task_id}", "get">>("GET", `/tasks/${id}`).then((r) => r.task),
+  createTask: (body: Schemas["CreateTask"]) =>
+    request<Answer<"/api/v1/tasks", "post">>("POST", "/tasks", body).then((r) => r.task),
+  killTask: (id: number) =>
+    request<Answer<"/api/v1/tasks/{task_id}/kill", "post">>("POST", `/tasks/${id}/kill`).then((r) => r.task),
   resolve: (params: { dag_id: string; run_id?: string; map_index?: string }) =>
     request<Answer<"/api/v1/ui/resolve", "get">>("GET", `/ui/resolve${query(params)}`),
 };

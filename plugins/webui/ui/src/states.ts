@@ -43,6 +43,7 @@ export function stateClass(state: string): string {
   if (["ACTIVE", "PULLING", "STARTING", "RUNNING"].includes(state)) return "state state-active";
   if (state === "COMPLETED") return "state state-done";
   if (state === "ERROR" || state.endsWith("KILLED")) return "state state-error";
-  if (state.startsWith("STOPPING") || state === "PAUSED" || state === "QUEUED") return "state state-waiting";
+  if (state.startsWith("STOPPING") || ["PAUSED", "QUEUED", "TERMINATING"].includes(state))
+    return "state state-waiting";
   return "state";
 }

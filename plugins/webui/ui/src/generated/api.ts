@@ -777,6 +777,40 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/runtime/trials/{trial_id}/task": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Task Runtime */
+        get: operations["task_runtime_api_v1_runtime_trials__trial_id__task_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/runtime/trials/{trial_id}/task/ready": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Task Ready */
+        post: operations["task_ready_api_v1_runtime_trials__trial_id__task_ready_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/runtime/trials/{trial_id}/unmanaged/exit": {
         parameters: {
             query?: never;
@@ -809,6 +843,67 @@ export interface paths {
          *     token): training code may not write its trial's log.
          */
         post: operations["unmanaged_logs_api_v1_runtime_trials__trial_id__unmanaged_logs_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/tasks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Tasks
+         * @description The caller's tasks, or with ``all`` every task the caller may read.
+         */
+        get: operations["list_tasks_api_v1_tasks_get"];
+        put?: never;
+        /**
+         * Create Task
+         * @description Start a task: it waits in the job queue for its slots like an experiment's trial.
+         */
+        post: operations["create_task_api_v1_tasks_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/tasks/{task_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Describe Task */
+        get: operations["describe_task_api_v1_tasks__task_id__get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/tasks/{task_id}/kill": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Kill Task
+         * @description Stop the task now (its owner or an admin); its slots go back to the queue.
+         */
+        post: operations["kill_task_api_v1_tasks__task_id__kill_post"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1048,6 +1143,30 @@ export interface components {
              * @description a client's idempotency key: a retry with the same key answers the experiment already made
              */
             request_id?: string | null;
+        };
+        /** CreateTask */
+        CreateTask: {
+            /** Command */
+            command?: string[];
+            /**
+             * Config
+             * @description the task's config (YAML): resources, environment, ...
+             */
+            config?: string | null;
+            /**
+             * Context
+             * @description base64 of the context tar.gz
+             */
+            context?: string | null;
+            /** Experiment Ids */
+            experiment_ids?: number[];
+            /** Trial Ids */
+            trial_ids?: number[];
+            /**
+             * Type
+             * @enum {string}
+             */
+            type: "command" | "notebook" | "tensorboard" | "shell";
         };
         /** CreatedExperiment */
         CreatedExperiment: {
@@ -1382,9 +1501,9 @@ export interface components {
             submitted: string | null;
             /**
              * Type
-             * @constant
+             * @enum {string}
              */
-            type: "TYPE_EXPERIMENT";
+            type: "TYPE_EXPERIMENT" | "TYPE_COMMAND" | "TYPE_NOTEBOOK" | "TYPE_TENSORBOARD" | "TYPE_SHELL";
             /**
              * User
              * @description null when the caller may not read the experiment
@@ -1750,6 +1869,80 @@ export interface components {
             state_changes: components["schemas"]["StateChange"][];
         };
         /**
+         * Task
+         * @description A notebook, TensorBoard, command or shell (`det task list`, the Tasks page).
+         */
+        Task: {
+            /** Command */
+            command: string[];
+            /** Dag Id */
+            dag_id: string | null;
+            /** Dag Run Id */
+            dag_run_id: string | null;
+            /** Description */
+            description: string;
+            /** End State */
+            end_state: string | null;
+            /** End Time */
+            end_time: string | null;
+            /** Exit Code */
+            exit_code: number | null;
+            /** Experiment Ids */
+            experiment_ids: number[];
+            /** Host */
+            host: string | null;
+            /** Id */
+            id: number;
+            /** Idle Timeout */
+            idle_timeout: number | null;
+            /** Owner */
+            owner: string;
+            /** Priority */
+            priority: number;
+            /** Ready */
+            ready: boolean;
+            /** Resource Pool */
+            resource_pool: string;
+            /** Slots */
+            slots: number;
+            /** Start Time */
+            start_time: string | null;
+            /** State */
+            state: string;
+            /** Trial Id */
+            trial_id: number | null;
+            /** Trial Ids */
+            trial_ids: number[];
+            /**
+             * Type
+             * @enum {string}
+             */
+            type: "command" | "notebook" | "tensorboard" | "shell";
+            /** Url */
+            url: string | null;
+        };
+        /** TaskAnswer */
+        TaskAnswer: {
+            task: components["schemas"]["Task"];
+        };
+        /** TaskList */
+        TaskList: {
+            /** Tasks */
+            tasks: components["schemas"]["Task"][];
+        };
+        /**
+         * TaskReady
+         * @description The task's server listens: where, and the secret the proxy must present.
+         */
+        TaskReady: {
+            /** Address */
+            address?: string | null;
+            /** Port */
+            port: number;
+            /** Secret */
+            secret: string;
+        };
+        /**
          * TaskRef
          * @description The Airflow task instance of a trial slot that asks for its trial.
          */
@@ -1777,6 +1970,29 @@ export interface components {
              * @default 1
              */
             try_number?: number;
+        };
+        /**
+         * TaskRuntime
+         * @description What a task's own program runs (``GET /runtime/trials/{id}/task``, the task's trial token).
+         */
+        TaskRuntime: {
+            /** Args */
+            args: {
+                [key: string]: unknown;
+            };
+            /** Bind Address */
+            bind_address: string;
+            /** Id */
+            id: number;
+            /** Idle Timeout */
+            idle_timeout: number | null;
+            /** Proxy Prefix */
+            proxy_prefix: string;
+            /**
+             * Type
+             * @enum {string}
+             */
+            type: "command" | "notebook" | "tensorboard" | "shell";
         };
         /** Trial */
         Trial: {
@@ -3543,6 +3759,72 @@ export interface operations {
             };
         };
     };
+    task_runtime_api_v1_runtime_trials__trial_id__task_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                trial_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TaskRuntime"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    task_ready_api_v1_runtime_trials__trial_id__task_ready_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                trial_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TaskReady"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Empty"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
     unmanaged_exit_api_v1_runtime_trials__trial_id__unmanaged_exit_post: {
         parameters: {
             query?: never;
@@ -3600,6 +3882,133 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Empty"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    list_tasks_api_v1_tasks_get: {
+        parameters: {
+            query?: {
+                type?: string | null;
+                all?: boolean;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TaskList"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    create_task_api_v1_tasks_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateTask"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TaskAnswer"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    describe_task_api_v1_tasks__task_id__get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                task_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TaskAnswer"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    kill_task_api_v1_tasks__task_id__kill_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                task_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TaskAnswer"];
                 };
             };
             /** @description Validation Error */

@@ -9,6 +9,7 @@ import { useData } from "../useData";
 import { CheckpointsTab } from "./experiment/CheckpointsTab";
 import { CurvesTab } from "./experiment/CurvesTab";
 import { HparamsTab } from "./experiment/HparamsTab";
+import { OpenTensorBoard } from "./experiment/OpenTensorBoard";
 import { TrialsTab } from "./experiment/TrialsTab";
 
 const REFRESH_MS = 5000;
@@ -101,6 +102,9 @@ export function ExperimentPage({ id }: { id: number }) {
           </button>
         ))}
         {live ? <span className="muted">Live: refreshes every {REFRESH_MS / 1000} s</span> : null}
+      </div>
+      <div className="toolbar">
+        <OpenTensorBoard experimentId={exp.id} trialIds={trials.map((t) => t.id)} />
       </div>
       <ErrorBox error={actionError ?? detail.error ?? checkpoints.error} />
       <div className="tabs" role="tablist">

@@ -4,6 +4,7 @@ import { ConfirmDialog } from "../components/ConfirmDialog";
 import { ErrorBox } from "../components/ErrorBox";
 import { DASH, formatDate } from "../format";
 import { canDo, stateClass } from "../states";
+import { isTaskJob, JOB_TYPE_NAMES } from "../tasks";
 import { useData } from "../useData";
 
 const REFRESH_MS = 5000;
@@ -40,6 +41,7 @@ export function QueuePage() {
               <tr>
                 <th>Jobs ahead</th>
                 <th>ID</th>
+                <th>Type</th>
                 <th>Name</th>
                 <th>Priority</th>
                 <th>Weight</th>
@@ -84,8 +86,11 @@ function JobRows({ job, first, open, onToggle, onDone }: RowProps) {
       <tr data-testid="job-row" data-id={job.id}>
         <td>{job.jobs_ahead}</td>
         <td>
-          <a href={`#/experiments/${job.id}`}>{job.id}</a>
+          <a href={isTaskJob(job) ? `#/tasks/${job.id}` : `#/experiments/${job.id}`} data-testid="job-link">
+            {job.id}
+          </a>
         </td>
+        <td data-testid="job-type">{JOB_TYPE_NAMES[job.type]}</td>
         <td>{job.name ?? DASH}</td>
         <td data-testid="job-priority-value">{job.priority}</td>
         <td>{job.weight}</td>
@@ -111,7 +116,7 @@ function JobRows({ job, first, open, onToggle, onDone }: RowProps) {
       </tr>
       {open ? (
         <tr className="manage">
-          <td colSpan={11}>
+          <td colSpan={12}>
             <ManageJob job={job} first={first} onDone={onDone} />
           </td>
         </tr>
@@ -133,6 +138,8 @@ function ManageJob({
   const [pool, setPool] = useState(job.resource_pool);
   const [pending, setPending] = useState<"cancel" | "kill" | null>(null);
   const [busy, setBusy] = useState(false);
+  // A task stops only by a kill (`det task kill`), through its own route.
+  const task = isTaskJob(job);
 
   const run = async (work: () => Promise<unknown>) => {
     setBusy(true);
@@ -190,14 +197,16 @@ function ManageJob({
       >
         Move to pool
       </button>
-      <button
-        type="button"
-        disabled={busy || !canDo("cancel", job.experiment_state)}
-        onClick={() => setPending("cancel")}
-        data-testid="job-cancel"
-      >
-        Cancel job
-      </button>
+      {task ? null : (
+        <button
+          type="button"
+          disabled={busy || !canDo("cancel", job.experiment_state)}
+          onClick={() => setPending("cancel")}
+          data-testid="job-cancel"
+        >
+          Cancel job
+        </button>
+      )}
       <button
         type="button"
         disabled={busy || !canDo("kill", job.experiment_state)}
@@ -211,7 +220,9 @@ function ManageJob({
           message={`${pending === "kill" ? "Kill" : "Cancel"} job ${job.id}${job.name ? ` (${job.name})` : ""}?`}
           onConfirm={() => {
             setPending(null);
-            void run(() => api.experimentAction(job.id, pending));
+            void run(() =>
+              task && pending === "kill" ? api.killTask(job.id) : api.experimentAction(job.id, pending),
+            );
           }}
           onCancel={() => setPending(null)}
         />

@@ -1,6 +1,7 @@
 import { useEffect, useMemo, useRef, useState } from "react";
 import { api, errorText, LOG_LEVELS, type LogLine, type LogQuery } from "../../api";
 import { ErrorBox } from "../../components/ErrorBox";
+import { frameForbids } from "../../frame";
 import { isTrialTerminal } from "../../states";
 
 const FIRST_LINES = 10_000;
@@ -14,16 +15,6 @@ function text(line: LogLine): string {
   const rank = line.rank === null ? "" : `[rank=${line.rank}] `;
   const level = line.level ? `${line.level} ` : "";
   return `${line.timestamp ?? ""} ${rank}${level}${line.message}`.trimStart();
-}
-
-/** Airflow shows nav pages in a frame sandboxed without `allow-downloads`, where a download does nothing. */
-function downloadsBlocked(): boolean {
-  try {
-    const sandbox = window.frameElement?.getAttribute("sandbox");
-    return typeof sandbox === "string" && !sandbox.split(/\s+/).includes("allow-downloads");
-  } catch {
-    return false; // a frame of another origin: nothing to read, and no reason to assume the worst
-  }
 }
 
 function useDebounced<T>(value: T, ms: number): T {
@@ -50,7 +41,7 @@ export function LogsPanel({ trialId }: { trialId: number }) {
   const search = useDebounced(typed, TYPING_MS);
   const box = useRef<HTMLDivElement>(null);
   const stickToBottom = useRef(true);
-  const blocked = useMemo(downloadsBlocked, []);
+  const blocked = useMemo(() => frameForbids("allow-downloads"), []);
   const filters: Filters = useMemo(() => ({ rank, level, search }), [rank, level, search]);
 
   useEffect(() => {

@@ -1,0 +1,571 @@
+"""Tasks beside experiments: Determined's notebooks, TensorBoards, commands and shells.
+
+A task runs as the one trial of an experiment of its own, hidden from the experiment lists: the job
+queue admits it (priority, pool, slots; never preempted, as in Determined), placement puts it on a
+host, the trial's runner starts it (a local process as its owner's uid, a Docker container, a pod),
+its output is the trial's logs and its Airflow DAG run is the experiment's. What makes it a task is
+its row in ``det_tasks``: its type, its own config as submitted, what it runs, and, once its server
+is up, where the proxy (``/det/proxy/<id>/``, master/proxy.py) reaches it.
+
+Task ids are experiment ids: one numbering for every job in the queue.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import yaml
+from sqlalchemy import Connection, Row, exists, select
+
+from det_airflow.config._yaml import read_yaml
+from det_airflow.errors import ConfigError, DetError
+from det_airflow.master import experiments, schema
+from det_airflow.master.authz import Caller, PermissionDenied, check_pool, check_read
+from det_airflow.master.lifecycle import NotFound, StateError, now
+from det_airflow.states import ExperimentState, TrialState
+
+if TYPE_CHECKING:
+    from det_airflow.master.db import Database
+
+TASK_TYPES = ("command", "notebook", "tensorboard", "shell")
+# Determined's job types, as `det job list` shows them.
+JOB_TYPES = {
+    "command": "TYPE_COMMAND",
+    "notebook": "TYPE_NOTEBOOK",
+    "tensorboard": "TYPE_TENSORBOARD",
+    "shell": "TYPE_SHELL",
+}
+# Determined's defaults: a TensorBoard needs no slot, the others one.
+DEFAULT_SLOTS = {"command": 1, "notebook": 1, "tensorboard": 0, "shell": 1}
+# Where a TensorBoard that names no pool runs: Airflow's own general pool.
+TENSORBOARD_POOL = "default_pool"
+# What serves a web page (or a terminal) through the proxy.
+SERVED = ("notebook", "tensorboard", "shell")
+PROGRAMS = {
+    "notebook": ["python3", "-m", "det_airflow.tasks.notebook"],
+    "tensorboard": ["python3", "-m", "det_airflow.tasks.tensorboard"],
+    "shell": ["python3", "-m", "det_airflow.tasks.shell"],
+}
+# The label that marks a task's experiment (its DAG's tags and title read it: dagfactory._task_type).
+LABEL_PREFIX = "det-task:"
+PROXY_PREFIX = "/det/proxy/{id}/"
+
+# The fields of a task's config (Determined's command, notebook, shell and TensorBoard configs).
+_TOP_FIELDS = (
+    "description",
+    "environment",
+    "resources",
+    "bind_mounts",
+    "idle_timeout",
+    "notebook_idle_type",
+    "entrypoint",
+    "work_dir",
+    "debug",
+    "airflow",
+    "checkpoint_storage",
+)
+_RESOURCE_FIELDS = ("slots", "resource_pool", "priority", "weight", "devices", "shm_size", "is_single_node")
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+
+# A task's states, as Determined names them, from its experiment's and its trial's.
+QUEUED, PULLING, STARTING, RUNNING, TERMINATING, TERMINATED = (
+    "QUEUED",
+    "PULLING",
+    "STARTING",
+    "RUNNING",
+    "TERMINATING",
+    "TERMINATED",
+)
+
+
+@dataclass(frozen=True)
+class TaskRequest:
+    """A task as the caller asks for it (``POST /api/v1/tasks``)."""
+
+    type: str
+    config: str | None = None  # YAML text of the task's config
+    context: str | None = None  # base64 tar.gz of the context folder
+    command: Sequence[str] = ()  # command: what it runs; shell: what each terminal runs
+    experiment_ids: Sequence[int] = ()  # tensorboard: every trial of these
+    trial_ids: Sequence[int] = ()  # tensorboard: these trials
+
+
+@dataclass(frozen=True)
+class ProxyTarget:
+    """Where the proxy sends a request for a task: its server's base URL and the secret it asks."""
+
+    task_id: int
+    type: str
+    base_url: str  # e.g. http://127.0.0.1:40123 (the request's whole path is appended)
+    secret: str
+
+
+def is_task_label(label: str) -> bool:
+    return label.startswith(LABEL_PREFIX)
+
+
+def task_type_of_labels(labels: Sequence[str]) -> str | None:
+    """The task type an experiment's labels mark (the DAG factory reads it; it has no database)."""
+    for label in labels:
+        if is_task_label(label) and label[len(LABEL_PREFIX) :] in TASK_TYPES:
+            return label[len(LABEL_PREFIX) :]
+    return None
+
+
+def not_a_task() -> Any:
+    """A WHERE clause that keeps experiments and leaves tasks out."""
+    return ~exists().where(schema.tasks.c.id == schema.experiments.c.id)
+
+
+def task_ids(conn: Connection, ids: Sequence[int]) -> dict[int, str]:
+    """Which of these experiment ids are tasks, with their types."""
+    if not ids:
+        return {}
+    t = schema.tasks
+    return {
+        int(i): str(kind) for i, kind in conn.execute(select(t.c.id, t.c.type).where(t.c.id.in_(list(ids))))
+    }
+
+
+# --- the task's config ---------------------------------------------------------------------------
+
+
+def parse_duration(value: Any, field: str) -> float | None:
+    """Seconds from ``30m``, ``1h``, ``45s``, ``90`` (seconds); None for none."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise ConfigError(
+            [(field, f"expected a duration such as '30m', '1h' or 90 (seconds), got {value!r}")]
+        )
+    if isinstance(value, int | float):
+        seconds = float(value)
+    else:
+        match = _DURATION.match(str(value))
+        if match is None:
+            raise ConfigError(
+                [(field, f"expected a duration such as '30m', '1h' or 90 (seconds), got {value!r}")]
+            )
+        seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    if seconds <= 0:
+        raise ConfigError([(field, f"expected a duration above 0, got {value!r}")])
+    return seconds
+
+
+def read_task_config(text: str | None) -> dict[str, Any]:
+    """The task config a caller sent (YAML), checked for fields a task does not have."""
+    if text is None or not text.strip():
+        return {}
+    data = read_yaml(text, "task config")
+    if data is None:
+        return {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(
+            [("<root>", f"expected a mapping of task config fields, got {type(data).__name__}")]
+        )
+    problems: list[tuple[str, str]] = []
+    for key in data:
+        if key not in _TOP_FIELDS:
+            problems.append((str(key), _unknown(str(key), _TOP_FIELDS, "a task config field")))
+    resources = data.get("resources")
+    if resources is not None and not isinstance(resources, Mapping):
+        problems.append(("resources", "expected a mapping"))
+    elif isinstance(resources, Mapping):
+        for key in resources:
+            if key not in _RESOURCE_FIELDS:
+                problems.append(
+                    (f"resources.{key}", _unknown(str(key), _RESOURCE_FIELDS, "a resources field"))
+                )
+    if problems:
+        raise ConfigError(problems)
+    return dict(data)
+
+
+def _unknown(key: str, known: Sequence[str], what: str) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(key, known, n=1)
+    hint = f"; did you mean '{close[0]}'?" if close else f" (known: {', '.join(known)})"
+    if key == "slots_per_trial":
+        hint = "; a task takes 'resources.slots'"
+    return f"not {what}{hint}"
+
+
+def experiment_config(
+    task_type: str,
+    config: Mapping[str, Any],
+    command: Sequence[str],
+    storage: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The config of the one-trial experiment a task runs as."""
+    resources = dict(config.get("resources") or {})
+    slots = resources.pop("slots", DEFAULT_SLOTS[task_type])
+    description = str(config.get("description") or _default_description(task_type, command))
+    if task_type == "command":
+        entrypoint: Any = config.get("entrypoint")
+        if command:
+            entrypoint = command[0] if len(command) == 1 else list(command)
+        if not entrypoint:
+            raise ConfigError([("entrypoint", "a command needs something to run: det cmd run CMD [ARGS...]")])
+    else:
+        if config.get("entrypoint") is not None:
+            raise ConfigError([("entrypoint", f"a {task_type} runs its own program; leave 'entrypoint' out")])
+        entrypoint = list(PROGRAMS[task_type])
+    if (
+        task_type == "tensorboard"
+        and not resources.get("resource_pool")
+        and not (config.get("airflow") or {}).get("pool")
+    ):
+        # It needs no GPU, yet as an Airflow task it holds one pool slot: not one of the GPU pools'.
+        resources["resource_pool"] = TENSORBOARD_POOL
+    result: dict[str, Any] = {
+        "name": f"{task_type}: {description}"[:256],
+        "description": description,
+        "labels": [LABEL_PREFIX + task_type],
+        "entrypoint": entrypoint,
+        "searcher": {"name": "single", "metric": "task", "max_length": {"batches": 1}},
+        "hyperparameters": {},
+        "resources": {**resources, "slots_per_trial": slots},
+        "max_restarts": 0,
+    }
+    for key in ("environment", "bind_mounts", "airflow", "debug"):
+        if config.get(key) is not None:
+            result[key] = config[key]
+    if storage is not None:
+        result["checkpoint_storage"] = dict(storage)
+    elif config.get("checkpoint_storage") is not None:
+        result["checkpoint_storage"] = config["checkpoint_storage"]
+    return result
+
+
+def _default_description(task_type: str, command: Sequence[str]) -> str:
+    if task_type == "command":
+        return " ".join(command)[:200] or "command"
+    return {"notebook": "JupyterLab", "tensorboard": "TensorBoard", "shell": "shell"}[task_type]
+
+
+# --- TensorBoard's sources -----------------------------------------------------------------------
+
+
+def tensorboard_sources(
+    conn: Connection, caller: Caller, experiment_ids: Sequence[int], trial_ids: Sequence[int]
+) -> tuple[list[dict[str, int]], dict[str, Any]]:
+    """The trials a TensorBoard shows, each one the caller may read, and the storage they share."""
+    if not experiment_ids and not trial_ids:
+        raise ConfigError([("experiment_ids", "name at least one experiment or trial to show")])
+    tasks = task_ids(conn, [*experiment_ids])
+    sources: list[dict[str, int]] = []
+    storages: dict[int, Any] = {}
+    for experiment_id in experiment_ids:
+        if experiment_id in tasks:
+            raise ConfigError(
+                [("experiment_ids", f"{experiment_id} is a {tasks[experiment_id]}, not an experiment")]
+            )
+        row = experiments.get_experiment(conn, experiment_id)
+        check_read(caller, row, "open a TensorBoard of")
+        storages[row.id] = row.config.get("checkpoint_storage")
+        t = schema.trials.c
+        for trial_id in conn.execute(select(t.id).where(t.experiment_id == row.id).order_by(t.id)).scalars():
+            sources.append({"experiment_id": row.id, "trial_id": int(trial_id)})
+    for trial_id in trial_ids:
+        trial = conn.execute(select(schema.trials).where(schema.trials.c.id == trial_id)).first()
+        if trial is None:
+            raise NotFound(f"trial {trial_id} not found")
+        row = experiments.get_experiment(conn, trial.experiment_id)
+        check_read(caller, row, "open a TensorBoard of")
+        storages[row.id] = row.config.get("checkpoint_storage")
+        sources.append({"experiment_id": row.id, "trial_id": int(trial_id)})
+    distinct = {yaml.safe_dump(s, sort_keys=True) for s in storages.values()}
+    if len(distinct) > 1:
+        raise ConfigError(
+            [
+                (
+                    "experiment_ids",
+                    f"experiments {', '.join(str(i) for i in sorted(storages))} keep their files in "
+                    "different checkpoint storage; start one TensorBoard per storage",
+                )
+            ]
+        )
+    unique = list({(s["experiment_id"], s["trial_id"]): s for s in sources}.values())
+    return unique, dict(next(iter(storages.values())) or {})
+
+
+# --- what the API answers ------------------------------------------------------------------------
+
+
+def get_task(conn: Connection, task_id: int) -> Row:
+    row = conn.execute(select(schema.tasks).where(schema.tasks.c.id == task_id)).first()
+    if row is None:
+        raise NotFound(f"task {task_id} not found")
+    return row
+
+
+def _trial_of(conn: Connection, task_id: int) -> Row | None:
+    t = schema.trials
+    return conn.execute(select(t).where(t.c.experiment_id == task_id).order_by(t.c.id).limit(1)).first()
+
+
+def task_state(experiment: Row, trial: Row | None) -> str:
+    """Determined's task state from the experiment's and its trial's."""
+    state = ExperimentState(experiment.state)
+    if state.is_terminal:
+        return TERMINATED
+    if state in (
+        ExperimentState.STOPPING_CANCELED,
+        ExperimentState.STOPPING_KILLED,
+        ExperimentState.STOPPING_ERROR,
+    ):
+        return TERMINATING
+    if trial is None:
+        return QUEUED
+    trial_state = TrialState(trial.state)
+    if trial_state.is_terminal:
+        return TERMINATED
+    if trial_state in (TrialState.PULLING, TrialState.STARTING, TrialState.RUNNING):
+        return trial_state.value
+    if trial_state in (TrialState.STOPPING_CANCELED, TrialState.STOPPING_KILLED, TrialState.STOPPING_ERROR):
+        return TERMINATING
+    return QUEUED
+
+
+def describe(conn: Connection, task: Row, experiment: Row | None = None) -> dict[str, Any]:
+    """A task as `det task list`, the Tasks page and the other task verbs show it."""
+    experiment = experiment if experiment is not None else experiments.get_experiment(conn, task.id)
+    trial = _trial_of(conn, task.id)
+    state = task_state(experiment, trial)
+    ready = _serving(task, state)
+    resources = experiment.config.get("resources") or {}
+    sources = (task.args or {}).get("sources") or []
+    return {
+        "id": task.id,
+        "type": task.type,
+        "description": experiment.description or "",
+        "owner": experiment.owner,
+        "state": state,
+        "end_state": experiment.state if ExperimentState(experiment.state).is_terminal else None,
+        "exit_code": task.exit_code,
+        "ready": ready,
+        "url": PROXY_PREFIX.format(id=task.id) + ("lab" if task.type == "notebook" else "")
+        if task.type in SERVED
+        else None,
+        "resource_pool": experiment.resource_pool,
+        "slots": int(resources.get("slots_per_trial") or 0),
+        "priority": int(experiment.priority or resources.get("priority") or 42),
+        "start_time": experiment.start_time.isoformat() if experiment.start_time else None,
+        "end_time": experiment.end_time.isoformat() if experiment.end_time else None,
+        "trial_id": trial.id if trial is not None else None,
+        "host": trial.host if trial is not None else None,
+        "dag_id": experiment.dag_id,
+        "dag_run_id": experiment.dag_run_id,
+        "command": list((task.args or {}).get("command") or []),
+        "experiment_ids": sorted({int(s["experiment_id"]) for s in sources}),
+        "trial_ids": [int(s["trial_id"]) for s in sources],
+        "idle_timeout": parse_duration((task.config or {}).get("idle_timeout"), "idle_timeout"),
+    }
+
+
+def list_tasks(
+    conn: Connection, caller: Caller, *, task_type: str | None = None, everyone: bool = False
+) -> list[dict[str, Any]]:
+    """The caller's tasks (``everyone``: every task the caller may read), oldest first."""
+    from det_airflow.master.authz import readable
+
+    t, e = schema.tasks, schema.experiments
+    query = select(t, e.c.owner).join(e, e.c.id == t.c.id).order_by(t.c.id)
+    if task_type is not None:
+        query = query.where(t.c.type == task_type)
+    if not everyone:
+        query = query.where(e.c.owner == caller.name)
+    rows = conn.execute(query).all()
+    if not rows:
+        return []
+    exps = {row.id: row for row in conn.execute(select(e).where(e.c.id.in_([r.id for r in rows]))).all()}
+    allowed = {row.id for row in readable(caller, list(exps.values()))}
+    return [describe(conn, row, exps[row.id]) for row in rows if row.id in allowed]
+
+
+def check_type(task_type: str | None) -> None:
+    if task_type is not None and task_type not in TASK_TYPES:
+        raise DetError(f"unknown task type {task_type!r}: one of {', '.join(TASK_TYPES)}")
+
+
+# --- opening one through the proxy ---------------------------------------------------------------
+
+
+def check_open(conn: Connection, caller: Caller, task: Row, experiment: Row) -> None:
+    """Refuse unless the caller may open the task's server: a notebook or shell is code execution
+    as its owner (its owner's or an admin's); a TensorBoard shows what every reader of all its
+    experiments may read."""
+    if task.type in ("notebook", "shell"):
+        if experiment.owner != caller.name and not caller.is_admin:
+            raise PermissionDenied(
+                f"user '{caller.name}' may not open {task.type} {task.id}: it belongs to "
+                f"'{experiment.owner}'; only its owner or an admin may"
+            )
+        return
+    if task.type == "tensorboard":
+        for experiment_id in sorted(
+            {int(s["experiment_id"]) for s in (task.args or {}).get("sources") or []}
+        ):
+            try:
+                source = experiments.get_experiment(conn, experiment_id)
+            except NotFound:
+                continue
+            check_read(caller, source, "open a TensorBoard of")
+        check_read(caller, experiment, "open")
+        return
+    raise NotFound(f"task {task.id} is a {task.type}: it serves no page")
+
+
+def proxy_target(conn: Connection, caller: Caller, task_id: int) -> ProxyTarget:
+    """Where the proxy sends the caller's request for task ``task_id``, after the access checks."""
+    task = get_task(conn, task_id)
+    experiment = experiments.get_experiment(conn, task_id)
+    check_open(conn, caller, task, experiment)
+    trial = _trial_of(conn, task_id)
+    state = task_state(experiment, trial)
+    if not _serving(task, state):
+        why = (
+            "it ended"
+            if state == TERMINATED
+            else f"it is {state}"
+            if state != RUNNING
+            else "its server is starting"
+        )
+        raise StateError(f"{task.type} {task_id} is not serving: {why}")
+    return ProxyTarget(task.id, task.type, f"http://{_url_host(task.address)}:{task.port}", task.secret)
+
+
+def _serving(task: Row, state: str) -> bool:
+    """Whether the task's server said it listens, in the run that is now live (a run's end clears it)."""
+    return task.port is not None and task.secret is not None and state in (PULLING, STARTING, RUNNING)
+
+
+def _url_host(address: str | None) -> str:
+    host = address or "127.0.0.1"
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+# --- what the task's own program asks and says (its trial's token) -------------------------------
+
+
+def runtime_answer(conn: Connection, trial_id: int) -> dict[str, Any]:
+    """What the program of the task that trial ``trial_id`` runs needs to know."""
+    trial = conn.execute(select(schema.trials).where(schema.trials.c.id == trial_id)).first()
+    if trial is None:
+        raise NotFound(f"trial {trial_id} not found")
+    task = conn.execute(select(schema.tasks).where(schema.tasks.c.id == trial.experiment_id)).first()
+    if task is None:
+        raise NotFound(f"trial {trial_id} runs no task")
+    args = dict(task.args or {})
+    if task.type == "tensorboard":
+        experiment = experiments.get_experiment(conn, task.id)
+        args["storage"] = experiment.config.get("checkpoint_storage") or {}
+    return {
+        "id": task.id,
+        "type": task.type,
+        "args": args,
+        "proxy_prefix": PROXY_PREFIX.format(id=task.id),
+        "bind_address": _bind_address(conn, trial),
+        "idle_timeout": parse_duration((task.config or {}).get("idle_timeout"), "idle_timeout"),
+    }
+
+
+def _bind_address(conn: Connection, trial: Row) -> str:
+    """Loopback when the task runs where the master does (one machine); else the address its host
+    reports, where the master's proxy reaches it."""
+    if trial.host is not None:
+        row = conn.execute(select(schema.hosts.c.address).where(schema.hosts.c.id == trial.host)).first()
+        if row is not None and row.address and not _is_loopback(str(row.address)):
+            return str(row.address)
+    return "127.0.0.1"
+
+
+def _is_loopback(address: str) -> bool:
+    import ipaddress
+
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+def mark_ready(conn: Connection, trial_id: int, port: int, secret: str, address: str | None) -> None:
+    """The task's server listens: the proxy may send requests to it from now on."""
+    answer = runtime_answer(conn, trial_id)
+    trial = conn.execute(select(schema.trials).where(schema.trials.c.id == trial_id)).first()
+    if trial is None or TrialState(trial.state).is_terminal:
+        raise StateError(f"trial {trial_id} has ended")
+    if answer["type"] not in SERVED:
+        raise StateError(f"task {answer['id']} is a {answer['type']}: it serves no page")
+    conn.execute(
+        schema.tasks.update()
+        .where(schema.tasks.c.id == answer["id"])
+        .values(address=address or answer["bind_address"], port=port, secret=secret, ready_at=now())
+    )
+
+
+def run_ended(conn: Connection, experiment_id: int, exit_code: int) -> None:
+    """The task's process exited: its server is gone; a command keeps its exit status."""
+    conn.execute(
+        schema.tasks.update()
+        .where(schema.tasks.c.id == experiment_id)
+        .values(address=None, port=None, secret=None, ready_at=None, exit_code=exit_code)
+    )
+
+
+# --- starting one --------------------------------------------------------------------------------
+
+
+def create_task(db: Database, caller: Caller, request: TaskRequest) -> dict[str, Any]:
+    """Store a task and start it: its experiment, its DAG, its row; answers it as ``describe``."""
+    from det_airflow.master import submission
+
+    check_type(request.type)
+    config = read_task_config(request.config)
+    idle = parse_duration(config.get("idle_timeout"), "idle_timeout")
+    if idle is not None and request.type == "command":
+        raise ConfigError(
+            [
+                (
+                    "idle_timeout",
+                    "a command runs until it ends; idle_timeout is for notebooks, shells and TensorBoards",
+                )
+            ]
+        )
+    args: dict[str, Any] = {}
+    storage = None
+    if request.type == "tensorboard":
+        with db.read() as conn:
+            sources, storage = tensorboard_sources(conn, caller, request.experiment_ids, request.trial_ids)
+        args["sources"] = sources
+    elif request.experiment_ids or request.trial_ids:
+        raise ConfigError([("experiment_ids", f"a {request.type} shows no experiments")])
+    if request.type in ("command", "shell"):
+        args["command"] = [str(arg) for arg in request.command]
+    elif request.command:
+        raise ConfigError([("command", f"a {request.type} runs its own program; give no command")])
+    exp_config = experiment_config(request.type, config, request.command, storage)
+    config_yaml = yaml.safe_dump(exp_config, sort_keys=False)
+
+    def store_task(conn: Connection, experiment_id: int) -> None:
+        conn.execute(
+            schema.tasks.insert().values(id=experiment_id, type=request.type, config=config, args=args)
+        )
+
+    row, _ = submission.create_once(
+        db,
+        config_yaml=config_yaml,
+        context=request.context,
+        owner=caller.name,
+        after_create=store_task,
+        check_pool=lambda pool: check_pool(caller, pool),
+    )
+    with db.read() as conn:
+        return describe(conn, get_task(conn, row.id))
