@@ -24,6 +24,8 @@ CONTAINER_ADDRS = "DET_CONTAINER_ADDRS"
 # A run over several hosts: the port on the chief's host where the nodes' launchers meet.
 RENDEZVOUS_PORT = "DET_RENDEZVOUS_PORT"
 TASK_ID = "DET_TASK_ID"
+# A Kubernetes trial's pod address (the downward API's status.podIP): where a task's server listens.
+POD_IP = "DET_POD_IP"
 ALLOCATION_ID = "DET_ALLOCATION_ID"
 TRIAL_RUN_ID = "DET_TRIAL_RUN_ID"
 # Off-cluster and local test mode: the folder of the local store, and whether training is compressed.

@@ -8,6 +8,7 @@ secret the program chose (header ``X-Det-Task-Secret``) to every request it forw
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import http.client
 import logging
@@ -113,7 +114,11 @@ def connect(expected_type: str) -> tuple[RuntimeClient, Task]:
     except ValueError:
         raise TaskError(f"{trial_env.TRIAL_ID}: expected an integer, got {trial_id!r}") from None
     client = RuntimeClient(master, token, trial)
-    return client, Task.from_answer(client.task(), expected_type)
+    task = Task.from_answer(client.task(), expected_type)
+    if pod_ip := os.environ.get(trial_env.POD_IP):
+        # A pod: the master reaches its server at the pod's own address, which only the pod knows.
+        task = dataclasses.replace(task, bind_address=pod_ip)
+    return client, task
 
 
 def check_bindable(address: str) -> None:

@@ -103,7 +103,7 @@ class _Readiness(threading.Thread):
                 f"{self.task.proxy_prefix}api/status",
                 {"Authorization": f"token {self.secret}"},
             )
-            self.client.task_ready(self.serverapp.port, self.secret)
+            self.client.task_ready(self.serverapp.port, self.secret, self.task.local_address)
         except DetError as exc:
             self.error = exc
             self.serverapp.io_loop.add_callback(self.serverapp.stop)

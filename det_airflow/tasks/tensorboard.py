@@ -191,7 +191,7 @@ def main() -> int:
             raise TaskError(exc.msg) from None
         server = servers[0]
         wait_until_answers(task.local_address, server.server_port, task.proxy_prefix, {SECRET_HEADER: secret})
-        client.task_ready(server.server_port, secret)
+        client.task_ready(server.server_port, secret, task.local_address)
         logger.info("TensorBoard is ready at %s", task.proxy_prefix)
         clock.touch()
         _serve(task, folder, clock, stop)

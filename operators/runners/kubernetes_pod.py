@@ -154,7 +154,7 @@ def trial_pod(
         image_pull_policy=pull_policy,
         command=trial.command(),
         working_dir=str(trial.workdir),
-        env=env,
+        env=[*env, _POD_IP],
         volume_mounts=mounts,
         resources=k8s.V1ResourceRequirements(limits=limits or None, requests=dict(limits) or None),
     )
@@ -175,6 +175,13 @@ def trial_pod(
     added = runner_policy.allowed_added_capabilities(environment.get("add_capabilities") or [], policy)
     harden(pod.spec, trial, policy, added)
     return pod
+
+
+# The pod's own address, for a task's server to listen at (det_airflow.tasks).
+_POD_IP = k8s.V1EnvVar(
+    name=trial_env.POD_IP,
+    value_from=k8s.V1EnvVarSource(field_ref=k8s.V1ObjectFieldSelector(field_path="status.podIP")),
+)
 
 
 def _env_var(name: str, value: str, *, secret: str) -> k8s.V1EnvVar:

@@ -155,6 +155,35 @@ def test_the_tasks_page_lists_a_command_and_kills_it(page: Page, airflow: LocalA
     screenshot(page, "tasks-killed")
 
 
+def test_the_tasks_page_opens_a_notebook_and_kills_it(
+    page: Page, airflow: LocalAirflow, tasks: Tasks
+) -> None:
+    task = tasks.create({"type": "notebook", "config": "description: ui notebook\n"})
+
+    page.goto(ui(airflow, "tasks"))
+    row = page.locator(f"[data-testid=task-row][data-id='{task['id']}']")
+    expect(row.get_by_test_id("task-type")).to_have_text("Notebook")
+    expect(row).to_contain_text("ui notebook")
+    # Once JupyterLab answers through the master, Open takes the user to it in a new tab.
+    expect(row.get_by_test_id("task-open")).to_be_visible(timeout=BOARD_TIMEOUT_MS)
+    with page.context.expect_page() as opened:
+        row.get_by_test_id("task-open").click()
+    lab = opened.value
+    expect(lab).to_have_url(re.compile(rf"/det/proxy/{task['id']}/lab"), timeout=60_000)
+    expect(lab.locator("#jp-main-dock-panel, .jp-LabShell").first).to_be_visible(timeout=120_000)
+    screenshot(lab, f"notebook-{task['id']}")
+    lab.close()
+
+    row.get_by_test_id("task-kill").click()
+    expect(page.get_by_role("dialog")).to_contain_text(f"Kill task {task['id']} (Notebook: ui notebook)?")
+    page.get_by_test_id("confirm-ok").click()
+    expect(row.get_by_test_id("task-state")).to_have_text(
+        re.compile(r"^TERMINATED \(CANCELED\)$"), timeout=120_000
+    )
+    expect(row.get_by_test_id("task-open")).to_have_count(0)
+    assert tasks.get(task["id"])["end_state"] == "CANCELED"
+
+
 def test_open_tensorboard_on_the_experiment_tab_opens_its_scalars_in_a_new_tab(
     page: Page, airflow: LocalAirflow, det: DetEnv, tasks: Tasks, scalars: dict[str, Any]
 ) -> None:

@@ -246,6 +246,8 @@ def test_token_config_and_credentials_reach_the_trial_from_a_secret_never_as_env
         assert env[name] == from_secret(name)
     assert env["AWS_ENDPOINT_URL_S3"] == "http://minio.storage:9000"
     assert env["AWS_DEFAULT_REGION"] == "eu-west-1"
+    # A task's server listens at the pod's own address, where the master's proxy reaches it.
+    assert env["DET_POD_IP"] == {"fieldRef": {"fieldPath": "status.podIP"}}
     (init,) = pod_spec["initContainers"]
     init_env = env_of(init)
     assert init_env[SESSION_TOKEN] == from_secret(SESSION_TOKEN)

@@ -146,10 +146,13 @@ class TaskProgram:
         return self.wait(60)
 
 
-def start_program(name: str, master: StandInMaster, trial_id: int, cwd: Path) -> subprocess.Popen[bytes]:
+def start_program(
+    name: str, master: StandInMaster, trial_id: int, cwd: Path, extra_env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     """``python3 -m det_airflow.tasks.<name>`` as trial ``trial_id``; output to ``cwd/../<name>-<id>.log``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("DET_")}
     env |= {trial_env.MASTER: master.url, trial_env.SESSION_TOKEN: TOKEN, trial_env.TRIAL_ID: str(trial_id)}
+    env |= extra_env or {}
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[3]), env.get("PYTHONPATH", "")])
     output = open(cwd.parent / f"{name}-{trial_id}.log", "wb")  # noqa: SIM115 - the child writes it
     with output:
@@ -163,11 +166,13 @@ def start_program(name: str, master: StandInMaster, trial_id: int, cwd: Path) ->
         )
 
 
-def run_task(name: str, master: StandInMaster, task: dict[str, Any], cwd: Path) -> TaskProgram:
+def run_task(
+    name: str, master: StandInMaster, task: dict[str, Any], cwd: Path, extra_env: dict[str, str] | None = None
+) -> TaskProgram:
     """Start the program for ``task`` and wait until it reported ready."""
     cwd.mkdir(parents=True, exist_ok=True)
     trial_id = master.add(task)
-    process = start_program(name, master, trial_id, cwd)
+    process = start_program(name, master, trial_id, cwd, extra_env)
     output = cwd.parent / f"{name}-{trial_id}.log"
     ready = master.wait_ready(trial_id, process, output)
     return TaskProgram(process, output, int(ready["port"]), str(ready["secret"]), task["proxy_prefix"])

@@ -149,3 +149,24 @@ def test_a_connection_may_name_its_own_command(shell: TaskProgram) -> None:
     with open_terminal(shell, path="ws?command=sh&command=-c&command=echo+own-$((2*3));+exit+4") as terminal:
         read_until(terminal, "own-6")
         assert exit_frame(terminal) == {"exit": 4}
+
+
+def test_in_a_pod_the_server_listens_at_the_pods_address_and_says_so(
+    master: StandInMaster, tmp_path: Path
+) -> None:
+    # The Kubernetes runner gives a pod DET_POD_IP (status.podIP); the master answered loopback.
+    answer = task_answer("shell", 34, args={"command": ["/bin/sh"]})
+    program = run_task(
+        "shell", master, {**answer, "bind_address": "192.0.2.1"}, tmp_path / "c", {"DET_POD_IP": "127.0.0.2"}
+    )
+    try:
+        assert master.ready[max(master.ready)]["address"] == "127.0.0.2"
+        with connect(
+            f"ws://127.0.0.2:{program.port}{program.prefix}ws",
+            additional_headers={"X-Det-Task-Secret": program.secret},
+            open_timeout=30,
+        ) as terminal:
+            terminal.send(b"exit 0\n")
+            assert exit_frame(terminal) == {"exit": 0}
+    finally:
+        program.stop()
