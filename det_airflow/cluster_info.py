@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +56,12 @@ class ClusterInfo:
     trial: TrialInfo
     task_type: str = "TRIAL"
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
+    agent_id: str = ""
+
+    @property
+    def _trial_info(self) -> TrialInfo:
+        """Determined's name for :attr:`trial`, used by its own training loops."""
+        return self.trial
 
     @property
     def user_data(self) -> dict[str, Any]:
@@ -100,6 +107,7 @@ def cluster_info_from_env(env: Mapping[str, str]) -> ClusterInfo | None:
         container_rank=_int(env, trial_env.CONTAINER_RANK, 0),
         latest_checkpoint=env.get(trial_env.LATEST_CHECKPOINT) or None,
         trial=trial,
+        agent_id=env.get(trial_env.AGENT_ID) or socket.gethostname(),
     )
 
 

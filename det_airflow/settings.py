@@ -51,6 +51,9 @@ GUARDED_POD_FIELDS = (
     "secrets",
 )
 
+# Determined's bound on retention_policy.log_retention_days, here as in an experiment's config.
+LOG_RETENTION_DAYS_MAX = 32767
+
 # systemd's DynamicUser range: unused by distributions' static users and by login users.
 DEFAULT_TRIAL_UID_RANGE = (61184, 65519)
 
@@ -234,6 +237,20 @@ class Settings:
         """Seconds after a host's last heartbeat when its slots stop counting (default 30)."""
         return float(_int(self.checked_on_use.get, "host_timeout", 30))
 
+    @property
+    def log_retention_days(self) -> int:
+        """Days an ended trial's logs are kept when its experiment's ``retention_policy`` sets none
+        (``[det] log_retention_days``); -1, the default: forever."""
+        text = (self.checked_on_use.get("log_retention_days") or "").strip()
+        if not text:
+            return -1
+        if not re.fullmatch(r"-1|\d{1,5}", text) or int(text) > LOG_RETENTION_DAYS_MAX:
+            raise SettingsError(
+                f"airflow.cfg [{SECTION}] log_retention_days: expected -1 (forever) or a number of days "
+                f"from 0 to {LOG_RETENTION_DAYS_MAX}, got {text!r}"
+            )
+        return int(text)
+
     def policy_for(self, pool: str | None) -> RunnerPolicy:
         """The cluster's policy with what ``pool_policies`` adds for ``pool``."""
         extra = self.pool_policies.get(pool or "")
@@ -321,6 +338,7 @@ _CHECKED_ON_USE = (
     "slot_type",
     "kubernetes_delete_pods",
     "kubernetes_startup_timeout",
+    "log_retention_days",
 )
 
 

@@ -221,6 +221,75 @@ def connect(master: str | None, *, ask_password: Callable[[str], str] | None = N
     return UserClient(master, relogin() if relogin is not None else None, relogin=relogin)
 
 
+# Tokens of users other than the stored login's, per master, for ``det -u USER``: the key cannot
+# collide with a master's URL, so ``load_login`` and ``forget_login`` never see it.
+_OTHER_USERS = "other_users"
+
+
+def load_user_token(master: str | None, username: str) -> str | None:
+    """The token stored for ``username`` on ``master``: the stored login's, or one kept by ``det -u``."""
+    stored = load_login(master)
+    if stored is not None and stored.username == username:
+        return stored.token
+    others = _read_logins().get(_OTHER_USERS)
+    tokens = others.get(normalize_master_url(master)) if isinstance(others, dict) else None
+    token = tokens.get(username) if isinstance(tokens, dict) else None
+    return str(token) if token else None
+
+
+def store_user_token(master: str | None, username: str, token: str) -> None:
+    """Keeps ``username``'s token for ``det -u`` without changing which user ``det`` runs as."""
+    stored = load_login(master)
+    if stored is not None and stored.username == username:
+        store_login(master, username, token)
+        return
+    logins = _read_logins()
+    found = logins.get(_OTHER_USERS)
+    others: dict[str, Any] = found if isinstance(found, dict) else {}
+    others.setdefault(normalize_master_url(master), {})[username] = token
+    logins[_OTHER_USERS] = others
+    _write_logins(logins)
+
+
+def connect_as(
+    master: str | None, username: str, *, ask_password: Callable[[str], str] | None = None
+) -> UserClient:
+    """A client acting as ``username`` (Determined's ``det -u USER``): that user's stored token, else a
+    login with ``DET_PASS`` when ``DET_USER`` names the same user, else with a password from
+    ``ask_password``.
+
+    Raises:
+        DetError: No token is stored for the user and no password can be had.
+    """
+    master = normalize_master_url(master)
+    relogin: Callable[[], str] | None = None
+    if os.environ.get(USER_ENV) == username and os.environ.get(PASSWORD_ENV) is not None:
+        password = os.environ[PASSWORD_ENV]
+
+        def relogin() -> str:
+            token = login(master, username, password)
+            store_user_token(master, username, token)
+            return token
+
+    elif ask_password is not None:
+        asker = ask_password
+
+        def relogin() -> str:
+            token = login(master, username, asker(username))
+            store_user_token(master, username, token)
+            return token
+
+    token = load_user_token(master, username)
+    if token is not None:
+        return UserClient(master, token, relogin=relogin)
+    if relogin is None:
+        raise DetError(
+            f"no login stored for user '{username}' on {master}: run `det -u {username} user whoami` "
+            f"on a terminal to type the password, or set DET_USER={username} and DET_PASS"
+        )
+    return UserClient(master, relogin(), relogin=relogin)
+
+
 def websocket_url(master: str, path: str, params: dict[str, Any] | None = None) -> str:
     """``ws://`` (``wss://`` for an https master) URL of ``path`` on ``master``.
 
@@ -547,6 +616,20 @@ class UserClient:
         """The username the master knows this client's token as (``GET /me``)."""
         return self._answer(Me, "GET", "/me").username
 
+    def fresh_token(self) -> str | None:
+        """The bearer token this client sends (a fresh one once it logged in again)."""
+        return self._session.token
+
+    def airflow_version(self) -> str | None:
+        """The version of the Airflow behind the master (its public ``/api/v2/version``), or None
+        when that Airflow does not say."""
+        try:
+            answer = self._json("GET", f"{self.master}/api/v2/version")
+        except APIError:
+            return None
+        version = answer.get("version") if isinstance(answer, dict) else None
+        return str(version) if version else None
+
     # --- users, where Airflow's auth manager is FAB's (its API is outside the master's prefix) ---
 
     def fab_users(self, method: str, path: str = "", **kwargs: Any) -> Any:
@@ -577,10 +660,13 @@ __all__ = [
     "auth_file",
     "config_dir",
     "connect",
+    "connect_as",
     "forget_login",
     "load_login",
+    "load_user_token",
     "login",
     "new_request_id",
     "store_login",
+    "store_user_token",
     "websocket_url",
 ]

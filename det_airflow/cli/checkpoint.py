@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from det_airflow.cli import render
 from det_airflow.errors import DetError
@@ -31,7 +31,7 @@ FOLDER_STORAGE = ("shared_fs", "directory")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    noun = subparsers.add_parser("checkpoint", help="inspect, download and delete checkpoints")
+    noun = subparsers.add_parser("checkpoint", aliases=["c"], help="inspect, download and delete checkpoints")
     verbs = noun.add_subparsers(dest="verb", metavar="VERB", required=True)
 
     ls = verbs.add_parser("list", aliases=["ls"], help="list an experiment's checkpoints")
@@ -47,6 +47,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     download.add_argument(
         "-o", "--output-dir", metavar="DIR", help="where to put the files (default: checkpoints/UUID)"
     )
+    add_mode_argument(download)
     download.set_defaults(func=_download)
 
     delete = verbs.add_parser("delete", help="delete a checkpoint's files and record")
@@ -58,17 +59,48 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def add_list_arguments(parser: argparse.ArgumentParser) -> None:
     """``EXPERIMENT_ID [--csv | --json]``: shared with ``det experiment list-checkpoints``."""
     parser.add_argument("experiment_id", metavar="ID", type=int, help="experiment ID")
+    parser.add_argument(
+        "--best",
+        type=_positive_int,
+        metavar="N",
+        help="only the best N checkpoints by the searcher metric (those with a validation)",
+    )
     out = parser.add_mutually_exclusive_group()
     out.add_argument("--csv", action="store_true", help="print CSV")
     out.add_argument("--json", action="store_true", help="print JSON")
     parser.set_defaults(func=_list)
 
 
+# Determined's download modes: from storage with this machine's access, through the master, or
+# whichever works (storage when readable here, else the master).
+MODES = ("auto", "direct", "master")
+
+
+def add_mode_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--mode",
+        choices=MODES,
+        default="auto",
+        help="direct: read the storage from this machine; master: stream through the master "
+        "(object storage only); auto (default): direct for folders, master for object storage",
+    )
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return value
+
+
 def _add_uuid(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("uuid", metavar="UUID", type=_uuid, help="checkpoint UUID")
+    parser.add_argument("uuid", metavar="UUID", type=checkpoint_uuid, help="checkpoint UUID")
 
 
-def _uuid(text: str) -> str:
+def checkpoint_uuid(text: str) -> str:
     # "." and ".." would name a folder above the checkpoint once placed in a URL or a path.
     if text in ("", ".", "..") or "/" in text:
         raise argparse.ArgumentTypeError(f"not a checkpoint UUID: {text!r}")
@@ -91,7 +123,11 @@ def _size(checkpoint: Checkpoint) -> str:
 
 
 def _list(args: argparse.Namespace) -> None:
-    checkpoints = _connect(args).list_checkpoints(args.experiment_id)
+    client = _connect(args)
+    checkpoints = client.list_checkpoints(args.experiment_id)
+    if args.best is not None:
+        smaller = smaller_is_better(client.get_experiment_config(args.experiment_id))
+        checkpoints = best_first(checkpoints, smaller)[: args.best]
     if args.json:
         render.print_json(checkpoints)
         return
@@ -108,6 +144,23 @@ def _list(args: argparse.Namespace) -> None:
         for c in checkpoints
     ]
     render.print_table(LIST_HEADERS, rows, csv=args.csv)
+
+
+def smaller_is_better(config: dict[str, Any]) -> bool:
+    """The searcher's ordering (Determined's default: smaller is better)."""
+    return bool((config.get("searcher") or {}).get("smaller_is_better", True))
+
+
+def best_first(checkpoints: list[Checkpoint], smaller: bool) -> list[Checkpoint]:
+    """The checkpoints with a validation metric, best first (ties: the later one first)."""
+    scored = [c for c in checkpoints if c.validation_metric is not None and c.state != "DELETED"]
+    return sorted(
+        scored,
+        key=lambda c: (
+            c.validation_metric if smaller else -(c.validation_metric or 0.0),
+            -c.steps_completed,
+        ),
+    )
 
 
 def _describe(args: argparse.Namespace) -> None:
@@ -148,14 +201,36 @@ def _download(args: argparse.Namespace) -> None:
     client = _connect(args)
     checkpoint = client.get_checkpoint(args.uuid)
     target = Path(args.output_dir) if args.output_dir else Path("checkpoints") / args.uuid
+    download(client, checkpoint, target, args.mode)
+    print("Local checkpoint path:")
+    print(target)
+
+
+def download(client: UserClient, checkpoint: Checkpoint, target: Path, mode: str = "auto") -> None:
+    """Fetches a checkpoint into ``target`` in one of :data:`MODES`.
+
+    Raises:
+        DetError: The mode cannot serve this checkpoint's storage, or the fetch failed.
+    """
     from det_airflow.object_storage import is_object_storage
 
-    if is_object_storage(checkpoint.storage):  # the master streams these (it holds the credentials)
+    in_object_storage = is_object_storage(checkpoint.storage)
+    if mode == "direct" and in_object_storage:
+        # Reading a bucket from here would need this machine's own credentials and the storage
+        # clients; the master already holds both.
+        raise DetError(
+            f"checkpoint {checkpoint.uuid} is in {(checkpoint.storage or {}).get('type')} storage, "
+            "which det reads through the master only: use --mode master or auto"
+        )
+    if mode == "master" and not in_object_storage:
+        raise DetError(
+            f"checkpoint {checkpoint.uuid} is in a {(checkpoint.storage or {}).get('type')} folder, which "
+            "the master does not serve: use --mode direct or auto on a machine that mounts it"
+        )
+    if in_object_storage:
         download_through_master(client, checkpoint, target)
     else:
         copy_checkpoint(checkpoint, target)
-    print("Local checkpoint path:")
-    print(target)
 
 
 def download_through_master(client: UserClient, checkpoint: Checkpoint, target: Path) -> None:

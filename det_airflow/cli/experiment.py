@@ -98,16 +98,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     ls = verbs.add_parser("list", aliases=["ls"], help="list experiments")
     ls.add_argument("--all", "-a", action="store_true", help="include archived experiments")
+    add_pagination_arguments(ls, "experiments")
     render.add_output_flags(ls)
     ls.set_defaults(func=_list)
 
     lt = verbs.add_parser("list-trials", aliases=["lt"], help="list an experiment's trials")
     _add_id(lt)
+    add_pagination_arguments(lt, "trials")
     render.add_output_flags(lt)
     lt.set_defaults(func=_list_trials)
 
-    describe = verbs.add_parser("describe", help="show an experiment and its trials")
-    _add_id(describe)
+    describe = verbs.add_parser("describe", help="show experiments and their trials")
+    describe.add_argument(
+        "experiment_ids",
+        metavar="IDS",
+        type=id_list,
+        help="comma-separated list of experiment IDs to describe, e.g. 1,2",
+    )
     describe.add_argument("--metrics", action="store_true", help="add the trials' latest metrics")
     describe.add_argument(
         "--states", action="store_true", help="add every state the experiment took, when and why"
@@ -144,6 +151,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     list_checkpoints = verbs.add_parser("list-checkpoints", help="list an experiment's checkpoints")
     checkpoint_cli.add_list_arguments(list_checkpoints)
 
+    model_def = verbs.add_parser(
+        "download-model-def", help="download the experiment's context (model definition) as a tar.gz"
+    )
+    _add_id(model_def)
+    model_def.add_argument(
+        "--output-dir", default=".", metavar="DIR", help="folder to write the file into (default: here)"
+    )
+    model_def.set_defaults(func=_download_model_def)
+
+    cont = verbs.add_parser(
+        "continue",
+        help="continue the trial of a finished single-trial experiment, as a new experiment",
+    )
+    _add_id(cont)
+    cont.add_argument(
+        "--config",
+        dest="config_overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config field, e.g. searcher.max_length.batches=2000 (repeatable)",
+    )
+    cont.add_argument("--config-file", help="a config file whose fields replace the experiment's")
+    cont.add_argument(
+        "-f", "--follow-first-trial", action="store_true", help="stream the trial's logs until it ends"
+    )
+    cont.set_defaults(func=_continue)
+
     label = verbs.add_parser("label", help="add or remove an experiment's labels")
     label_verbs = label.add_subparsers(dest="label_verb", metavar="VERB", required=True)
     for verb, help_text in (("add", "add a label"), ("remove", "remove a label")):
@@ -168,6 +203,41 @@ def _add_id(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("experiment_id", metavar="ID", type=int, help="experiment ID")
 
 
+def id_list(text: str) -> list[int]:
+    """``1,2,3`` as IDs, as Determined's verbs that take several take them."""
+    try:
+        ids = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated IDs such as 1,2, got {text!r}") from None
+    if any(i < 1 for i in ids):
+        raise argparse.ArgumentTypeError(f"IDs are 1 or more, got {text!r}")
+    return list(dict.fromkeys(ids))
+
+
+def add_pagination_arguments(parser: argparse.ArgumentParser, what: str) -> None:
+    """Determined's ``--limit`` / ``--offset`` of a listing (applied to the ordered listing)."""
+    parser.add_argument("--limit", type=job_cli._positive_int, metavar="N", help=f"show at most N {what}")
+    parser.add_argument(
+        "--offset", type=_non_negative, default=0, metavar="N", help=f"skip the first N {what}"
+    )
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def page(items: list[Any], args: argparse.Namespace) -> list[Any]:
+    """The slice ``--offset`` / ``--limit`` select."""
+    end = None if args.limit is None else args.offset + args.limit
+    return items[args.offset : end]
+
+
 def _connect(args: argparse.Namespace) -> UserClient:
     from det_airflow.cli.user import connect
 
@@ -179,7 +249,9 @@ def _connect(args: argparse.Namespace) -> UserClient:
 
 def _create(args: argparse.Namespace) -> int:
     if args.template:
-        raise DetError("templates are not supported by det-airflow: put the settings in the config file")
+        from det_airflow.cli.template import NOT_SUPPORTED
+
+        raise DetError(NOT_SUPPORTED)
     if args.local and not args.test_mode:
         raise DetError("--local requires --test-mode")
     if args.test_mode and not args.local:
@@ -277,7 +349,7 @@ def _report_end(experiment: Experiment) -> int:
 
 
 def _list(args: argparse.Namespace) -> None:
-    experiments = sorted(_connect(args).list_experiments(all=args.all), key=lambda e: e.id)
+    experiments = page(sorted(_connect(args).list_experiments(all=args.all), key=lambda e: e.id), args)
     if args.json:
         render.print_json(experiments)
         return
@@ -318,23 +390,30 @@ def _trial_rows(trials: list[Trial]) -> list[list[Any]]:
 
 
 def _list_trials(args: argparse.Namespace) -> None:
-    trials = _connect(args).list_trials(args.experiment_id)
+    trials = page(sorted(_connect(args).list_trials(args.experiment_id), key=lambda t: t.id), args)
     if args.json:
-        render.print_json(sorted(trials, key=lambda t: t.id))
+        render.print_json(trials)
         return
     render.print_table(LIST_TRIALS_HEADERS, _trial_rows(trials), csv=args.csv)
 
 
 def _describe(args: argparse.Namespace) -> None:
+    """One Experiment table and one Trials table for every ID given; ``--json`` answers the one
+    experiment's object, or a list of them when several IDs were given."""
     client = _connect(args)
-    detail = client.get_experiment(args.experiment_id)
-    changes = client.state_changes("experiment", args.experiment_id) if args.states else None
+    details = [client.get_experiment(experiment_id) for experiment_id in args.experiment_ids]
+    changes = (
+        [client.state_changes("experiment", experiment_id) for experiment_id in args.experiment_ids]
+        if args.states
+        else None
+    )
     if args.json:
-        render.print_json(
-            detail if changes is None else {**detail.model_dump(mode="json"), "state_changes": changes}
-        )
+        docs: list[Any] = [
+            d if changes is None else {**d.model_dump(mode="json"), "state_changes": changes[i]}
+            for i, d in enumerate(details)
+        ]
+        render.print_json(docs[0] if len(docs) == 1 else docs)
         return
-    e = detail.experiment
     if not args.csv:
         print("Experiment:")
     render.print_table(
@@ -352,11 +431,12 @@ def _describe(args: argparse.Namespace) -> None:
                 e.resource_pool,
                 ", ".join(sorted(e.labels or [])),
             ]
+            for e in (d.experiment for d in details)
         ],
         csv=args.csv,
     )
 
-    trials = sorted(detail.trials, key=lambda t: t.id)
+    trials = [t for d in details for t in sorted(d.trials, key=lambda t: t.id)]
     headers = list(DESCRIBE_TRIAL_HEADERS)
     training_names: list[str] = []
     validation_names: list[str] = []
@@ -382,8 +462,8 @@ def _describe(args: argparse.Namespace) -> None:
     if not args.csv:
         print("\nTrials:")
     render.print_table(headers, rows, csv=args.csv)
-    if changes is not None:
-        render.print_state_changes(changes, csv=args.csv)
+    for found in changes or []:
+        render.print_state_changes(found, csv=args.csv)
 
 
 def _metric_names(trials: list[Trial], group: str) -> list[str]:
@@ -468,3 +548,89 @@ def _set(args: argparse.Namespace) -> None:
         raise DetError("an experiment's name cannot be empty")
     _connect(args).update_experiment(args.experiment_id, **{args.field: args.value})
     print(f"Set {args.field} of experiment {args.experiment_id} to '{render.clean(args.value)}'")
+
+
+# --- the experiment's files, and continuing it -------------------------------------------------------
+
+
+def model_def_name(experiment_id: int) -> str:
+    return f"experiment_{experiment_id}_model_def.tgz"
+
+
+def _download_model_def(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    folder = Path(args.output_dir)
+    if not folder.is_dir():
+        raise DetError(f"--output-dir {args.output_dir}: no such folder")
+    data = _connect(args).get_experiment_context(args.experiment_id)
+    if not data:
+        raise DetError(f"experiment {args.experiment_id} was created without a context: nothing to download")
+    target = folder / model_def_name(args.experiment_id)
+    target.write_bytes(data)
+    print(render.clean(f"Wrote the model definition of experiment {args.experiment_id} to {target}"))
+
+
+def _continue(args: argparse.Namespace) -> int:
+    """Determined continues the trial in place; det-airflow's master has no route for that, so this
+    creates a new experiment from the source's config and context whose single trial warm-starts from
+    the source trial's latest checkpoint (``searcher.source_trial_id``)."""
+    import base64
+
+    import yaml
+
+    from det_airflow.api.user import new_request_id
+    from det_airflow.config import parse_config
+
+    client = _connect(args)
+    detail = client.get_experiment(args.experiment_id)
+    source = detail.experiment
+    if source.state not in TERMINAL_EXPERIMENT_STATES:
+        raise DetError(
+            f"experiment {source.id} is {render.format_state(source.state)}; only a finished experiment "
+            "can be continued (wait for it, or cancel it)"
+        )
+    if len(detail.trials) != 1:
+        raise DetError(
+            f"experiment {source.id} has {len(detail.trials)} trials; det e continue continues a "
+            "single-trial experiment: fork a search with `det e create` and searcher.source_trial_id"
+        )
+    trial = detail.trials[0]
+    if not trial.latest_checkpoint:
+        raise DetError(f"trial {trial.id} of experiment {source.id} has no checkpoint to continue from")
+    config = client.get_experiment_config(source.id)
+    if args.config_file:
+        with open(args.config_file, encoding="utf-8") as f:
+            extra = yaml.safe_load(f) or {}
+        if not isinstance(extra, dict):
+            raise DetError(f"--config-file {args.config_file}: expected a YAML mapping of config fields")
+        config = _merge(config, extra)
+    searcher = config.setdefault("searcher", {})
+    searcher.pop("source_checkpoint_uuid", None)  # the continued trial is the one warm start
+    searcher["source_trial_id"] = trial.id
+    cfg = parse_config(
+        config,
+        source_name=f"the config of experiment {source.id} with your changes",
+        overrides=args.config_overrides,
+    )
+    for warning in cfg.warnings:
+        print(f"Warning: {warning}", file=sys.stderr, flush=True)
+    context_bytes = client.get_experiment_context(source.id)
+    context = base64.b64encode(context_bytes).decode("ascii") if context_bytes else None
+    created = client.create_experiment(
+        yaml.safe_dump(cfg.raw, sort_keys=False), context, paused=False, request_id=new_request_id()
+    )
+    print(f"Continuing trial {trial.id} of experiment {source.id} as experiment {created.id}", flush=True)
+    if args.follow_first_trial:
+        return follow_first_trial(client, created.id)
+    return 0
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged

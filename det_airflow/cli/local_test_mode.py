@@ -5,15 +5,23 @@ trial's environment, run the entrypoint), with the Core API writing to a local s
 it reports what the trial did: its exit code, and the training and validation reports and
 checkpoints it left. As in Determined, a program that reports nothing passes (the first steps of
 Determined's Core API tutorial report no metrics); it fails when the entrypoint fails, exits early,
-or validates without the searcher's metric.
+or validates without the searcher's metric where the search needs it (adaptive search).
+
+The test leaves det-airflow's own environment alone: a context's ``startup-hook.sh`` and the
+trial run in a throwaway virtual environment over det-airflow's, so what the hook installs lands
+there and goes with the run. SIGINT and SIGTERM to ``det`` reach the trial's whole process group
+(its own session), which is killed after a grace period; ``det`` then exits 130 or 143.
 """
 
 from __future__ import annotations
 
 import shutil
+import signal
 import sys
 import tempfile
-from collections.abc import Iterable
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,6 +35,8 @@ if TYPE_CHECKING:
 # The trial a local test runs stands for trial 1 of an experiment that was never created.
 LOCAL_EXPERIMENT_ID = 0
 LOCAL_TRIAL_ID = 1
+# How long the trial's processes have, after det forwards SIGINT or SIGTERM, before SIGKILL.
+STOP_GRACE_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -55,13 +65,16 @@ def run_local_test(cfg: ExperimentConfig, context: str | None, *, includes: Iter
         )
         data = packed.data
 
-    first = next((a for a in make_search_method(cfg).initial_trials() if isinstance(a, Create)), None)
+    method = make_search_method(cfg)
+    first = next((a for a in method.initial_trials() if isinstance(a, Create)), None)
     if first is None:
         raise DetError("the searcher creates no trial for this configuration: nothing to test")
 
     from det_airflow.trial_process import (
+        STARTUP_HOOK,
         TrialSpec,
         entrypoint_argv,
+        make_overlay_venv,
         prepare_workdir,
         run_trial_process,
         trial_environment,
@@ -82,15 +95,48 @@ def run_local_test(cfg: ExperimentConfig, context: str | None, *, includes: Iter
             config=config_to_dict(cfg),
         )
         write_trial_files(spec, workdir)
+        python_bin = None
+        if (workdir / STARTUP_HOOK).is_file():
+            print(
+                f"{STARTUP_HOOK} runs in a throwaway virtual environment over det-airflow's: "
+                "what it installs is gone after the test",
+                flush=True,
+            )
+            python_bin = make_overlay_venv(root / "venv")
         # The same scrubbed environment as on a cluster, so a trial that leans on this shell's
         # variables fails here rather than there.
-        env = trial_environment(spec, local_store=store, test_mode=True, workdir=workdir)
+        env = trial_environment(
+            spec, local_store=store, test_mode=True, workdir=workdir, python_bin=python_bin
+        )
         from det_airflow.compat import determined_notice
 
         print(determined_notice(), flush=True)
         print(f"Running trial {LOCAL_TRIAL_ID} in test mode with hyperparameters {first.hparams}", flush=True)
-        exit_code = run_trial_process(workdir, entrypoint_argv(cfg.entrypoint), env, on_output=_print_output)
-        checks = _check_store(store, exit_code, cfg.searcher.metric)
+        with _forwarded_signals() as stop:
+            exit_code = run_trial_process(
+                workdir,
+                entrypoint_argv(cfg.entrypoint),
+                env,
+                on_output=_print_output,
+                stop=stop.requested,
+                stop_signal=stop.signal,
+                kill_grace=STOP_GRACE_SECONDS,
+            )
+        if stop.received is not None:
+            print(
+                f"Error: det received {stop.received.name}: the trial and every process it started "
+                "were stopped",
+                file=sys.stderr,
+            )
+            return 128 + stop.received.value
+        needed_by = None
+        if method.needs_metric:
+            needed_by = (
+                f"the {cfg.searcher.name} searcher"
+                if method.decides_on_metric
+                else f"the {cfg.searcher.sampler} sampler"
+            )
+        checks = _check_store(store, exit_code, cfg.searcher.metric, needed_by=needed_by)
         print()
         render.print_table(("Check", "Found", "Result"), [(c.name, c.found, _result(c.ok)) for c in checks])
         failures = [c.failure for c in checks if c.ok is False]
@@ -107,13 +153,47 @@ def run_local_test(cfg: ExperimentConfig, context: str | None, *, includes: Iter
             shutil.rmtree(root, ignore_errors=True)
 
 
+class _Stop:
+    """The first SIGINT or SIGTERM ``det`` received while the trial ran."""
+
+    def __init__(self) -> None:
+        self.requested = threading.Event()
+        self.received: signal.Signals | None = None
+
+    def handle(self, signum: int, _frame: object) -> None:
+        if self.received is None:
+            self.received = signal.Signals(signum)
+        self.requested.set()
+
+    def signal(self) -> signal.Signals:
+        return self.received or signal.SIGTERM
+
+
+@contextmanager
+def _forwarded_signals() -> Iterator[_Stop]:
+    """While the trial runs, SIGINT and SIGTERM stop it (its process group gets the same signal)
+    instead of ending ``det`` and leaving the trial's processes behind."""
+    stop = _Stop()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+    previous = {sig: signal.signal(sig, stop.handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def _print_output(line: str, stream: str) -> None:
     out = sys.stderr if stream == "stderr" else sys.stdout
     out.write(line + "\n")
     out.flush()
 
 
-def _check_store(store: Path, exit_code: int, searcher_metric: str) -> list[_Check]:
+def _check_store(store: Path, exit_code: int, searcher_metric: str, *, needed_by: str | None) -> list[_Check]:
+    """The checks of a finished run; ``needed_by`` names what needs the searcher's metric in every
+    validation (None: nothing does, a validation without it is only shown)."""
     from det_airflow.core._local import CHECKPOINTS_FILE, EVENTS_FILE, METRICS_FILE, read_jsonl
 
     metrics = list(read_jsonl(store / METRICS_FILE))
@@ -141,10 +221,11 @@ def _check_store(store: Path, exit_code: int, searcher_metric: str) -> list[_Che
         _Check(
             f"Searcher metric '{searcher_metric}'",
             _count(len(with_metric), "report"),
-            # Without validations there is nothing to check; with them, the searcher needs its metric.
-            bool(with_metric) if validation else None,
-            f"the validation metrics do not include the searcher's metric '{searcher_metric}' "
-            "(searcher.metric in the config)",
+            # As in Determined, only a search that decides on the metric needs it in every validation.
+            len(with_metric) == len(validation) if validation and needed_by else None,
+            f"the searcher's metric '{searcher_metric}' (searcher.metric in the config) is missing "
+            f"from {len(validation) - len(with_metric)} of {_count(len(validation), 'validation report')}; "
+            f"{needed_by} needs it in every one",
         ),
         _Check("Checkpoints", str(saved), None, ""),
     ]

@@ -6,8 +6,9 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
 from det_airflow.cli import render
@@ -39,6 +40,18 @@ def add_log_arguments(parser: argparse.ArgumentParser) -> None:
         help="only lines of this rank (repeatable)",
     )
     parser.add_argument("--level", type=str.upper, choices=LEVELS, help="only lines of this level or higher")
+    parser.add_argument(
+        "--timestamp-before",
+        type=timestamp,
+        metavar="TIME",
+        help="only lines logged before this time (RFC 3339, e.g. 2025-03-01T12:00:00Z; no zone: UTC)",
+    )
+    parser.add_argument(
+        "--timestamp-after",
+        type=timestamp,
+        metavar="TIME",
+        help="only lines logged after this time (RFC 3339, e.g. 2025-03-01T12:00:00Z; no zone: UTC)",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object per line")
 
 
@@ -49,12 +62,40 @@ def _non_negative(text: str) -> int:
     return value
 
 
+def timestamp(text: str) -> datetime:
+    """An RFC 3339 time for ``--timestamp-before/after``; without a zone it is UTC."""
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a time such as 2025-03-01T12:00:00Z, got {text!r}"
+        ) from None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
 @dataclass(frozen=True)
 class LogFilter:
-    """Which lines to show; the master's log route applies it, so only matching lines travel."""
+    """Which lines to show. The master's log route applies ranks and level, so only matching lines
+    travel; the time window is applied here (the route has no time filter)."""
 
     rank_ids: frozenset[int] | None = None
     min_level: str | None = None
+    before: datetime | None = None
+    after: datetime | None = None
+
+    @property
+    def by_time(self) -> bool:
+        return self.before is not None or self.after is not None
+
+    def keeps(self, line: LogLine) -> bool:
+        """Whether the line falls in the time window; a line without a time does not, once one is set."""
+        if not self.by_time:
+            return True
+        try:
+            when = timestamp(line.timestamp or "")
+        except argparse.ArgumentTypeError:
+            return False
+        return (self.before is None or when < self.before) and (self.after is None or when > self.after)
 
     def params(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -124,9 +165,22 @@ def show_trial_logs(
 
     ``head`` prints the first N matching lines and stops, even when following.
     """
-    query = (log_filter or LogFilter()).params()
-    emit = _Printer(as_json, out)
+    log_filter = log_filter or LogFilter()
+    query = log_filter.params()
+    printer = _Printer(as_json, out)
+
+    def emit(line: LogLine) -> None:
+        if log_filter.keeps(line):
+            printer(line)
+
     after: int | None = None
+    if log_filter.by_time and (head is not None or tail is not None):
+        _show_window(client, trial_id, head, tail, log_filter, query, printer)
+        if head is not None or not follow:
+            return
+        last = client.trial_logs(trial_id, tail=1).logs
+        _follow(client, trial_id, last[-1].id if last else None, query, emit)
+        return
 
     if head is not None:
         remaining = head
@@ -160,8 +214,37 @@ def show_trial_logs(
         _follow(client, trial_id, after, query, emit)
 
 
+def _show_window(
+    client: UserClient,
+    trial_id: int,
+    head: int | None,
+    tail: int | None,
+    log_filter: LogFilter,
+    query: dict[str, Any],
+    emit: _Printer,
+) -> None:
+    """``--head``/``--tail`` within a time window: counted among the lines in the window, so every
+    page is read (the route cannot count them)."""
+    from collections import deque
+
+    wanted = head if head is not None else tail
+    if not wanted:
+        return
+    kept: deque[LogLine] = deque(maxlen=None if head is not None else wanted)
+    for page in _pages(client, trial_id, None, query):
+        kept.extend(line for line in page.logs if log_filter.keeps(line))
+        if head is not None and len(kept) >= head:
+            break
+    for line in list(kept)[:wanted]:
+        emit(line)
+
+
 def _follow(
-    client: UserClient, trial_id: int, after: int | None, query: dict[str, Any], emit: _Printer
+    client: UserClient,
+    trial_id: int,
+    after: int | None,
+    query: dict[str, Any],
+    emit: Callable[[LogLine], None],
 ) -> None:
     ended_and_quiet = False
     while True:
@@ -186,6 +269,8 @@ def log_filter_from_args(args: argparse.Namespace) -> LogFilter:
     return LogFilter(
         rank_ids=frozenset(args.rank_ids) if args.rank_ids else None,
         min_level=args.level,
+        before=args.timestamp_before,
+        after=args.timestamp_after,
     )
 
 

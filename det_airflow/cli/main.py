@@ -14,12 +14,15 @@ from det_airflow.cli import (
     command,
     experiment,
     job,
+    master,
     notebook,
     preview_search,
     render,
     shell,
     task,
+    template,
     tensorboard,
+    token,
     trial,
     user,
 )
@@ -39,13 +42,7 @@ class _VersionAction(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, help="print the version and exit")
 
     def __call__(self, parser: argparse.ArgumentParser, *args: object, **kwargs: object) -> None:
-        from importlib.metadata import PackageNotFoundError, version
-
-        try:
-            text = version("det-airflow")
-        except PackageNotFoundError:
-            text = "unknown"
-        parser.exit(message=f"det-airflow {text}\n")
+        parser.exit(message=f"det-airflow {master.client_version()}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,24 +54,35 @@ def build_parser() -> argparse.ArgumentParser:
         "--master",
         help=f"master address, host:port or URL (default: ${MASTER_ENV}, else localhost:8080)",
     )
+    parser.add_argument(
+        "-u",
+        "--user",
+        metavar="USER",
+        help="run as this user: its stored login, else log in as it (asks the password)",
+    )
     parser.add_argument("-v", "--version", action=_VersionAction)
     nouns = parser.add_subparsers(dest="noun", metavar="COMMAND", required=True)
+    # Determined's order of nouns (alphabetical); det-airflow's own `admin` last.
     for module in (
-        experiment,
-        trial,
-        job,
         agent,
         checkpoint,
-        notebook,
-        tensorboard,
         command,
+        experiment,
+        job,
+        master,
+        notebook,
+        preview_search,
         shell,
         task,
+        template,
+        tensorboard,
+        token,
+        trial,
         user,
-        admin,
-        preview_search,
     ):
         module.register(nouns)
+    master.register_version(nouns)
+    admin.register(nouns)
     return parser
 
 
@@ -101,6 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from det_airflow.api._http import DEFAULT_MASTER, normalize_master_url
 
     args.master = normalize_master_url(args.master or os.environ.get(MASTER_ENV) or DEFAULT_MASTER)
+    user.act_as(args.user)
     try:
         return args.func(args) or 0
     except DetError as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
+from det_airflow.cli import checkpoint as checkpoint_cli
 from det_airflow.cli import render
 from det_airflow.cli.agent import format_hosts
 from det_airflow.cli.logs import add_log_arguments, show_logs_from_args
@@ -51,6 +52,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _add_id(kill)
     kill.set_defaults(func=_kill)
 
+    download = verbs.add_parser("download", help="download a checkpoint of a trial")
+    _add_id(download)
+    which = download.add_mutually_exclusive_group(required=True)
+    which.add_argument("--best", action="store_true", help="the checkpoint with the best validation")
+    which.add_argument("--latest", action="store_true", help="the most recent checkpoint")
+    which.add_argument("--uuid", type=checkpoint_cli.checkpoint_uuid, help="this checkpoint of the trial")
+    download.add_argument("-o", "--output-dir", metavar="DIR", help="default: checkpoints/UUID")
+    download.add_argument("-q", "--quiet", action="store_true", help="only print the path to the checkpoint")
+    download.set_defaults(func=_download)
+
 
 def _add_id(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("trial_id", metavar="ID", type=int, help="trial ID")
@@ -65,6 +76,39 @@ def _connect(args: argparse.Namespace) -> UserClient:
 def _kill(args: argparse.Namespace) -> None:
     _connect(args).kill_trial(args.trial_id)
     print(f"Killed trial {args.trial_id}")
+
+
+def _download(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    from det_airflow.errors import DetError
+
+    client = _connect(args)
+    trial = client.get_trial(args.trial_id)
+    done = [
+        c
+        for c in client.list_checkpoints(trial.experiment_id)
+        if c.trial_id == trial.id and render.format_state(c.state) == "COMPLETED"
+    ]
+    if args.uuid:
+        chosen = next((c for c in done if c.uuid == args.uuid), None)
+        if chosen is None:
+            raise DetError(f"trial {trial.id} has no completed checkpoint {args.uuid}")
+    elif not done:
+        raise DetError(f"trial {trial.id} has no completed checkpoint")
+    elif args.latest:
+        chosen = max(done, key=lambda c: c.steps_completed)
+    else:
+        smaller = checkpoint_cli.smaller_is_better(client.get_experiment_config(trial.experiment_id))
+        ranked = checkpoint_cli.best_first(done, smaller)
+        if not ranked:
+            raise DetError(f"trial {trial.id} has no checkpoint with a validation metric: use --latest")
+        chosen = ranked[0]
+    target = Path(args.output_dir) if args.output_dir else Path("checkpoints") / chosen.uuid
+    checkpoint_cli.download(client, chosen, target)
+    if not args.quiet:
+        print("Local checkpoint path:")
+    print(target)
 
 
 def _logs(args: argparse.Namespace) -> None:

@@ -29,14 +29,22 @@ _MANAGED_BY_AIRFLOW = {
     "change-password": f"edit the user's password in the file named by {PASSWORDS_SETTING} "
     "and restart the API server",
     "deactivate": f"remove the user from {USERS_SETTING} in airflow.cfg and restart the API server",
+    "activate": f"add the user to {USERS_SETTING} in airflow.cfg and restart the API server",
+    "rename": f"rename the user in {USERS_SETTING} in airflow.cfg and restart the API server",
+    "edit": f"change the user's entry in {USERS_SETTING} in airflow.cfg and restart the API server",
 }
 
 
-_FAB_WAY = {"deactivate": "untick Is Active on the user's page under Security > List Users"}
+_FAB_WAY = {
+    "deactivate": "untick Is Active on the user's page under Security > List Users",
+    "activate": "tick Is Active on the user's page under Security > List Users",
+    "rename": "change the username on the user's page under Security > List Users",
+    "edit": "change the user on its page under Security > List Users (or `airflow users ...`)",
+}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    noun = subparsers.add_parser("user", help="log in to and out of a master; users")
+    noun = subparsers.add_parser("user", aliases=["u"], help="manage users")
     verbs = noun.add_subparsers(dest="verb", metavar="VERB", required=True)
 
     login = verbs.add_parser("login", help="log in (an Airflow user) and remember the token")
@@ -65,12 +73,44 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     deactivate.add_argument("username", metavar="USERNAME")
     deactivate.set_defaults(func=_managed_by_airflow)
 
+    activate = verbs.add_parser("activate", help="activate a user (done in Airflow's auth manager)")
+    activate.add_argument("username", metavar="USERNAME")
+    activate.set_defaults(func=_managed_by_airflow)
+
+    rename = verbs.add_parser("rename", help="rename a user (done in Airflow's auth manager)")
+    rename.add_argument("target_user", metavar="TARGET_USER", help="the user to rename")
+    rename.add_argument("new_username", metavar="NEW_USERNAME")
+    rename.set_defaults(func=_managed_by_airflow)
+
+    edit = verbs.add_parser("edit", help="change a user's settings (done in Airflow's auth manager)")
+    edit.add_argument("target_user", metavar="TARGET_USER")
+    edit.add_argument("--display-name", help="(Airflow keeps users' names)")
+    edit.add_argument("--username", help="(Airflow keeps usernames)")
+    edit.add_argument("--active", choices=("true", "false"), help="(Airflow keeps who is active)")
+    edit.add_argument("--admin", choices=("true", "false"), help="(Airflow's roles decide)")
+    edit.set_defaults(func=_managed_by_airflow)
+
+
+# The user of ``det -u USER`` for this command; None: the stored login (set by ``main`` each run).
+_acting_user: str | None = None
+
+
+def act_as(username: str | None) -> None:
+    """Makes every client of this command act as ``username`` (``det -u``), or as the stored login."""
+    global _acting_user
+    _acting_user = username or None
+
 
 def connect(master: str) -> UserClient:
-    """A client for ``master`` that, on a terminal, asks for the password again if the login expired."""
+    """A client for ``master`` that, on a terminal, asks for the password again if the login expired;
+    as the user of ``det -u`` when one was given."""
     from det_airflow.api.user import connect as connect_api
+    from det_airflow.api.user import connect_as
 
-    return connect_api(master, ask_password=_ask_password if sys.stdin.isatty() else None)
+    ask = _ask_password if sys.stdin.isatty() else None
+    if _acting_user is not None:
+        return connect_as(master, _acting_user, ask_password=ask)
+    return connect_api(master, ask_password=ask)
 
 
 def _ask_password(username: str) -> str:

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         LogHP,
         LogPolicy,
         ResourcesConfig,
+        RetentionPolicy,
         SearcherConfig,
         priority_weight,
     )
@@ -62,6 +63,7 @@ __all__ = [
     "LogHP",
     "LogPolicy",
     "ResourcesConfig",
+    "RetentionPolicy",
     "SearcherConfig",
     "apply_run_conf",
     "config_to_dict",
@@ -96,6 +98,7 @@ _HOME = {
     "LogPolicy": "det_airflow.config._types",
     "MAX_CONFIG_BYTES": "det_airflow.config._limits",
     "ResourcesConfig": "det_airflow.config._types",
+    "RetentionPolicy": "det_airflow.config._types",
     "SearcherConfig": "det_airflow.config._types",
     "config_to_dict": "det_airflow.config._dump",
     "generate_name": "det_airflow.config._names",

@@ -53,6 +53,7 @@ def config_to_dict(cfg: ExperimentConfig) -> dict[str, Any]:
             {"name": p.name, "pattern": p.pattern, "action": p.action} for p in cfg.log_policies
         ],
         "optimizations": cfg.optimizations,
+        "retention_policy": {"log_retention_days": cfg.retention_policy.log_retention_days},
         "airflow": airflow_to_dict(cfg.airflow),
     }
     # Free-form sections are shared with cfg; a caller editing the result must not change it.

@@ -8,8 +8,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from det_airflow.config._airflow import read_airflow
+from det_airflow.config._data_layer import read_data_layer
 from det_airflow.config._environment import read_bind_mounts, read_environment
-from det_airflow.config._fields import Fields, Problems, item, show
+from det_airflow.config._fields import Fields, Problems, item, join, show
 from det_airflow.config._hparams import check_global_batch_size, check_grid_counts, read_hyperparameters
 from det_airflow.config._inactive import UNTYPED
 from det_airflow.config._length import read_length
@@ -18,7 +19,7 @@ from det_airflow.config._names import generate_name
 from det_airflow.config._resources import read_resources
 from det_airflow.config._searcher import read_searcher
 from det_airflow.config._storage import read_checkpoint_storage
-from det_airflow.config._types import ExperimentConfig, LogPolicy
+from det_airflow.config._types import ExperimentConfig, LogPolicy, RetentionPolicy
 
 FIELDS = (
     *(
@@ -31,6 +32,8 @@ FIELDS = (
 MAX_NAME_LENGTH = 128
 MAX_SEED = INT32_MAX
 LOG_ACTIONS = ("cancel_retries", "exclude_node")
+# Determined's bounds: -1 keeps logs forever; the top is its database column's (a smallint).
+LOG_RETENTION_DAYS = (-1, 32767)
 _D = ExperimentConfig  # class attributes hold the field defaults
 
 
@@ -40,6 +43,8 @@ def read_experiment(
     f = Fields(data, "", problems, known=FIELDS + UNTYPED[""])
     for key in UNTYPED[""]:
         f.mapping(key)  # free-form, but a section all the same
+    read_data_layer(data.get("data_layer"), problems)
+    _check_internal(f)
     resources = read_resources(data.get("resources"), problems)
     searcher = read_searcher(data.get("searcher"), problems)
     hparams = read_hyperparameters(data.get("hyperparameters"), problems)
@@ -77,6 +82,7 @@ def read_experiment(
         debug=f.boolean("debug", _D.debug),
         log_policies=_read_log_policies(f),
         optimizations=dict(f.mapping("optimizations", {})),
+        retention_policy=_read_retention_policy(f),
         airflow=read_airflow(data.get("airflow"), problems, airflow_defaults),
     )
 
@@ -118,6 +124,29 @@ def _read_seed(f: Fields) -> Any:
         return None
     seeds = Fields(repro, f.at("reproducibility"), f.problems, known=("experiment_seed",))
     return seeds.integer("experiment_seed", low=0, high=MAX_SEED)
+
+
+def _read_retention_policy(f: Fields) -> RetentionPolicy:
+    policy = f.mapping("retention_policy")
+    if policy is None:
+        return RetentionPolicy()
+    p = Fields(policy, f.at("retention_policy"), f.problems, known=("log_retention_days",))
+    low, high = LOG_RETENTION_DAYS
+    return RetentionPolicy(log_retention_days=p.integer("log_retention_days", low=low, high=high))
+
+
+def _check_internal(f: Fields) -> None:
+    """``internal``: Determined's own field for its removed native API; checked, then left in ``raw``."""
+    internal = f.data.get("internal")
+    if isinstance(internal, Mapping):
+        Fields(internal, f.at("internal"), f.problems, known=("native",))
+        native = internal.get("native")
+        if isinstance(native, Mapping):  # the form of Determined's own schema cases: {command: [...]}
+            Fields(native, join(f.at("internal"), "native"), f.problems, known=("command",)).strings(
+                "command"
+            )
+        else:
+            Fields(internal, f.at("internal"), f.problems).strings("native")
 
 
 def _read_log_policies(f: Fields) -> tuple[LogPolicy, ...]:

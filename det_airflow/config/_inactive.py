@@ -11,10 +11,11 @@ from typing import Any
 from det_airflow.config._fields import join
 
 # Fields with no place in ExperimentConfig (kept only in its `raw` mapping), by the section that
-# holds them: Determined's HPC launchers, Kerberos, TensorBoard service, Pachyderm, port proxy,
-# and resources of other kinds of tasks (`slots`, before 0.27) or of its own agents.
+# holds them: Determined's HPC launchers, Kerberos, TensorBoard service, Pachyderm, data layer,
+# its internal settings, port proxy, and resources of other kinds of tasks (`slots`, before 0.27)
+# or of its own agents.
 UNTYPED: dict[str, tuple[str, ...]] = {
-    "": ("slurm", "pbs", "security", "tensorboard_storage", "integrations"),
+    "": ("slurm", "pbs", "security", "tensorboard_storage", "integrations", "data_layer", "internal"),
     "resources": ("slots", "agent_label", "native_parallel"),
     "environment": ("proxy_ports", "ports"),
 }
@@ -44,7 +45,8 @@ WARNING = "accepted but not acted on by det-airflow: "
 
 
 def inactive_fields(data: Mapping[str, Any]) -> list[str]:
-    """The inactive fields ``data`` sets, in the order written; null, false and empty set nothing."""
+    """The inactive fields ``data`` sets, in the order written; null, false and empty set nothing,
+    nor does a mapping of only those."""
     found = []
     for key, value in data.items():
         if key == "optimizations" and isinstance(value, Mapping):
@@ -65,4 +67,6 @@ def inactive_fields(data: Mapping[str, Any]) -> list[str]:
 
 
 def _sets(value: Any) -> bool:
-    return value is not None and value is not False and value != {} and value != [] and value != ""
+    if isinstance(value, Mapping):  # `internal: {native: null}` sets nothing either
+        return any(_sets(inner) for inner in value.values())
+    return value is not None and value is not False and value != [] and value != ""

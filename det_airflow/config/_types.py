@@ -152,6 +152,15 @@ class LogPolicy:
 
 
 @dataclass(frozen=True)
+class RetentionPolicy:
+    """How long the master keeps what a trial leaves behind once it has ended."""
+
+    # Days a trial's log lines are kept after it ends; -1: forever; None: the cluster's
+    # ``[det] log_retention_days``.
+    log_retention_days: int | None = None
+
+
+@dataclass(frozen=True)
 class AirflowSection:
     """det-airflow's own settings; defaults come from ``airflow.cfg [det]`` (see ``defaults``)."""
 
@@ -193,6 +202,7 @@ class ExperimentConfig:
     debug: bool = False
     log_policies: tuple[LogPolicy, ...] = ()
     optimizations: dict[str, Any] = field(default_factory=dict)
+    retention_policy: RetentionPolicy = field(default_factory=RetentionPolicy)
     airflow: AirflowSection = field(default_factory=AirflowSection)
     # The mapping as the user wrote it (after --config overrides); kept for `det e config`.
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)

@@ -16,11 +16,11 @@ Shaped like Determined's ``determined.core``::
 """
 
 from det_airflow.core._backend import Backend
-from det_airflow.core._checkpoint import CheckpointContext
+from det_airflow.core._checkpoint import CheckpointContext, DownloadMode
 from det_airflow.core._context import Context, init
 from det_airflow.core._distributed import DistributedContext
 from det_airflow.core._local import DEFAULT_LOCAL_STORE, LocalBackend
-from det_airflow.core._preempt import PreemptContext
+from det_airflow.core._preempt import PreemptContext, PreemptMode
 from det_airflow.core._searcher import SearcherContext, SearcherOperation
 from det_airflow.core._storage import CheckpointStorage
 from det_airflow.core._tensorboard import TensorboardMode
@@ -33,9 +33,11 @@ __all__ = [
     "CheckpointStorage",
     "Context",
     "DistributedContext",
+    "DownloadMode",
     "EarlyExitReason",
     "LocalBackend",
     "PreemptContext",
+    "PreemptMode",
     "SearcherContext",
     "SearcherOperation",
     "TensorboardMode",

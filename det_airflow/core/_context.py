@@ -16,7 +16,7 @@ from det_airflow.core._backend import Backend
 from det_airflow.core._checkpoint import CheckpointContext
 from det_airflow.core._distributed import DistributedContext
 from det_airflow.core._local import DEFAULT_LOCAL_STORE, LocalBackend
-from det_airflow.core._preempt import PreemptContext
+from det_airflow.core._preempt import PreemptContext, PreemptMode
 from det_airflow.core._searcher import SearcherContext
 from det_airflow.core._storage import CheckpointStorage, FolderStorage
 from det_airflow.core._tensorboard import TensorBoardEvents, tensorboard_prefix, tensorboard_scalars
@@ -116,10 +116,12 @@ def init(
         tensorboard_mode: ``"AUTO"`` (default) writes every reported metric as a TensorBoard
             scalar into ``train.get_tensorboard_path()``; ``"MANUAL"`` leaves that folder to the
             training code. Either way the folder reaches the trial's TensorBoard.
-        preempt_mode, async_checkpointing: accepted for Determined code; ignored.
+        preempt_mode: a ``PreemptMode`` (or its value): who calls ``preempt.should_preempt()``.
+        async_checkpointing: accepted for Determined code; ignored.
         config: off-cluster only: an experiment config (as loaded from YAML) for the searcher's
             length and metric; on a trial the experiment's own config (``DET_EXPERIMENT_CONFIG``) is used.
     """
+    preempt = PreemptMode.parse(preempt_mode)
     info = get_cluster_info()
     dist = distributed or DistributedContext()
     test_mode = os.environ.get(trial_env.TEST_MODE, "").lower() in ("1", "true", "yes")
@@ -167,7 +169,7 @@ def init(
         distributed=dist,
         train=train,
         checkpoint=CheckpointContext(dist, storage, backend, train),
-        preempt=PreemptContext(dist, backend, min_interval=0.0 if test_mode else 1.0),
+        preempt=PreemptContext(dist, backend, min_interval=0.0 if test_mode else 1.0, mode=preempt),
         searcher=SearcherContext(dist, backend, train),
         backend=backend,
         info=info,

@@ -1,16 +1,27 @@
 """Ranks and collectives of picklable objects across the processes of one trial.
 
-One process: every collective is trivial. Several (torchrun and the launchers): the collectives are
-torch.distributed's object collectives over gloo process groups, the whole world's and each node's.
-torch is imported only then, so the Core API imports without it.
+One process: every collective is trivial. Several under torchrun and the launchers
+(``from_torch_distributed``, or torch.distributed already initialized): torch.distributed's object
+collectives over gloo process groups, the whole world's and each node's; torch is imported only
+then, so the Core API imports without it. Several processes started some other way, given
+``chief_ip``: plain TCP to the chief (``_tcp``), as Determined's own collectives do, on
+``pub_port + port_offset``; each node's workers meet at their local chief on a port it picks.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
+from det_airflow import trial_env
+from det_airflow.core import _tcp
 from det_airflow.errors import DetError
+
+# Determined's port for its collectives between training processes, and its second (unused here:
+# one connection carries both directions).
+DEFAULT_PUB_PORT = 12360
+DEFAULT_PULL_PORT = 12376
 
 
 class DistributedContext:
@@ -32,6 +43,11 @@ class DistributedContext:
         cross_rank: int | None = None,
         cross_size: int | None = None,
         chief_ip: str | None = None,
+        pub_port: int = DEFAULT_PUB_PORT,
+        pull_port: int = DEFAULT_PULL_PORT,
+        port_offset: int = 0,
+        force_tcp: bool = False,
+        _transport: str | None = None,
     ) -> None:
         self.rank = int(rank)
         self.size = int(size)
@@ -51,8 +67,25 @@ class DistributedContext:
         self._local_group: Any = None
         self._local_chief_rank = self.rank - self.local_rank
         self._owns_process_group = False
+        self._world_star: _tcp.Star | None = None
+        self._local_star: _tcp.Star | None = None
+        self._port = int(pub_port) + int(port_offset)
         if self.size > 1:
-            self._setup_groups()
+            transport = _transport or ("tcp" if force_tcp or self._prefers_tcp() else "torch")
+            if transport == "tcp":
+                self._setup_tcp()
+            else:
+                self._setup_groups()
+
+    def _prefers_tcp(self) -> bool:
+        """TCP when a chief address is given and torch.distributed is not already set up."""
+        if self.chief_ip is None:
+            return False
+        try:
+            import torch.distributed as dist
+        except ImportError:
+            return True
+        return not (dist.is_available() and dist.is_initialized())
 
     @classmethod
     def from_torch_distributed(cls, chief_ip: str | None = None) -> DistributedContext:
@@ -80,7 +113,78 @@ class DistributedContext:
             local_size=local_size,
             cross_rank=cross_rank,
             cross_size=max(size // max(local_size, 1), 1),
-            chief_ip=chief_ip or env.get("DET_CHIEF_IP") or env.get("MASTER_ADDR"),
+            chief_ip=chief_ip or env.get(trial_env.CHIEF_IP) or env.get("MASTER_ADDR"),
+            _transport="torch",
+        )
+
+    @classmethod
+    def from_deepspeed(cls, chief_ip: str | None = None) -> DistributedContext:
+        """From the variables the ``deepspeed`` launcher sets (RANK, WORLD_SIZE, LOCAL_RANK, and
+        LOCAL_SIZE, CROSS_RANK, CROSS_SIZE where it sets them). Collectives go through
+        torch.distributed when DeepSpeed has set it up, else TCP to ``chief_ip`` (``DET_CHIEF_IP``,
+        else MASTER_ADDR)."""
+        env = os.environ
+        rank, size, local_rank = _env_ints(
+            "from_deepspeed", "the deepspeed launcher", "RANK", "WORLD_SIZE", "LOCAL_RANK"
+        )
+        local_size = int(env.get("LOCAL_SIZE") or env.get("LOCAL_WORLD_SIZE") or size)
+        return cls(
+            rank=rank,
+            size=size,
+            local_rank=local_rank,
+            local_size=local_size,
+            cross_rank=int(env.get("CROSS_RANK") or rank // max(local_size, 1)),
+            cross_size=int(env.get("CROSS_SIZE") or max(size // max(local_size, 1), 1)),
+            chief_ip=chief_ip or env.get(trial_env.CHIEF_IP) or env.get("MASTER_ADDR") or "127.0.0.1",
+        )
+
+    @classmethod
+    def from_horovod(cls, hvd: Any, chief_ip: str | None = None) -> DistributedContext:
+        """From an initialized ``horovod`` module (``hvd.rank()``, ``hvd.local_size()``, ...);
+        collectives over TCP to ``chief_ip`` (default ``DET_CHIEF_IP``, else this host)."""
+        return cls(
+            rank=hvd.rank(),
+            size=hvd.size(),
+            local_rank=hvd.local_rank(),
+            local_size=hvd.local_size(),
+            cross_rank=hvd.cross_rank(),
+            cross_size=hvd.cross_size(),
+            chief_ip=chief_ip or os.environ.get(trial_env.CHIEF_IP) or "127.0.0.1",
+            _transport="tcp",
+        )
+
+    @classmethod
+    def from_tf_config(cls, chief_ip: str | None = None) -> DistributedContext:
+        """From ``TF_CONFIG`` (TensorFlow's MultiWorkerMirroredStrategy): one worker per host, the
+        rank its ``task.index`` among ``cluster.worker`` (a ``chief`` entry, when there is one,
+        counts first). Collectives over TCP to ``chief_ip`` (default: the first worker's host)."""
+        raw = os.environ.get("TF_CONFIG")
+        if not raw:
+            return cls()
+        try:
+            tf_config = json.loads(raw)
+            cluster = tf_config.get("cluster") or {}
+            hosts = [str(h) for h in (cluster.get("chief") or [])] + [
+                str(h) for h in cluster.get("worker") or []
+            ]
+            task = tf_config.get("task") or {}
+            offset = len(cluster.get("chief") or []) if task.get("type") == "worker" else 0
+            rank = offset + int(task.get("index") or 0)
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise DetError(
+                f"from_tf_config: TF_CONFIG is not a valid TensorFlow cluster spec ({exc})"
+            ) from None
+        if not hosts:
+            return cls()
+        return cls(
+            rank=rank,
+            size=len(hosts),
+            local_rank=0,
+            local_size=1,
+            cross_rank=rank,
+            cross_size=len(hosts),
+            chief_ip=chief_ip or os.environ.get(trial_env.CHIEF_IP) or hosts[0].rsplit(":", 1)[0],
+            _transport="tcp",
         )
 
     # Determined's accessor methods, for code written against them.
@@ -102,6 +206,9 @@ class DistributedContext:
     def get_cross_size(self) -> int:
         return self.cross_size
 
+    def get_num_agents(self) -> int:
+        return self.cross_size
+
     @property
     def is_chief(self) -> bool:
         return self.rank == 0
@@ -116,12 +223,16 @@ class DistributedContext:
         """Every worker's ``stuff``, in rank order, on the chief; None elsewhere."""
         if self.size == 1:
             return [stuff]
+        if self._world_star is not None:
+            return self._world_star.gather(stuff)
         return self._gather(stuff, self._world_group, 0, self.size, self.is_chief)
 
     def gather_local(self, stuff: Any) -> list[Any] | None:
         """This node's workers' ``stuff``, in local rank order, on the local chief; None elsewhere."""
         if self.local_size == 1:
             return [stuff]
+        if self._local_star is not None:
+            return self._local_star.gather(stuff)
         return self._gather(
             stuff, self._local_group, self._local_chief_rank, self.local_size, self.is_local_chief
         )
@@ -130,33 +241,69 @@ class DistributedContext:
         """Every worker's ``stuff``, in rank order, on every worker."""
         if self.size == 1:
             return [stuff]
+        if self._world_star is not None:
+            return self._world_star.allgather(stuff)
         return self._allgather(stuff, self._world_group, self.size)
 
     def allgather_local(self, stuff: Any) -> list[Any]:
         if self.local_size == 1:
             return [stuff]
+        if self._local_star is not None:
+            return self._local_star.allgather(stuff)
         return self._allgather(stuff, self._local_group, self.local_size)
 
     def broadcast(self, stuff: Any = None) -> Any:
         """The chief's ``stuff``, on every worker (what others pass is ignored)."""
         if self.size == 1:
             return stuff
+        if self._world_star is not None:
+            return self._world_star.broadcast(stuff)
         return self._broadcast(stuff, self._world_group, 0)
 
     def broadcast_local(self, stuff: Any = None) -> Any:
         """The local chief's ``stuff``, on every worker of this node."""
         if self.local_size == 1:
             return stuff
+        if self._local_star is not None:
+            return self._local_star.broadcast(stuff)
         return self._broadcast(stuff, self._local_group, self._local_chief_rank)
 
     def close(self) -> None:
         """Tear down what this context set up (never a process group the user initialized)."""
+        for star in {id(s): s for s in (self._local_star, self._world_star) if s is not None}.values():
+            star.close()
+        self._world_star = self._local_star = None
         if self._owns_process_group:
             import torch.distributed as dist
 
             if dist.is_initialized():
                 dist.destroy_process_group()
             self._owns_process_group = False
+
+    # --- TCP ---------------------------------------------------------------------------------------
+
+    def _setup_tcp(self) -> None:
+        if self.chief_ip is None:
+            raise DetError(
+                "distributed: chief_ip is required for several workers without torch.distributed "
+                "(the address where rank 0 listens)"
+            )
+        self._world_star = _tcp.Star(self.rank, self.size, self.chief_ip, self._port)
+        if self.local_size == 1:
+            return
+        if self.local_size == self.size:
+            self._local_star = self._world_star
+            self._local_chief_rank = 0
+            return
+        # Each node's local chief listens on a port of its own choosing; every worker learns them
+        # from one allgather over the world.
+        server = _tcp.listen("127.0.0.1", 0) if self.is_local_chief else None
+        mine = (self.cross_rank, self.rank, server.getsockname()[1]) if server is not None else None
+        chiefs = [c for c in self._world_star.allgather(mine) if c is not None and c[0] == self.cross_rank]
+        if len(chiefs) != 1:
+            raise DetError(f"distributed: node {self.cross_rank} has {len(chiefs)} local chiefs, expected 1")
+        _, self._local_chief_rank, port = chiefs[0]
+        self._local_star = _tcp.Star(self.local_rank, self.local_size, "127.0.0.1", port, server=server)
 
     # --- torch.distributed -----------------------------------------------------------------------
 
@@ -220,3 +367,12 @@ class DistributedContext:
         box = [stuff]
         dist.broadcast_object_list(box, src=src, group=group)
         return box[0]
+
+
+def _env_ints(caller: str, launcher: str, *names: str) -> list[int]:
+    try:
+        return [int(os.environ[name]) for name in names]
+    except (KeyError, ValueError) as exc:
+        raise DetError(
+            f"{caller}: {exc} is missing or invalid; run under {launcher}, which sets {', '.join(names)}"
+        ) from None

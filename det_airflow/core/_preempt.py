@@ -2,10 +2,34 @@
 
 from __future__ import annotations
 
+import enum
 import time
 
 from det_airflow.core._backend import Backend
 from det_airflow.core._distributed import DistributedContext
+from det_airflow.errors import DetError
+
+
+class PreemptMode(enum.Enum):
+    """Who asks the master about preemption: ``WorkersAskChief`` (default) has every worker call
+    ``should_preempt()`` in step and the chief ask for all; ``ChiefOnly`` lets only the chief call
+    it; ``ExplicitWorkers`` has each worker that calls it ask on its own, out of step."""
+
+    WorkersAskChief = "WORKERS_ASK_CHIEF"
+    ChiefOnly = "CHIEF_ONLY"
+    ExplicitWorkers = "EXPLICIT_WORKERS"
+
+    @classmethod
+    def parse(cls, value: object) -> PreemptMode:
+        if value is None:
+            return cls.WorkersAskChief
+        if isinstance(value, str) and value in cls.__members__:
+            return cls[value]
+        try:
+            return cls(value)
+        except ValueError:
+            names = ", ".join(m.name for m in cls)
+            raise DetError(f"core.init(preempt_mode=...): expected one of {names}, got {value!r}") from None
 
 
 class PreemptContext:
@@ -18,9 +42,15 @@ class PreemptContext:
     """
 
     def __init__(
-        self, distributed: DistributedContext, backend: Backend, *, min_interval: float = 1.0
+        self,
+        distributed: DistributedContext,
+        backend: Backend,
+        *,
+        min_interval: float = 1.0,
+        mode: PreemptMode = PreemptMode.WorkersAskChief,
     ) -> None:
         self._dist = distributed
+        self._mode = mode
         self._backend = backend
         self._min_interval = min_interval
         self._preempt = False
@@ -29,8 +59,12 @@ class PreemptContext:
 
     def should_preempt(self, auto_ack: bool = True) -> bool:
         """True once the trial should checkpoint and exit 0; it will be resumed from that checkpoint."""
-        answer = self._ask() if self._dist.is_chief else None
-        answer = bool(self._dist.broadcast(answer))
+        if self._mode == PreemptMode.WorkersAskChief:
+            answer = bool(self._dist.broadcast(self._ask() if self._dist.is_chief else None))
+        elif self._dist.is_chief or self._mode == PreemptMode.ExplicitWorkers:
+            answer = self._ask()
+        else:
+            raise DetError("preempt.should_preempt() is for the chief only with PreemptMode.ChiefOnly")
         if answer and auto_ack:
             self.acknowledge_preemption_signal()
         return answer

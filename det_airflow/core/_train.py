@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import logging
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -13,6 +14,8 @@ from det_airflow.core._distributed import DistributedContext
 from det_airflow.core._jsonable import jsonable_metrics
 from det_airflow.core._local import now_iso
 from det_airflow.core._tensorboard import TensorBoardEvents
+
+logger = logging.getLogger("det_airflow.core")
 
 TRAINING = "training"
 VALIDATION = "validation"
@@ -89,6 +92,12 @@ class TrainContext:
         if self._buffer:
             reports, self._buffer = self._buffer, []
             self._backend.report_metrics(reports)
+
+    def set_status(self, status: str) -> None:
+        """Say in a few words what the trial is doing now (e.g. "loading data"). Written to the
+        trial's log as one ``status:`` line by the chief, where ``det trial logs`` shows it."""
+        if self._dist.is_chief:
+            logger.info("status: %s", status)
 
     def report_progress(self, progress: float) -> None:
         """Report how far the trial is, as a fraction in [0, 1] (clamped)."""

@@ -31,7 +31,8 @@ from dataclasses import dataclass
 
 from fastapi import FastAPI
 
-from det_airflow.master import experiment_files, removals, trials
+from det_airflow import settings
+from det_airflow.master import experiment_files, removals, trial_logs, trials
 from det_airflow.master.db import Database, get_database
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,12 @@ def _forget_deleted_dags(db: Database) -> object:
         return experiment_files.forget_deleted_experiment_dags(conn)
 
 
+def _delete_expired_logs(db: Database) -> object:
+    return trial_logs.delete_expired_logs(db, settings.load().log_retention_days)
+
+
+#: The job that deletes ended trials' logs past their experiment's retention_policy.
+DELETE_EXPIRED_LOGS = "delete expired trial logs"
 #: The job that removes queued files where no worker host reports; the requests that queue
 #: removals ask for it at once (`run_soon`).
 REMOVE_FILES = "remove files"
@@ -89,6 +96,8 @@ JOBS = (
     Job("forget deleted experiments' DAGs", 30.0, _forget_deleted_dags),
     # Checkpoints and trial folders queued for removal, on one machine (hosts remove their own).
     Job(REMOVE_FILES, 10.0, removals.remove_here),
+    # Retention is counted in days: a look an hour is soon enough.
+    Job(DELETE_EXPIRED_LOGS, 3600.0, _delete_expired_logs),
 )
 
 

@@ -138,7 +138,7 @@ def _run(conn: Connection, row: Row, event: Event, *, fresh: bool) -> None:
         values["searcher_state"] = method.state_dict()
         values["progress"] = method.progress()
     except SearcherError as exc:
-        # e.g. the searcher metric is missing: the experiment ends with that message.
+        # e.g. adaptive search got a validation without its metric: the experiment ends with that message.
         values.update(search_done=True, error=str(exc))
         if row.searcher_state is None:
             values["searcher_state"] = {}

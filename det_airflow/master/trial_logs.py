@@ -1,15 +1,21 @@
-"""A trial's log lines: stored as its processes send them, read back by people."""
+"""A trial's log lines: stored as its processes send them, read back by people, and deleted once
+the trial has been over for longer than its experiment's ``retention_policy.log_retention_days``."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Row, select
+from sqlalchemy import ColumnElement, Connection, Row, delete, exists, select
 
 from det_airflow.master import schema
+from det_airflow.master.db import Database
 from det_airflow.master.lifecycle import now
+from det_airflow.states import TERMINAL_TRIAL_STATES
+
+# Trials whose lines one statement deletes: SQLite holds its write lock for the whole statement.
+_DELETE_BATCH = 200
 
 
 def reported_time(value: Any) -> datetime:
@@ -62,3 +68,51 @@ def read_logs(
     if limit is not None:
         query = query.limit(limit)
     return list(conn.execute(query).all())
+
+
+def retention_days(config: Any, default: int) -> int:
+    """Days an experiment keeps its ended trials' logs: its config's ``retention_policy
+    .log_retention_days``, else ``default``; -1: forever. Configs stored before the field existed
+    have no ``retention_policy``."""
+    policy = config.get("retention_policy") if isinstance(config, dict) else None
+    days = policy.get("log_retention_days") if isinstance(policy, dict) else None
+    return default if days is None else int(days)
+
+
+def delete_expired_logs(db: Database, default_days: int, *, at: datetime | None = None) -> int:
+    """Deletes the log lines of trials that ended more than their experiment's retention days
+    before ``at`` (now); answers how many lines went. A trial that has not ended keeps its logs."""
+    trials, logs = schema.trials, schema.trial_logs
+    ended = trials.c.state.in_([str(s) for s in TERMINAL_TRIAL_STATES])
+    with_logs = (ended, trials.c.end_time.is_not(None), exists().where(logs.c.trial_id == trials.c.id))
+    at = at or now()
+    with db.read() as conn:  # looks first: most turns find nothing to delete and write nothing
+        having_logs = conn.execute(select(trials.c.experiment_id).distinct().where(*with_logs)).scalars()
+        configs = conn.execute(
+            select(schema.experiments.c.id, schema.experiments.c.config).where(
+                schema.experiments.c.id.in_(list(having_logs))
+            )
+        ).all()
+        by_days: dict[int, list[int]] = {}
+        for experiment_id, config in configs:
+            days = retention_days(config, default_days)
+            if days >= 0:
+                by_days.setdefault(days, []).append(experiment_id)
+        expired = [
+            trial_id
+            for days, experiment_ids in sorted(by_days.items())
+            for trial_id in conn.execute(
+                select(trials.c.id).where(
+                    trials.c.experiment_id.in_(experiment_ids),
+                    trials.c.end_time < at - timedelta(days=days),
+                    *with_logs,
+                )
+            ).scalars()
+        ]
+    deleted = 0
+    for start in range(0, len(expired), _DELETE_BATCH):
+        batch = expired[start : start + _DELETE_BATCH]
+        still_ended = select(trials.c.id).where(trials.c.id.in_(batch), ended)  # not restarted since
+        with db.begin() as conn:
+            deleted += conn.execute(delete(logs).where(logs.c.trial_id.in_(still_ended))).rowcount
+    return deleted

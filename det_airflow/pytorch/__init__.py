@@ -16,6 +16,7 @@ A legacy experiment (``entrypoint: model_def:MyTrial``) runs the same through
 experiment config's settings as the Trainer's defaults.
 """
 
+from det_airflow.pytorch import samplers
 from det_airflow.pytorch._callback import PyTorchCallback
 from det_airflow.pytorch._context import PyTorchTrialContext
 from det_airflow.pytorch._data import DataLoader, TorchData
@@ -39,4 +40,5 @@ __all__ = [
     "TrainUnit",
     "Trainer",
     "init",
+    "samplers",
 ]

@@ -30,6 +30,8 @@ class ASHASearch(SearchMethod):
     counts at ``metrics[time_metric]``, or the batches (records, epochs) trained for ``max_length``.
     """
 
+    decides_on_metric = True
+
     def __init__(self, config: ExperimentConfig, **sampler_options: Any) -> None:
         super().__init__(config, **sampler_options)
         searcher = config.searcher

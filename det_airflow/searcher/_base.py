@@ -45,6 +45,8 @@ class SearchMethod(abc.ABC):
 
     #: The ``searcher.name`` this method implements; stored with its state.
     name: ClassVar[str]
+    #: Whether the method decides on ``searcher.metric`` (adaptive search ranks trials by it).
+    decides_on_metric: ClassVar[bool] = False
 
     def __init__(
         self, config: ExperimentConfig, *, optuna_storage: Any = None, study_name: str | None = None
@@ -73,6 +75,16 @@ class SearchMethod(abc.ABC):
         return min(trials, limit) if limit > 0 else trials
 
     @property
+    def needs_metric(self) -> bool:
+        """Whether every validation must carry ``searcher.metric``.
+
+        As in Determined, only a search that decides on it does (adaptive search), and so does a
+        sampler that learns from it (``searcher.sampler`` other than ``random``); single, grid and
+        random search accept a validation without it, which then counts for no best validation.
+        """
+        return self.decides_on_metric or self._sampler.observes
+
+    @property
     def sampler(self) -> HParamSampler:
         """Where new trials' hyperparameters come from (``searcher.sampler``)."""
         return self._sampler
@@ -92,9 +104,14 @@ class SearchMethod(abc.ABC):
     ) -> list[Action]:
         """A trial reported validation metrics after training ``steps_completed`` batches.
 
+        A report without the searcher's metric changes nothing when the search does not need it
+        (see :attr:`needs_metric`).
+
         Raises:
-            SearcherError: The searcher's metric is not among ``metrics``.
+            SearcherError: The searcher's metric is not among ``metrics`` and the search needs it.
         """
+        if self.config.searcher.metric not in metrics and not self.needs_metric:
+            return []
         value = self._searcher_metric(metrics)
         if self._sampler.observes:
             self._sampler.report(request_id, self._number(value), steps_completed)

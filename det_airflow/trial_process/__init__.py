@@ -7,6 +7,8 @@ Shared by the trial runners (:mod:`det_airflow.operators.runners`) and ``det exp
 - ``_spec``: :class:`TrialSpec` (the master's answer) and the entrypoint's argv;
 - ``_environment``: the trial's environment variables and the files in its work folder;
 - ``_isolation``: the unprivileged user a trial runs as, and what it may reach;
+- ``_overlay_venv``: a throwaway virtual environment over det-airflow's, for a startup hook run
+  on a user's machine;
 - ``_process``: starting, watching and stopping the process;
 - ``_output_lines``: the process's output, split into lines.
 
@@ -42,6 +44,7 @@ from det_airflow.trial_process._isolation import (
     trial_user,
 )
 from det_airflow.trial_process._output_lines import LineSplitter, OnOutput, pump_lines
+from det_airflow.trial_process._overlay_venv import OverlayVenvError, make_overlay_venv
 from det_airflow.trial_process._process import STARTUP_HOOK, run_trial_process
 from det_airflow.trial_process._spec import TrialSpec, entrypoint_argv
 
@@ -53,6 +56,7 @@ __all__ = [
     "TRIAL_FILES_DIR",
     "LineSplitter",
     "OnOutput",
+    "OverlayVenvError",
     "TrialIsolationError",
     "TrialSpec",
     "TrialUser",
@@ -63,6 +67,7 @@ __all__ = [
     "hand_over",
     "interpreter_paths",
     "make_dirs_as",
+    "make_overlay_venv",
     "make_passable_dirs",
     "prepare_checkpoint_root",
     "prepare_workdir",

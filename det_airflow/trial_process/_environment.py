@@ -37,6 +37,7 @@ def trial_environment(
     slot_ids: Iterable[int] = (),
     base_env: Mapping[str, str] | None = None,
     workdir: str | os.PathLike[str] | None = None,
+    python_bin: str | os.PathLike[str] | None = None,
 ) -> dict[str, str]:
     """The whole environment of a trial process (docs/semantics.md §3), built from an allow-list.
 
@@ -46,9 +47,11 @@ def trial_environment(
     ``TMPDIR`` in the work folder's ``.det/``, the config's ``environment.environment_variables``
     (the cpu list), the trial's ``DET_*`` variables (which win), ``PYTHONUNBUFFERED=1`` and a
     ``PYTHONPATH`` that starts with the work folder (``workdir``, else the current folder). The
-    config itself is named by ``DET_EXPERIMENT_CONFIG_FILE`` (see :func:`write_trial_files`). When
-    there is a ``PATH``, this interpreter's folder comes first in it, so ``python3 train.py`` runs
-    with det-airflow installed. Without ``master_url`` the Core API writes to ``local_store``.
+    config itself is named by ``DET_EXPERIMENT_CONFIG_FILE`` (see :func:`write_trial_files`) and, up
+    to 64 KiB, is also ``DET_EXPERIMENT_CONFIG``. When there is a ``PATH``, this interpreter's
+    folder (or ``python_bin``, a virtual environment's ``bin`` that sees det-airflow) comes first in
+    it, so ``python3 train.py`` runs with det-airflow installed. Without ``master_url`` the Core API
+    writes to ``local_store``.
     """
     base = os.environ if base_env is None else base_env
     env = {k: v for k, v in base.items() if k in _PASSED_VARIABLES or k.startswith(_PASSED_PREFIXES)}
@@ -57,6 +60,7 @@ def trial_environment(
     env["TMPDIR"] = str(files / "tmp")
     env.update(_config_variables(spec.config))
     task_id = f"{spec.experiment_id}.{spec.trial_id}"
+    config_json = json.dumps(spec.config)
     # The slots the trial holds: given by the caller, else the config's slots_per_trial (one
     # process per slot under the launchers).
     slots = [int(s) for s in slot_ids] or list(range(_slots_per_trial(spec.config)))
@@ -68,6 +72,9 @@ def trial_environment(
         trial_env.TRIAL_SEED: str(spec.trial_seed),
         trial_env.HPARAMS: json.dumps(spec.hparams),
         trial_env.EXPERIMENT_CONFIG_FILE: str(files / CONFIG_FILE_NAME),
+        trial_env.EXPERIMENT_CONFIG: config_json
+        if len(config_json) <= trial_env.EXPERIMENT_CONFIG_ENV_LIMIT
+        else None,
         trial_env.LATEST_CHECKPOINT: spec.latest_checkpoint or "",
         trial_env.STEPS_COMPLETED: str(spec.steps_completed),
         trial_env.SLOT_IDS: json.dumps(slots),
@@ -88,7 +95,7 @@ def trial_environment(
     env["PYTHONPATH"] = _python_path(workdir, env.get("PYTHONPATH", ""))
     if env.get("PATH"):
         # `python3` in an entrypoint is this interpreter (the one with det-airflow), venv or not.
-        bin_dir = str(Path(sys.executable).parent)
+        bin_dir = str(python_bin if python_bin is not None else Path(sys.executable).parent)
         env["PATH"] = os.pathsep.join(dict.fromkeys([bin_dir, *env["PATH"].split(os.pathsep)]))
     return env
 

@@ -10,7 +10,7 @@ import os
 import signal
 import subprocess
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +30,16 @@ def run_trial_process(
     stop: threading.Event | None = None,
     kill_grace: float = 10.0,
     user: TrialUser | None = None,
+    stop_signal: Callable[[], signal.Signals] | None = None,
 ) -> int:
     """Run ``argv`` in ``workdir`` and wait for it; answers its exit code (negative: killed by that signal).
 
     ``startup-hook.sh`` in ``workdir`` is sourced first, in the same shell, so its exports reach the
     entrypoint. Output lines (split on ``\\n`` and ``\\r``) go to ``on_output(line, "stdout"|"stderr")``
     as they come, one call at a time. Setting ``stop`` sends SIGTERM to the process group, then
-    SIGKILL after ``kill_grace`` seconds; whatever the entrypoint left running when it exits is killed.
+    SIGKILL after ``kill_grace`` seconds (``stop_signal``, asked when ``stop`` is set, may name
+    another first signal: a caller forwards the one it received); whatever the entrypoint left
+    running when it exits is killed.
     With ``user`` the process runs as that user, its primary group and no other group.
     """
     workdir = Path(workdir)
@@ -79,7 +82,7 @@ def run_trial_process(
     for reader in readers:
         reader.start()
     try:
-        _wait(proc, stop, kill_grace)
+        _wait(proc, stop, kill_grace, stop_signal)
     finally:
         if proc.poll() is None:  # an exception in the caller's thread, e.g. KeyboardInterrupt
             _terminate(proc, kill_grace)
@@ -89,7 +92,12 @@ def run_trial_process(
     return proc.returncode
 
 
-def _wait(proc: subprocess.Popen[bytes], stop: threading.Event | None, kill_grace: float) -> None:
+def _wait(
+    proc: subprocess.Popen[bytes],
+    stop: threading.Event | None,
+    kill_grace: float,
+    stop_signal: Callable[[], signal.Signals] | None,
+) -> None:
     """Wait for ``proc`` to exit, or until ``stop`` is set (then terminate it)."""
     while True:
         try:
@@ -97,7 +105,7 @@ def _wait(proc: subprocess.Popen[bytes], stop: threading.Event | None, kill_grac
             return
         except subprocess.TimeoutExpired:
             if stop is not None and stop.is_set():
-                _terminate(proc, kill_grace)
+                _terminate(proc, kill_grace, stop_signal() if stop_signal else signal.SIGTERM)
                 return
 
 
@@ -109,9 +117,12 @@ def _signal_group(pgid: int, sig: signal.Signals) -> bool:
     return True
 
 
-def _terminate(proc: subprocess.Popen[bytes], kill_grace: float) -> None:
-    """SIGTERM the process group, then SIGKILL it if the process is still there after ``kill_grace``."""
-    _signal_group(proc.pid, signal.SIGTERM)
+def _terminate(
+    proc: subprocess.Popen[bytes], kill_grace: float, first: signal.Signals = signal.SIGTERM
+) -> None:
+    """Signal the process group (``first``), then SIGKILL it if the process is still there after
+    ``kill_grace``."""
+    _signal_group(proc.pid, first)
     try:
         proc.wait(timeout=kill_grace)
     except subprocess.TimeoutExpired:

@@ -189,6 +189,14 @@ def _env_var(name: str, value: str, *, secret: str) -> k8s.V1EnvVar:
     anything else as its value."""
     if name in SECRET_VARIABLES:
         return _from_secret(name, secret=secret)
+    if name == trial_env.EXPERIMENT_CONFIG:
+        # The config's JSON for code that reads it from the environment: the Secret's copy of it.
+        return k8s.V1EnvVar(
+            name=name,
+            value_from=k8s.V1EnvVarSource(
+                secret_key_ref=k8s.V1SecretKeySelector(name=secret, key=CONFIG_VARIABLE)
+            ),
+        )
     return k8s.V1EnvVar(name=name, value=value)
 
 

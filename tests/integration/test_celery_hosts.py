@@ -284,8 +284,9 @@ def test_gangs_are_placed_whole_on_both_hosts(det: DetEnv, s3_url: str, tmp_path
 
 
 def _checkpoint_uuids(s3_url: str, prefix: str) -> set[str]:
+    """The checkpoints in the bucket under ``prefix`` (beside them: the trials' TensorBoard events)."""
     listed = s3_client(s3_url).list_objects_v2(Bucket=BUCKET, Prefix=f"{prefix}/").get("Contents", [])
-    return {o["Key"].split("/")[1] for o in listed}
+    return {o["Key"].split("/")[1] for o in listed} - {"tensorboard"}
 
 
 def _training_steps(det: DetEnv, trial_id: int) -> list[int]:

@@ -70,27 +70,34 @@ class Store:
     section: dict[str, str]
     conn_field: str
     secrets: frozenset[str]
-    objects: Callable[[], dict[str, bytes]]
+    objects: Callable[..., dict[str, bytes]]  # (read=True): without read, names only, bodies empty
 
     def keys(self) -> list[str]:
-        return sorted(self.objects())
+        # Names only: an object listed while the master deletes it is gone before it could be read.
+        return sorted(self.objects(read=False))
 
 
-def _s3_objects(url: str) -> dict[str, bytes]:
+def _s3_objects(url: str, read: bool = True) -> dict[str, bytes]:
     client = s3_client(url)
     listed = client.list_objects_v2(Bucket=BUCKET, Prefix=f"{PREFIX}/").get("Contents", [])
-    return {o["Key"]: client.get_object(Bucket=BUCKET, Key=o["Key"])["Body"].read() for o in listed}
+    return {
+        o["Key"]: client.get_object(Bucket=BUCKET, Key=o["Key"])["Body"].read() if read else b""
+        for o in listed
+    }
 
 
-def _gcs_objects(url: str) -> dict[str, bytes]:
+def _gcs_objects(url: str, read: bool = True) -> dict[str, bytes]:
     bucket = gcs_client(url).bucket(BUCKET)
-    return {blob.name: blob.download_as_bytes() for blob in bucket.list_blobs(prefix=f"{PREFIX}/")}
+    return {
+        blob.name: blob.download_as_bytes() if read else b""
+        for blob in bucket.list_blobs(prefix=f"{PREFIX}/")
+    }
 
 
-def _azure_objects(connection_string: str) -> dict[str, bytes]:
+def _azure_objects(connection_string: str, read: bool = True) -> dict[str, bytes]:
     container = azure_client(connection_string).get_container_client(BUCKET)
     return {
-        blob.name: container.download_blob(blob.name).readall()
+        blob.name: container.download_blob(blob.name).readall() if read else b""
         for blob in container.list_blobs(name_starts_with=f"{PREFIX}/")
     }
 
@@ -118,12 +125,22 @@ def _store(kind: str, airflow: Any) -> Iterator[Store]:
             extra = {"endpoint_url": url, "region_name": "us-east-1"}
             connect("aws_default", "aws", extra, "--conn-login", "det", "--conn-password", "det")
             secrets = frozenset({"access_key", "secret_key", "session_token"})
-            yield Store({"type": "s3", "bucket": BUCKET}, "aws_conn_id", secrets, lambda: _s3_objects(url))
+            yield Store(
+                {"type": "s3", "bucket": BUCKET},
+                "aws_conn_id",
+                secrets,
+                lambda read=True: _s3_objects(url, read),
+            )
     elif kind == "gcs":
         with gcs_server(BUCKET) as url:
             connect("google_cloud_default", "google_cloud_platform", {"endpoint_url": url})
             secrets = frozenset({"credentials_info"})
-            yield Store({"type": "gcs", "bucket": BUCKET}, "gcp_conn_id", secrets, lambda: _gcs_objects(url))
+            yield Store(
+                {"type": "gcs", "bucket": BUCKET},
+                "gcp_conn_id",
+                secrets,
+                lambda read=True: _gcs_objects(url, read),
+            )
     else:
         with azure_server(BUCKET) as connection_string:
             connect("wasb_default", "wasb", {"connection_string": connection_string})
@@ -132,7 +149,7 @@ def _store(kind: str, airflow: Any) -> Iterator[Store]:
                 {"type": "azure", "container": BUCKET},
                 "wasb_conn_id",
                 secrets,
-                lambda: _azure_objects(connection_string),
+                lambda read=True: _azure_objects(connection_string, read),
             )
 
 
@@ -200,10 +217,14 @@ def test_checkpoints_live_in_the_store_from_save_to_delete(det: DetEnv, store: S
 
     # The master removes the others' objects in the background (no worker host reports here).
     wait_until(
-        lambda: sorted({key.split("/")[1] for key in store.keys()}) == kept or None,
+        lambda: sorted({key.split("/")[1] for key in store.keys()} - {"tensorboard"}) == kept or None,
         "the store to hold only the kept checkpoints' objects",
     )
     stored = store.objects()
+    # Beside them, the trial's TensorBoard events of its reported metrics (each run's own file).
+    (trial,) = det.get(f"/experiments/{experiment_id}/trials")["trials"]
+    events = f"{PREFIX}/tensorboard/experiment/{experiment_id}/trial/{trial['id']}/events.out.tfevents."
+    assert len([key for key in stored if key.startswith(events)]) == 2, sorted(stored)
     newest = max((c for c in checkpoints if c["state"] == "COMPLETED"), key=lambda c: c["steps_completed"])
     assert newest["storage"]["type"] == storage["type"] and newest["steps_completed"] == 6
     assert BUCKET in newest["storage"].values()

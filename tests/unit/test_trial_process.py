@@ -129,7 +129,8 @@ def test_the_environment_of_a_trial_on_a_master() -> None:
     assert env[trial_env.TRIAL_SEED] == "777"
     assert json.loads(env[trial_env.HPARAMS]) == SPEC["hparams"]
     assert env[trial_env.EXPERIMENT_CONFIG_FILE] == "/run/trial/.det/experiment_config.json"
-    assert trial_env.EXPERIMENT_CONFIG not in env
+    # Determined's own variable too, for code that reads the config from the environment.
+    assert json.loads(env[trial_env.EXPERIMENT_CONFIG]) == SPEC["config"]
     assert env[trial_env.LATEST_CHECKPOINT] == "ckpt-1" and env[trial_env.STEPS_COMPLETED] == "300"
     assert json.loads(env[trial_env.SLOT_IDS]) == [0, 1]
     assert env[trial_env.CHIEF_IP] == "127.0.0.1" and env[trial_env.CONTAINER_RANK] == "0"
@@ -207,7 +208,8 @@ def test_the_config_may_not_pose_as_another_trial_or_master() -> None:
         "environment": {"environment_variables": ["DET_MASTER=http://evil", "DET_EXPERIMENT_CONFIG={}"]}
     }
     env = trial_environment(TrialSpec.from_dict(dict(SPEC, config=config)), base_env={})
-    assert trial_env.MASTER not in env and trial_env.EXPERIMENT_CONFIG not in env
+    assert trial_env.MASTER not in env
+    assert json.loads(env[trial_env.EXPERIMENT_CONFIG]) == config  # the trial's own, not the one posed
 
 
 def test_the_config_reaches_the_trial_through_a_file(tmp_path: Path) -> None:

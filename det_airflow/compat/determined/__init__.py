@@ -16,9 +16,11 @@ __all__ = [
     "get_cluster_info",
     "launch",
     "pytorch",
+    "transformers",
+    "util",
 ]
 
-_LAZY_SUBMODULES = frozenset({"pytorch", "experimental", "common", "launch"})
+_LAZY_SUBMODULES = frozenset({"pytorch", "experimental", "common", "launch", "transformers", "util"})
 
 
 def __getattr__(name: str) -> Any:

@@ -108,7 +108,7 @@ def test_bad_batch_item_is_one_line_and_exit_1(det: Any) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["job", "update", "3"], "one of the arguments --priority --weight --resource-pool"),
+        (["job", "update", "3"], "one of the arguments -p/--priority -w/--weight --resource-pool"),
         (["job", "update", "3", "--priority", "1", "--weight", "2"], "not allowed with argument"),
         (["job", "update", "3", "--priority", "0"], "expected a priority 1-99 (lower runs first), got '0'"),
         (["e", "set", "max-slots", "3", "0"], "expected an integer >= 1, got '0'"),

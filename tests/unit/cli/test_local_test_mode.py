@@ -64,7 +64,6 @@ def test_local_test_mode_passes(cli_env: Path, tmp_path: Path, capfd: pytest.Cap
     ("args", "metric", "failure"),
     [
         (["train", "validate", "checkpoint", "fail"], "loss", "Error: the entrypoint exited with code 3"),
-        (["train", "validate", "checkpoint"], "accuracy", "do not include the searcher's metric 'accuracy'"),
     ],
 )
 def test_local_test_mode_failures(

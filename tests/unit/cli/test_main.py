@@ -29,7 +29,7 @@ def test_missing_or_unknown_command_is_a_usage_error(det: Any) -> None:
 
 
 def test_bad_argument_type_is_a_usage_error(det: Any) -> None:
-    result = det("e", "describe", "not-a-number")
+    result = det("e", "config", "not-a-number")
     assert result.code == 2
     assert "invalid int value" in result.err
 

@@ -132,6 +132,98 @@ environment:
 debug: false
 """
 
+# Every top-level field of Determined's schema case "full valid experiment", in its shapes: 0.38's
+# data layer, internal settings and retention policy included.
+FULL_VALID = """\
+name: full_valid
+description: every field Determined's schema knows
+entrypoint: trainer.model_def:NoopTrial
+labels: []
+data: {source: anywhere}
+data_layer:
+  type: shared_fs
+  container_storage_path: null
+internal:
+  native: null
+retention_policy:
+  log_retention_days: 90
+bind_mounts:
+  - {host_path: /datasets, container_path: /datasets, read_only: true, propagation: rprivate}
+checkpoint_policy: best
+checkpoint_storage:
+  type: shared_fs
+  host_path: /var/ckpt
+  storage_path: team
+  propagation: rprivate
+  container_path: /ckpt
+  checkpoint_path: /ckpt/checkpoints
+  tensorboard_path: /ckpt/tensorboard
+  save_experiment_best: 0
+  save_trial_best: 1
+  save_trial_latest: 1
+debug: false
+environment:
+  environment_variables: {}
+  force_pull_image: false
+  image:
+    cpu: determinedai/environments:py-3.9-pytorch-1.12-cpu
+    gpu: determinedai/environments:cuda-11.3-pytorch-1.12-gpu
+  pod_spec: null
+  ports: {tensorboard: 6006}
+  registry_auth: {username: robot, password: hunter2, serveraddress: registry.example.com}
+  add_capabilities: [CAP_CHOWN]
+  drop_capabilities: [CAP_KILL]
+hyperparameters:
+  global_batch_size: {type: const, val: 16}
+  widths: [8, {type: const, val: wide}, {type: int, minval: 1, maxval: 4}]
+  optimizer:
+    momentum: {type: double, minval: 0.5, maxval: 0.9}
+    lr: {type: log, minval: -4, maxval: -1, base: 10}
+  activation: {type: categorical, vals: [relu, tanh]}
+max_restarts: 2
+min_validation_period: {batches: 0}
+optimizations:
+  aggregation_frequency: 1
+  average_aggregated_gradients: true
+  mixed_precision: O0
+perform_initial_validation: false
+profiling: {enabled: true, begin_on_batch: 0, end_on_batch: 10}
+records_per_epoch: 0
+reproducibility: {experiment_seed: 1234}
+resources:
+  agent_label: gpu-nodes
+  devices: [{host_path: /dev/infiniband, container_path: /dev/infiniband, mode: rmw}]
+  slots_per_trial: 2
+  weight: 10
+  max_slots: 8
+  priority: 40
+  resource_pool: default_pool
+  native_parallel: false
+scheduling_unit: 100
+searcher:
+  name: single
+  metric: loss
+  smaller_is_better: true
+  max_length: {batches: 100}
+  source_checkpoint_uuid: null
+  source_trial_id: null
+security:
+  kerberos: {config_file: /etc/krb5.conf}
+tensorboard_storage:
+  type: shared_fs
+  host_path: /var/tensorboard
+"""
+
+
+def test_a_config_with_every_field_of_determineds_full_valid_case_validates() -> None:
+    cfg = parse_config(FULL_VALID)
+
+    assert cfg.retention_policy.log_retention_days == 90
+    assert cfg.warnings == (
+        "accepted but not acted on by det-airflow: data_layer, environment.ports, "
+        "profiling, resources.agent_label, resources.weight, security, tensorboard_storage",
+    )
+
 
 def test_a_026_config_with_the_older_gpu_image_name_validates() -> None:
     cfg = parse_config(GPU_IMAGE_026)

@@ -356,8 +356,27 @@ def test_websockets_refuse_other_users_and_other_sites(site: People, upstream: U
         assert detail in denied.value.json()["detail"], headers
 
 
+@pytest.fixture
+def fresh_jwt_keys() -> Iterator[None]:
+    """Airflow's auth manager keeps its JWT signer and validator once made (per class): made again
+    for a test that sets its own secret, and again after it for the tests that follow."""
+    from airflow.api_fastapi.auth.managers.base_auth_manager import BaseAuthManager
+
+    def clear() -> None:
+        BaseAuthManager._get_token_signer.cache_clear()  # type: ignore[attr-defined]
+        BaseAuthManager._get_token_validator.cache_clear()  # type: ignore[attr-defined]
+
+    clear()
+    yield
+    clear()
+
+
 def test_a_websocket_login_is_airflows_token(
-    people: People, creator: Creator, upstream: Upstream, monkeypatch: pytest.MonkeyPatch
+    people: People,
+    creator: Creator,
+    upstream: Upstream,
+    monkeypatch: pytest.MonkeyPatch,
+    fresh_jwt_keys: None,
 ) -> None:
     """Without the test's stand-in: the JWT Airflow signs at login opens a WebSocket, as a bearer
     token or as the login cookie, for whoever may open the task, and nothing else does."""

@@ -248,6 +248,8 @@ def test_token_config_and_credentials_reach_the_trial_from_a_secret_never_as_env
     assert env["AWS_DEFAULT_REGION"] == "eu-west-1"
     # A task's server listens at the pod's own address, where the master's proxy reaches it.
     assert env["DET_POD_IP"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    # DET_EXPERIMENT_CONFIG, for code that reads the config from the environment: the Secret's copy.
+    assert env["DET_EXPERIMENT_CONFIG"] == from_secret(CONFIG_VARIABLE)
     (init,) = pod_spec["initContainers"]
     init_env = env_of(init)
     assert init_env[SESSION_TOKEN] == from_secret(SESSION_TOKEN)

@@ -75,3 +75,9 @@ def yaml_safe_dump(data: Any, stream: Any = None, **kwargs: Any) -> Any:
     """``yaml.safe_dump`` with keys kept in their order."""
     kwargs.setdefault("sort_keys", False)
     return yaml.safe_dump(data, stream, **kwargs)
+
+
+# The metric group names of Determined's own training loops.
+_LEGACY_TRAINING = "training"
+_LEGACY_VALIDATION = "validation"
+_INFERENCE = "inference"
