@@ -167,3 +167,67 @@ def test_the_distributed_example_trains_with_ddp_in_a_container(det: DetEnv, tmp
         logs = det.det("trial", "logs", str(trial["id"]), "--rank-id", str(rank)).stdout
         assert f"worker {rank} of 2: 16 images a batch" in logs, logs[-2000:]
     assert trial_containers(experiment_id) == []
+
+
+def test_a_notebook_in_the_trial_image_runs_a_kernel_through_the_proxy(det: DetEnv) -> None:
+    """A notebook of a Docker config gets the trial's container: JupyterLab from the trial image,
+    reached only through the master's proxy."""
+    import json
+    import time
+    import uuid
+
+    import httpx
+    from websockets.sync.client import connect
+
+    login = httpx.post(
+        f"{det.af.url}/auth/token",
+        json={"username": det.af.admin_user, "password": det.af.admin_password},
+        timeout=30,
+    )
+    bearer = {"Authorization": f"Bearer {login.json()['access_token']}"}
+    with det.api() as client:
+        body = {"type": "notebook", "config": yaml.safe_dump({"airflow": {"trial_runner": "docker"}})}
+        task = client.post("/det/api/v1/tasks", json=body).raise_for_status().json()["task"]
+    deadline = time.monotonic() + 600
+    while not (task := det.get(f"/tasks/{task['id']}")["task"])["ready"]:
+        assert task["state"] != "TERMINATED" and time.monotonic() < deadline, task
+        time.sleep(1)
+    assert [c["State"] for c in trial_containers(task["id"])] == ["running"]
+
+    base = f"/det/proxy/{task['id']}"
+    with httpx.Client(base_url=det.af.url, headers=bearer, timeout=60) as client:
+        kernel = client.post(f"{base}/api/kernels", json={}).raise_for_status().json()
+    url = det.af.url.replace("http://", "ws://", 1) + f"{base}/api/kernels/{kernel['id']}/channels"
+    with connect(url, additional_headers=bearer, open_timeout=60) as ws:
+        msg_id = uuid.uuid4().hex
+        header = {"msg_id": msg_id, "msg_type": "execute_request", "session": msg_id, "version": "5.3"}
+        code = "import os; os.getuid() != 0 and 6 * 7"
+        content = {"code": code, "silent": False}
+        ws.send(
+            json.dumps(
+                {
+                    "header": header,
+                    "parent_header": {},
+                    "metadata": {},
+                    "content": content,
+                    "channel": "shell",
+                }
+            )
+        )
+        result = None
+        while result is None:
+            message = json.loads(ws.recv(timeout=120))
+            if (
+                message.get("msg_type") == "execute_result"
+                and message["parent_header"].get("msg_id") == msg_id
+            ):
+                result = message["content"]["data"]["text/plain"]
+    assert result == "42"  # run in the container, not as root
+
+    with det.api() as client:
+        client.post(f"/det/api/v1/tasks/{task['id']}/kill").raise_for_status()
+    deadline = time.monotonic() + 180
+    while det.get(f"/tasks/{task['id']}")["task"]["state"] != "TERMINATED":
+        assert time.monotonic() < deadline
+        time.sleep(1)
+    assert trial_containers(task["id"]) == []
