@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from sqlalchemy import Connection, Row, exists, select
 
+from det_airflow import runner_policy
 from det_airflow.config._yaml import read_yaml
 from det_airflow.errors import ConfigError, DetError
 from det_airflow.master import experiments, schema
@@ -504,11 +505,34 @@ def mark_ready(conn: Connection, trial_id: int, port: int, secret: str, address:
         raise StateError(f"trial {trial_id} has ended")
     if answer["type"] not in SERVED:
         raise StateError(f"task {answer['id']} is a {answer['type']}: it serves no page")
+    experiment = experiments.get_experiment(conn, answer["id"])
+    where = _checked_address(address, answer["bind_address"], runner_policy.runner_of(experiment.config))
     conn.execute(
         schema.tasks.update()
         .where(schema.tasks.c.id == answer["id"])
-        .values(address=address or answer["bind_address"], port=port, secret=secret, ready_at=now())
+        .values(address=where, port=port, secret=secret, ready_at=now())
     )
+
+
+def _checked_address(address: str | None, bind_address: str, runner: str) -> str:
+    """Where the proxy may reach the task's server. The master sends people's requests there, so
+    the task (its owner's code) may not name any other place: the address the master told it to
+    listen at, or for a pod (whose address only the pod knows) an address of the cluster's own
+    network, never this host's loopback or a link-local one (a cloud's metadata service)."""
+    import ipaddress
+
+    if address is None or address == bind_address:
+        return bind_address
+    if runner == "kubernetes":
+        try:
+            ip = ipaddress.ip_address(address)
+        except ValueError:
+            ip = None
+        if ip is not None and not (
+            ip.is_loopback or ip.is_link_local or ip.is_unspecified or ip.is_multicast
+        ):
+            return address
+    raise DetError(f"a task listens where the master told it: {bind_address}, not {address!r}")
 
 
 def run_ended(conn: Connection, experiment_id: int, exit_code: int) -> None:

@@ -190,3 +190,27 @@ def test_an_experiment_cannot_start_in_a_pool_the_caller_may_not_use(
     assert refused.status_code == 403, refused.text
     assert "may not use pool 'restricted'" in refused.json()["detail"]
     assert creator.count() == 0
+
+
+def test_a_task_may_only_say_it_listens_where_the_master_told_it(people: People, creator: Creator) -> None:
+    notebook = started(people, "alice", type="notebook")
+    token = run_token(people, notebook["id"])
+    trial_id = people.call("alice", "GET", f"/tasks/{notebook['id']}").json()["task"]["trial_id"]
+    bearer = {"Authorization": f"Bearer {token}"}
+    path = f"/api/v1/runtime/trials/{trial_id}/task/ready"
+    for elsewhere in ("169.254.169.254", "10.0.0.5", "db.internal"):
+        refused = people.client.post(
+            path, headers=bearer, json={"port": 80, "secret": "s" * 32, "address": elsewhere}
+        )
+        assert refused.status_code == 400, refused.text
+        assert "listens where the master told it: 127.0.0.1" in refused.json()["detail"]
+    assert people.call("alice", "GET", f"/tasks/{notebook['id']}").json()["task"]["ready"] is False
+    ok = people.client.post(
+        path, headers=bearer, json={"port": 8888, "secret": "s" * 32, "address": "127.0.0.1"}
+    )
+    assert ok.status_code == 200, ok.text
+    # A pod's address is the cluster network's; never the master's loopback or a link-local one.
+    assert tasks._checked_address("10.42.0.7", "127.0.0.1", "kubernetes") == "10.42.0.7"
+    for bad in ("localhost", "127.0.0.1", "169.254.169.254", "0.0.0.0", "::1"):
+        with pytest.raises(tasks.DetError):
+            tasks._checked_address(bad, "10.0.0.1", "kubernetes")
