@@ -255,15 +255,48 @@ class CreateExperiment(_Body):
         pattern=r"^[A-Za-z0-9_\-]{1,64}$",
         description="a client's idempotency key: a retry with the same key answers the experiment already made",
     )
+    template: str | None = Field(
+        None, description="a config template laid under the config: the config's own values win"
+    )
 
     @field_validator("config")
     @classmethod
     def _config_size(cls, value: str) -> str:
-        if len(value) > CONFIG_LIMIT_CHARS:
-            raise ValueError(
-                f"the config is {len(value)} characters, over the limit of {CONFIG_LIMIT_CHARS} (1 MiB)"
-            )
-        return value
+        return _checked_config_size(value)
+
+
+def _checked_config_size(value: str) -> str:
+    if len(value) > CONFIG_LIMIT_CHARS:
+        raise ValueError(
+            f"the config is {len(value)} characters, over the limit of {CONFIG_LIMIT_CHARS} (1 MiB)"
+        )
+    return value
+
+
+class SetTemplate(_Body):
+    config: str = Field(description="the template's YAML: a mapping of config fields")
+
+    @field_validator("config")
+    @classmethod
+    def _config_size(cls, value: str) -> str:
+        return _checked_config_size(value)
+
+
+class Template(_Answer):
+    """A config template (`det template`): a config fragment experiments name with `--template`."""
+
+    name: str
+    owner: str
+    updated_at: str
+    config: dict[str, Any]  # secrets masked for anyone but its owner and admins
+
+
+class TemplateAnswer(_Answer):
+    template: Template
+
+
+class TemplateList(_Answer):
+    templates: list[Template]
 
 
 TaskType = Literal["command", "notebook", "tensorboard", "shell"]

@@ -57,6 +57,9 @@ from det_airflow.api.models import (
     TaskAnswer,
     TaskList,
     TaskType,
+    Template,
+    TemplateAnswer,
+    TemplateList,
     Trial,
     TrialAnswer,
     TrialList,
@@ -406,8 +409,10 @@ class UserClient:
         paused: bool = False,
         parent_id: int | None = None,
         request_id: str | None = None,
+        template: str | None = None,
     ) -> Experiment:
-        """``config``: the YAML text; ``context``: the base64 tar.gz of the context directory, or None.
+        """``config``: the YAML text; ``context``: the base64 tar.gz of the context directory, or None;
+        ``template``: a config template the master lays under ``config``.
 
         ``request_id`` (default: a new one) makes the create exactly-once: the master creates one
         experiment per id, so the request is resent with the same body when the connection fails
@@ -421,6 +426,8 @@ class UserClient:
         }
         if parent_id is not None:
             body["parent_id"] = parent_id
+        if template is not None:
+            body["template"] = template
         return self._answer(
             CreatedExperiment, "POST", "/experiments", json=body, resend_on_failure=True
         ).experiment
@@ -509,6 +516,22 @@ class UserClient:
         """Each update: ``job_id`` and one of priority, weight, max_slots, resource_pool, ahead_of,
         behind_of; all are applied together or none."""
         return self._answer(UpdatedJobs, "POST", "/jobs/update", json={"updates": updates}).jobs
+
+    # --- config templates ---
+
+    def list_templates(self) -> list[Template]:
+        return self._answer(TemplateList, "GET", "/templates").templates
+
+    def get_template(self, name: str) -> Template:
+        return self._answer(TemplateAnswer, "GET", f"/templates/{quote(name, safe='')}").template
+
+    def set_template(self, name: str, config: str) -> Template:
+        """Create or replace template ``name``; ``config``: its YAML text."""
+        path = f"/templates/{quote(name, safe='')}"
+        return self._answer(TemplateAnswer, "PUT", path, json={"config": config}).template
+
+    def remove_template(self, name: str) -> None:
+        self._json("DELETE", f"/templates/{quote(name, safe='')}")
 
     # --- tasks: notebooks, TensorBoards, commands, shells ---
 

@@ -11,7 +11,7 @@ from det_airflow.cli import checkpoint as checkpoint_cli
 from det_airflow.cli import job as job_cli
 from det_airflow.cli import render
 from det_airflow.cli.logs import add_log_arguments, show_logs_from_args, show_trial_logs
-from det_airflow.errors import DetError
+from det_airflow.errors import ConfigError, DetError
 from det_airflow.states import TERMINAL_EXPERIMENT_STATES, ExperimentState
 
 if TYPE_CHECKING:
@@ -93,7 +93,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="PATH",
         help="also send this file or folder with the context (repeatable)",
     )
-    create.add_argument("--template", help="(not supported by det-airflow)")
+    create.add_argument(
+        "--template", metavar="NAME", help="a config template the master lays under the config (det template)"
+    )
     create.set_defaults(func=_create)
 
     ls = verbs.add_parser("list", aliases=["ls"], help="list experiments")
@@ -248,10 +250,8 @@ def _connect(args: argparse.Namespace) -> UserClient:
 
 
 def _create(args: argparse.Namespace) -> int:
-    if args.template:
-        from det_airflow.cli.template import NOT_SUPPORTED
-
-        raise DetError(NOT_SUPPORTED)
+    if args.template and args.local:
+        raise DetError("--template is laid under the config by the master: it cannot be used with --local")
     if args.local and not args.test_mode:
         raise DetError("--local requires --test-mode")
     if args.test_mode and not args.local:
@@ -265,9 +265,18 @@ def _create(args: argparse.Namespace) -> int:
 
     from det_airflow.config import load_config
 
-    cfg = load_config(args.config_file, overrides=args.config_overrides)
-    for warning in cfg.warnings:  # fields accepted but not acted on: said once, never silently
-        print(f"Warning: {warning}", file=sys.stderr, flush=True)
+    if args.template:
+        # The config may leave to the template what it needs: the master checks the two merged.
+        config_text = _config_text_under_template(args.config_file, args.config_overrides)
+    else:
+        cfg = load_config(args.config_file, overrides=args.config_overrides)
+        for warning in cfg.warnings:  # fields accepted but not acted on: said once, never silently
+            print(f"Warning: {warning}", file=sys.stderr, flush=True)
+        if args.config_overrides:
+            config_text = yaml.safe_dump(cfg.raw, sort_keys=False)
+        else:
+            with open(args.config_file, encoding="utf-8") as f:  # as written, comments included
+                config_text = f.read()
 
     if args.local:
         from det_airflow.cli.local_test_mode import run_local_test
@@ -288,23 +297,42 @@ def _create(args: argparse.Namespace) -> int:
         )
         context = base64.b64encode(packed.data).decode("ascii")
 
-    if args.config_overrides:
-        config_text = yaml.safe_dump(cfg.raw, sort_keys=False)
-    else:
-        with open(args.config_file, encoding="utf-8") as f:  # as written, comments included
-            config_text = f.read()
-
     from det_airflow.api.user import new_request_id
 
     client = _connect(args)
     # One id for this invocation: a resend after a lost answer cannot create a second experiment.
     experiment = client.create_experiment(
-        config_text, context, paused=args.paused, request_id=new_request_id()
+        config_text, context, paused=args.paused, request_id=new_request_id(), template=args.template
     )
     print(f"Created experiment {experiment.id}", flush=True)
     if args.follow_first_trial:
         return follow_first_trial(client, experiment.id)
     return 0
+
+
+def _config_text_under_template(path: str, overrides: list[str]) -> str:
+    """The config file's text, with ``--config`` overrides applied, read but not yet validated."""
+    import yaml
+
+    from det_airflow.config import read_yaml
+    from det_airflow.config._overrides import apply_overrides
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as exc:
+        raise ConfigError([("", f"cannot read the file: {exc.strerror}")], source=path) from None
+    except UnicodeDecodeError:
+        raise ConfigError([("", "cannot read the file: it is not UTF-8 text")], source=path) from None
+    if not overrides:
+        return text
+    data = read_yaml(text, path)
+    if not isinstance(data, dict):
+        raise ConfigError([("", "expected a mapping of fields at the top level")], source=path)
+    problems = apply_overrides(data, overrides)
+    if problems:
+        raise ConfigError(problems, source=path)
+    return yaml.safe_dump(data, sort_keys=False)
 
 
 def follow_first_trial(client: UserClient, experiment_id: int) -> int:

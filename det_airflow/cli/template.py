@@ -1,37 +1,95 @@
-"""``det template|tpl ...``: Determined's config templates, which det-airflow does not keep.
+"""``det template|tpl ...``: Determined's config templates, kept on the master.
 
-A template is a config fragment the master merges into experiments that name it. det-airflow's
-master stores none, so every verb says where the same settings go instead (the config file, or
-``--config key=value`` on ``det e create``) rather than pretending to keep one.
+A template is a named config fragment; ``det experiment create --template NAME`` has the master lay
+it under the experiment's own config (the experiment's values win).
 """
 
 from __future__ import annotations
 
 import argparse
-from typing import NoReturn
+from typing import TYPE_CHECKING, Any
 
+from det_airflow.cli import render
 from det_airflow.errors import DetError
 
-NOT_SUPPORTED = (
-    "config templates are not supported by det-airflow: put the settings in the experiment's "
-    "config file, or pass them with `det e create --config key=value`"
-)
+if TYPE_CHECKING:
+    from det_airflow.api.user import UserClient
+
+LIST_HEADERS = ("Name", "Owner", "Updated", "Fields")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     noun = subparsers.add_parser("template", aliases=["tpl"], help="manage config templates")
     verbs = noun.add_subparsers(dest="verb", metavar="VERB", required=True)
-    for verb, help_text, takes in (
-        ("list", "list config templates", ()),
-        ("describe", "describe config template", ("template_name",)),
-        ("set", "set config template", ("template_name", "template_file")),
-        ("remove", "remove config template", ("template_name",)),
-    ):
-        parser = verbs.add_parser(verb, aliases=["ls"] if verb == "list" else [], help=help_text)
-        for name in takes:
-            parser.add_argument(name, metavar=name.upper())
-        parser.set_defaults(func=_refuse)
+
+    ls = verbs.add_parser("list", aliases=["ls"], help="list config templates")
+    ls.add_argument("-d", "--details", action="store_true", help="show the configs of the templates")
+    render.add_output_flags(ls)
+    ls.set_defaults(func=_list)
+
+    describe = verbs.add_parser("describe", help="describe config template")
+    describe.add_argument("template_name", metavar="TEMPLATE_NAME", help="template name")
+    describe.set_defaults(func=_describe)
+
+    set_ = verbs.add_parser("set", help="set config template")
+    set_.add_argument("template_name", metavar="TEMPLATE_NAME", help="template name")
+    set_.add_argument("template_file", metavar="TEMPLATE_FILE", help="the template's YAML file")
+    set_.set_defaults(func=_set)
+
+    remove = verbs.add_parser("remove", aliases=["rm"], help="remove config template")
+    remove.add_argument("template_name", metavar="TEMPLATE_NAME", help="template name")
+    remove.set_defaults(func=_remove)
 
 
-def _refuse(args: argparse.Namespace) -> NoReturn:
-    raise DetError(NOT_SUPPORTED)
+def _connect(args: argparse.Namespace) -> UserClient:
+    from det_airflow.cli.user import connect
+
+    return connect(args.master)
+
+
+def _yaml(config: dict[str, Any]) -> str:
+    import yaml
+
+    return yaml.safe_dump(config, sort_keys=False, default_flow_style=False)
+
+
+def _list(args: argparse.Namespace) -> None:
+    templates = _connect(args).list_templates()
+    if args.json:
+        render.print_json(templates)
+        return
+    headers = [*LIST_HEADERS, "Config"] if args.details else list(LIST_HEADERS)
+    rows = []
+    for template in templates:
+        row: list[Any] = [
+            template.name,
+            template.owner,
+            render.format_time(template.updated_at),
+            ", ".join(template.config),
+        ]
+        if args.details:
+            row.append(_yaml(template.config).rstrip("\n"))
+        rows.append(row)
+    render.print_table(headers, rows, csv=args.csv)
+
+
+def _describe(args: argparse.Namespace) -> None:
+    template = _connect(args).get_template(args.template_name)
+    print(render.clean(_yaml(template.config)), end="")
+
+
+def _set(args: argparse.Namespace) -> None:
+    try:
+        with open(args.template_file, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as exc:
+        raise DetError(f"cannot read template file {args.template_file}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise DetError(f"template file {args.template_file} is not UTF-8 text") from None
+    template = _connect(args).set_template(args.template_name, text)
+    print(render.clean(f"Set template {template.name}"))
+
+
+def _remove(args: argparse.Namespace) -> None:
+    _connect(args).remove_template(args.template_name)
+    print(render.clean(f"Removed template {args.template_name}"))

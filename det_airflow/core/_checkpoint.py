@@ -165,7 +165,7 @@ class CheckpointContext:
     def restore_path(
         self,
         storage_id: str,
-        download_mode: DownloadMode | str = DownloadMode.LocalWorkersShareDownload,
+        download_mode: DownloadMode | str | None = None,
         *,
         selector: Selector | None = None,
     ) -> Iterator[Path]:
@@ -174,9 +174,11 @@ class CheckpointContext:
         Folder storage yields the checkpoint's own folder; object storage downloads the files (those
         ``selector``, given each file's relative path, keeps) into a temporary folder, removed when
         the block ends. With ``LocalWorkersShareDownload`` every worker calls it in step and each
-        node's local chief fetches once for the node.
+        node's local chief fetches once for the node. Without a mode each caller fetches on its own,
+        as ``NoSharedDownload``: code that restores on the chief alone (Determined's default would
+        wait for the other workers there) and code where every worker calls it both work.
         """
-        if DownloadMode(download_mode) == DownloadMode.NoSharedDownload:
+        if download_mode is None or DownloadMode(download_mode) == DownloadMode.NoSharedDownload:
             with self._local_copy(storage_id, selector) as path:
                 yield path
             return
@@ -243,15 +245,15 @@ class CheckpointContext:
         self,
         storage_id: str,
         ckpt_dir: Path | str,
-        download_mode: DownloadMode | str = DownloadMode.LocalWorkersShareDownload,
+        download_mode: DownloadMode | str | None = None,
         *,
         selector: Selector | None = None,
     ) -> None:
         """Copy checkpoint ``storage_id``'s files (those ``selector`` keeps, given each file's path
         relative to the checkpoint) into ``ckpt_dir``. With ``LocalWorkersShareDownload`` every
         worker calls it in step and each node's local chief copies the files any of its workers
-        selects, once."""
-        if DownloadMode(download_mode) == DownloadMode.NoSharedDownload:
+        selects, once; without a mode each caller copies on its own (see ``restore_path``)."""
+        if download_mode is None or DownloadMode(download_mode) == DownloadMode.NoSharedDownload:
             self._download(storage_id, Path(ckpt_dir), selector)
             return
         selector = self._shared_selector(storage_id, selector)

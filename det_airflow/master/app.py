@@ -38,6 +38,7 @@ def create_app(*, background_jobs: bool = True) -> FastAPI:
         routes_people,
         routes_runtime,
         routes_tasks,
+        routes_templates,
         routes_ui,
         routes_unmanaged,
     )
@@ -55,6 +56,7 @@ def create_app(*, background_jobs: bool = True) -> FastAPI:
     for module in (routes_unmanaged, routes_people, routes_ui, routes_jobs, routes_internal, routes_runtime):
         app.include_router(module.router, prefix=prefix)
     app.include_router(routes_tasks.router, prefix=prefix)
+    app.include_router(routes_templates.router, prefix=prefix)
     app.include_router(routes_tasks.runtime_router, prefix=prefix)
     app.include_router(proxy.router)  # /det/proxy/<task id>/..., beside the API
 

@@ -221,6 +221,16 @@ def _v12_tasks(op: Operations) -> None:
     )
 
 
+def _v13_templates(op: Operations) -> None:
+    op.create_table(
+        "det_templates",
+        sa.Column("name", sa.String(256), primary_key=True),
+        sa.Column("config", sa.JSON, nullable=False),
+        sa.Column("owner", sa.String(256), nullable=False),
+        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+    )
+
+
 def backfill_metric_chunks(conn: Connection, chunks: sa.Table = schema.metric_chunks) -> int:
     """Rebuild the charts' numbers from every stored metric row; returns the trials that had some."""
     metrics = sa.table(
@@ -276,6 +286,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(11, "multi-node trials: det_trials.nodes, det_trial_nodes", _v11_trial_nodes),
     Migration(
         12, "tasks beside experiments (notebooks, TensorBoards, commands, shells): det_tasks", _v12_tasks
+    ),
+    Migration(
+        13, "config templates merged into the experiments that name them: det_templates", _v13_templates
     ),
 )
 

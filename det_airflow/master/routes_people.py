@@ -49,6 +49,7 @@ from det_airflow.master import (
     serialize,
     submission,
     tasks,
+    templates,
     trials,
 )
 from det_airflow.master.auth import CrossSiteGuard
@@ -108,9 +109,13 @@ def create_experiment(body: CreateExperiment, caller: CallerDep) -> dict:
     db = get_database()
     # Each create in flight holds its context and config in memory and checks them: capped per user.
     with caps.creates.hold(caller.name):
+        config_yaml = body.config
+        if body.template is not None:
+            with db.read() as conn:
+                config_yaml = templates.apply(conn, body.template, body.config)
         row, created = submission.create_once(
             db,
-            config_yaml=body.config,
+            config_yaml=config_yaml,
             context=body.context,
             owner=caller.name,
             paused=body.paused,

@@ -21,7 +21,7 @@ from sqlalchemy import (
 )
 
 # Bump when a table changes; `det admin migrate` brings a database up to this version.
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 
 metadata = MetaData()
 
@@ -265,4 +265,15 @@ tasks = Table(
     Column("secret", String(128)),
     Column("ready_at", DateTime(timezone=True)),
     Column("exit_code", Integer),
+)
+
+# Determined's config templates: named config fragments an experiment names (`--template`) and the
+# master lays under the experiment's own config at creation (master/templates.py).
+templates = Table(
+    "det_templates",
+    metadata,
+    Column("name", String(256), primary_key=True),
+    Column("config", JSON, nullable=False),
+    Column("owner", String(256), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
 )

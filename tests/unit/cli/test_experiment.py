@@ -313,7 +313,7 @@ def test_create_rejected_by_the_master(det: Any, master: Any, project: Path) -> 
     ("flags", "message"),
     [
         (["--local"], "Error: --local requires --test-mode\n"),
-        (["--template", "t1"], "templates are not supported"),
+        (["--template", "t1", "--local", "--test-mode"], "--template is laid under the config by the master"),
         (["-f", "--paused"], "--follow-first-trial cannot be used with --paused"),
         (["-i", "x.txt"], "--include needs a context directory"),
     ],

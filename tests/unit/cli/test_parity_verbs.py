@@ -1,6 +1,6 @@
 """Determined's daily verbs and flags for scripts: ``-u``, job ``-p/-w``, comma IDs, ``--limit`` /
 ``--offset``, log time windows, ``--best``, ``version``, ``master``, ``download-model-def``,
-``trial download``, ``continue``, and the verbs Airflow answers for (templates, tokens, users)."""
+``trial download``, ``continue``, and the verbs Airflow answers for (tokens, users)."""
 
 from __future__ import annotations
 
@@ -179,9 +179,6 @@ def test_continue_creates_a_warm_started_experiment(det: Any, master: FakeMaster
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["template", "list"], "config templates are not supported by det-airflow"),
-        (["tpl", "describe", "x"], "config templates are not supported by det-airflow"),
-        (["e", "create", "c.yaml", "--template", "x"], "config templates are not supported"),
         (["token", "list"], "Airflow keeps no list of the tokens"),
         (["token", "revoke", "3"], "cannot revoke one"),
         (["user", "activate", "bob"], "users are Airflow's"),

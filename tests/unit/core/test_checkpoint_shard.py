@@ -33,7 +33,7 @@ with det.core.init(distributed=dist) as ctx:
         result["uuid"] = uuid
         dest = out / "download"
         keep = "sub/model-0.bin" if r == 0 else "sub/model-1.bin"
-        ctx.checkpoint.download(uuid, dest, selector=lambda p: p == keep)
+        ctx.checkpoint.download(uuid, dest, det.core.DownloadMode.LocalWorkersShareDownload, selector=lambda p: p == keep)
         result["downloaded"] = sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file())
         with ctx.checkpoint.restore_path(uuid, det.core.DownloadMode.NoSharedDownload) as path:
             result["restored"] = (path / "sub" / f"model-{r}.bin").read_bytes().hex()

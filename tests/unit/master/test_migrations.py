@@ -166,6 +166,8 @@ def check_upgraded(db: Database, rows_before: dict[str, int]) -> None:
     assert rows_after.pop("det_removals") == 0
     assert rows_after.pop("det_trial_nodes") == 0
     assert rows_after.pop("det_tasks") == 0
+    # Version 13's templates are set by people after the upgrade: none yet.
+    assert rows_after.pop("det_templates") == 0
     assert rows_after == {name: n for name, n in rows_before.items() if name != "det_settings"}
     with db.read() as conn:
         names = conn.execute(select(schema.experiments.c.name).order_by(schema.experiments.c.id)).scalars()

@@ -910,6 +910,45 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/templates": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List Templates */
+        get: operations["list_templates_api_v1_templates_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/templates/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Describe Template */
+        get: operations["describe_template_api_v1_templates__name__get"];
+        /**
+         * Set Template
+         * @description Create the template, or replace its config.
+         */
+        put: operations["set_template_api_v1_templates__name__put"];
+        post?: never;
+        /** Remove Template */
+        delete: operations["remove_template_api_v1_templates__name__delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/trials/{trial_id}": {
         parameters: {
             query?: never;
@@ -1143,6 +1182,11 @@ export interface components {
              * @description a client's idempotency key: a retry with the same key answers the experiment already made
              */
             request_id?: string | null;
+            /**
+             * Template
+             * @description a config template laid under the config: the config's own values win
+             */
+            template?: string | null;
         };
         /** CreateTask */
         CreateTask: {
@@ -1811,6 +1855,14 @@ export interface components {
             slots: number;
             state: components["schemas"]["ExperimentState"];
         };
+        /** SetTemplate */
+        SetTemplate: {
+            /**
+             * Config
+             * @description the template's YAML: a mapping of config fields
+             */
+            config: string;
+        };
         /**
          * SlotAnswer
          * @description The answer to a trial slot: only the fields of its ``status`` are present (a dry run's
@@ -1993,6 +2045,31 @@ export interface components {
              * @enum {string}
              */
             type: "command" | "notebook" | "tensorboard" | "shell";
+        };
+        /**
+         * Template
+         * @description A config template (`det template`): a config fragment experiments name with `--template`.
+         */
+        Template: {
+            /** Config */
+            config: {
+                [key: string]: unknown;
+            };
+            /** Name */
+            name: string;
+            /** Owner */
+            owner: string;
+            /** Updated At */
+            updated_at: string;
+        };
+        /** TemplateAnswer */
+        TemplateAnswer: {
+            template: components["schemas"]["Template"];
+        };
+        /** TemplateList */
+        TemplateList: {
+            /** Templates */
+            templates: components["schemas"]["Template"][];
         };
         /** Trial */
         Trial: {
@@ -4009,6 +4086,123 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["TaskAnswer"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    list_templates_api_v1_templates_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TemplateList"];
+                };
+            };
+        };
+    };
+    describe_template_api_v1_templates__name__get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TemplateAnswer"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    set_template_api_v1_templates__name__put: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SetTemplate"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TemplateAnswer"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    remove_template_api_v1_templates__name__delete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Empty"];
                 };
             };
             /** @description Validation Error */
