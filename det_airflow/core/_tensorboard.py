@@ -41,7 +41,7 @@ import struct
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -454,13 +454,17 @@ class _Place(abc.ABC):
 class _FolderPlace(_Place):
     """A folder: of a ``shared_fs`` or ``directory`` storage."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, shared: Sequence[Path] = ()) -> None:
+        """``shared``: the folders above ``folder`` that every user's trials write under."""
         self.folder = folder
+        self.shared = tuple(shared)
 
     def location(self) -> str:
         return str(self.folder)
 
     def put(self, path: Path, relative: str) -> None:
+        for level in self.shared:
+            _shared_folder(level)
         with path.open("rb") as source:
             _write_in_place(source, self.folder / relative)
 
@@ -524,7 +528,8 @@ class _ObjectPlace(_Place):
 def _place(store: CheckpointStorage, experiment_id: int, trial_id: int) -> _Place:
     prefix = tensorboard_prefix(experiment_id, trial_id)
     if isinstance(store, FolderStorage):
-        return _FolderPlace(store.base / prefix)
+        top = store.base / "tensorboard"
+        return _FolderPlace(store.base / prefix, shared=(top, top / "experiment"))
     if isinstance(store, ObjectStorage):
         return _ObjectPlace(store, f"{store.prefix}/{prefix}" if store.prefix else prefix)
     raise DetError(f"checkpoint_storage type {store.type}: TensorBoard files cannot be kept there")
@@ -549,6 +554,24 @@ def _versions(store: ObjectStorage, prefix: str) -> Iterable[tuple[str, int, str
     else:
         for key, size in store._list(prefix):
             yield key, size, str(size)
+
+
+#: A folder every user's trials make their own folders in, as the checkpoint root is: anyone may
+#: add to it, nobody may list it, and only an entry's owner may remove it (the sticky bit).
+SHARED_FOLDER_MODE = 0o1733
+
+
+def _shared_folder(path: Path) -> None:
+    """Make ``path`` as a folder of everyone's (:data:`SHARED_FOLDER_MODE`) unless it exists: the
+    first trial to write TensorBoard files under a storage must not keep other users' out."""
+    if path.is_dir():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir()
+    except FileExistsError:
+        return  # another trial made it first
+    os.chmod(path, SHARED_FOLDER_MODE)  # past the umask, which mkdir's mode would go through
 
 
 def _write_in_place(source: IO[bytes], target: Path) -> None:

@@ -462,3 +462,19 @@ def test_the_trainers_reports_are_the_events_unless_logging_is_disabled(
     assert set(reported) >= {"training/loss", "validation/validation_loss", "validation/accuracy"}
     assert scalars(tmp_path / "on" / "tensorboard/experiment/0/trial/0") == reported
     assert event_files(tmp_path / "off") == []
+
+
+def test_the_folders_above_a_trials_are_everyones_to_write_in(
+    trial: Callable[..., core.Context], shared: Path
+) -> None:
+    import stat
+
+    with trial() as ctx:
+        ctx.train.report_training_metrics(1, {"loss": 0.5})
+    # The first trial to keep TensorBoard files in a storage makes these; every other user's trials
+    # must still make their experiments' folders there (the checkpoint root's own mode).
+    storage = shared.parents[4]
+    for level in (storage / "tensorboard", storage / "tensorboard" / "experiment"):
+        assert stat.S_IMODE(level.stat().st_mode) == 0o1733, level
+    assert stat.S_IMODE(shared.stat().st_mode) & 0o022 == 0  # the trial's own: nobody else writes in it
+    assert len(event_files(shared)) == 1
