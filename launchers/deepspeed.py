@@ -37,7 +37,20 @@ def deepspeed_command(
     else:
         placement = ["--hostfile", str(hostfile), "--master_addr", where.addrs[0], "--no_ssh_check"]
         port = C10D_PORT
-    return [tool, *placement, "--master_port", str(port), *overrides, "--module", WRAP_RANK, "RANK", *script]
+    # --no_local_rank: the worker command is ours (wrap_rank, then the trial's); LOCAL_RANK is in
+    # its environment, an extra first argument would be taken for the command.
+    return [
+        tool,
+        *placement,
+        "--master_port",
+        str(port),
+        "--no_local_rank",
+        *overrides,
+        "--module",
+        WRAP_RANK,
+        "RANK",
+        *script,
+    ]
 
 
 def build(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from typing import Any
 
 from det_airflow import trial_env
@@ -67,6 +68,9 @@ class DistributedContext:
         self._local_group: Any = None
         self._local_chief_rank = self.rank - self.local_rank
         self._owns_process_group = False
+        # Set by close(): False when it ran during an error and left the process group alone.
+        self.ended_cleanly = False
+        self._closed = False
         self._world_star: _tcp.Star | None = None
         self._local_star: _tcp.Star | None = None
         self._port = int(pub_port) + int(port_offset)
@@ -269,16 +273,43 @@ class DistributedContext:
         return self._broadcast(stuff, self._local_group, self._local_chief_rank)
 
     def close(self) -> None:
-        """Tear down what this context set up (never a process group the user initialized)."""
-        for star in {id(s): s for s in (self._local_star, self._world_star) if s is not None}.values():
-            star.close()
-        self._world_star = self._local_star = None
-        if self._owns_process_group:
+        """Tear down what this context set up (never a process group the user initialized).
+
+        On a clean exit every worker first meets the others at one final barrier, which on gloo
+        also waits for this worker's pending collectives: no worker destroys the process group or
+        closes its connections while another still talks to it, and all destroy it together.
+        Called while an exception propagates (a failing worker, ``Context.__exit__``), it neither
+        waits for the others, who are stuck elsewhere, nor destroys the process group, which would
+        wait for this worker's unmatched collectives: the process exits with its error and the
+        launcher stops the rest.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        clean = sys.exc_info()[1] is None
+        try:
+            if clean and self.size > 1:
+                self._final_barrier()
+        finally:
+            for star in {id(s): s for s in (self._local_star, self._world_star) if s is not None}.values():
+                star.close()
+            self._world_star = self._local_star = None
+        self.ended_cleanly = clean
+        if self._owns_process_group and clean:
             import torch.distributed as dist
 
             if dist.is_initialized():
                 dist.destroy_process_group()
-            self._owns_process_group = False
+        self._owns_process_group = False
+
+    def _final_barrier(self) -> None:
+        if self._world_star is not None:
+            self._world_star.allgather(None)
+            return
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.barrier(group=self._world_group)
 
     # --- TCP ---------------------------------------------------------------------------------------
 

@@ -86,7 +86,14 @@ def init(
                 average_aggregated_gradients=optimizations.get("average_aggregated_gradients", True),
             )
     finally:
-        if own_group and torch.distributed.is_initialized():
+        # After the Core API's close: every worker has passed its final barrier, so all destroy
+        # the NCCL group together; after a failure it is left alone (see DistributedContext.close).
+        if (
+            own_group
+            and distributed is not None
+            and distributed.ended_cleanly
+            and torch.distributed.is_initialized()
+        ):
             torch.distributed.destroy_process_group()
 
 

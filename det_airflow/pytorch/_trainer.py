@@ -54,20 +54,22 @@ class Trainer:
             det.pytorch.Trainer(trial, context).fit(max_length=det.pytorch.Epoch(5))
     """
 
+    # What the Trainer drives and how a trial registers its model (the DeepSpeed Trainer's differ).
+    _trial_class: type = PyTorchTrial
+    _wrap_call = "context.wrap_model(model)"
+
     def __init__(self, trial: PyTorchTrial, context: PyTorchTrialContext) -> None:
-        if not isinstance(trial, PyTorchTrial):
-            raise DetError(f"Trainer needs a PyTorchTrial, got {type(trial).__name__}")
+        if not isinstance(trial, self._trial_class):
+            raise DetError(f"Trainer needs a {self._trial_class.__name__}, got {type(trial).__name__}")
         if not context.models:
-            raise DetError(
-                f"{type(trial).__name__} wrapped no model: call context.wrap_model(model) in its __init__"
-            )
+            raise DetError(f"{type(trial).__name__} wrapped no model: call {self._wrap_call} in its __init__")
         self._trial = trial
         self._context = context
         self._core = context._core
         self._dist = context.distributed
         self._defaults: ConfigDefaults = read_defaults(context._config, context._hparams)
-        self._evaluate_full = _overrides(trial, "evaluate_full_dataset")
-        if self._evaluate_full == _overrides(trial, "evaluate_batch"):
+        self._evaluate_full = _overrides(trial, self._trial_class, "evaluate_full_dataset")
+        if self._evaluate_full == _overrides(trial, self._trial_class, "evaluate_batch"):
             raise DetError(
                 f"{type(trial).__name__} must define exactly one of evaluate_batch() and "
                 "evaluate_full_dataset()"
@@ -321,8 +323,7 @@ class Trainer:
         if self._batches >= target:  # resumed at (or past) the end: only the final validation is missing
             self._validation_at(self._batches)
             return True
-        trial, context, metrics = self._trial, self._context, self._training_metrics
-        move = context.device.type != "cpu"
+        context = self._context
         epoch_len = self._epoch_len
         batch_schedulers = self._schedulers(LRScheduler.StepMode.STEP_EVERY_BATCH)
         epoch_schedulers = self._schedulers(LRScheduler.StepMode.STEP_EVERY_EPOCH)
@@ -333,13 +334,8 @@ class Trainer:
             while batches < boundary:
                 if batches % epoch_len == 0:
                     self._hook("on_training_epoch_start", batches // epoch_len)
-                batch = next(self._train_iter)
-                if move:
-                    batch = context.to_device(batch)
                 context._current_batch_idx = batches
-                with self._gradient_sync():
-                    batch_metrics = trial.train_batch(batch, batches // epoch_len, batches)
-                metrics.add(batch_metrics, where="train_batch()")
+                self._train_batch(batches // epoch_len, batches)
                 batches += 1
                 self._batches = batches
                 for scheduler in batch_schedulers:
@@ -351,6 +347,16 @@ class Trainer:
             if not self._at_boundary(batches, target):
                 return False
         return True
+
+    def _train_batch(self, epoch_idx: int, batch_idx: int) -> None:
+        """Train one batch and collect its metrics."""
+        context = self._context
+        batch = next(self._train_iter)
+        if context.device.type != "cpu":
+            batch = context.to_device(batch)
+        with self._gradient_sync():
+            batch_metrics = self._trial.train_batch(batch, epoch_idx, batch_idx)
+        self._training_metrics.add(batch_metrics, where="train_batch()")
 
     def _gradient_sync(self) -> contextlib.AbstractContextManager[Any]:
         """Inside an aggregation window DDP keeps gradients local (``no_sync``, forward included):
@@ -553,8 +559,8 @@ class Trainer:
         self._last_checkpoint = batches
 
 
-def _overrides(trial: PyTorchTrial, name: str) -> bool:
-    return getattr(type(trial), name) is not getattr(PyTorchTrial, name)
+def _overrides(trial: Any, base: type, name: str) -> bool:
+    return getattr(type(trial), name, None) is not getattr(base, name, None)
 
 
 def _repeat_from(loader: torch.utils.data.DataLoader[Any], skip: int) -> Iterator[Any]:

@@ -1,7 +1,9 @@
-"""``python3 -m det_airflow.pytorch.run_trial module:Class``: train a PyTorchTrial of the working folder.
+"""``python3 -m det_airflow.pytorch.run_trial module:Class``: train a PyTorchTrial, DeepSpeedTrial or
+TFKerasTrial of the working folder.
 
-What a legacy ``entrypoint: model_def:MyTrial`` runs in each worker (the torch_distributed launcher
-starts it): ``Trainer(MyTrial(context), context).fit()`` with the experiment config's defaults.
+What a legacy ``entrypoint: model_def:MyTrial`` runs in each worker (the torch_distributed or
+deepspeed launcher starts it): ``Trainer(MyTrial(context), context).fit()`` with the experiment
+config's defaults, the DeepSpeed Trainer for a DeepSpeedTrial, Keras's ``fit`` for a TFKerasTrial.
 """
 
 from __future__ import annotations
@@ -14,11 +16,30 @@ import sys
 
 from det_airflow.errors import DetError
 
+# The trial classes a legacy entrypoint may name: where each is defined, and its name. A trial class
+# subclasses one, so its module is loaded once the trial's module is; none of the frameworks is
+# imported here before then (a Keras trial never imports torch).
+TRIAL_BASES = (
+    ("det_airflow.pytorch.deepspeed._trial", "DeepSpeedTrial"),
+    ("det_airflow.pytorch._trial", "PyTorchTrial"),
+    ("det_airflow.keras._trial", "TFKerasTrial"),
+)
+_NAMES = "det.pytorch.PyTorchTrial, det.pytorch.deepspeed.DeepSpeedTrial or det.keras.TFKerasTrial"
+
+
+def trial_kind(trial_class: object) -> str | None:
+    """Which of TRIAL_BASES the class subclasses (its name), or None."""
+    if not isinstance(trial_class, type):
+        return None
+    for module_name, base_name in TRIAL_BASES:
+        base = getattr(sys.modules.get(module_name), base_name, None)
+        if isinstance(base, type) and issubclass(trial_class, base):
+            return base_name
+    return None
+
 
 def load_trial_class(spec: str) -> type:
-    """The PyTorchTrial subclass named by ``module:Class``, imported from the working folder."""
-    from det_airflow.pytorch import PyTorchTrial
-
+    """The trial class named by ``module:Class``, imported from the working folder."""
     module_name, sep, class_name = spec.partition(":")
     if not sep or not module_name or not class_name:
         raise DetError(f"expected a trial as module:Class (e.g. model_def:MyTrial), got {spec!r}")
@@ -33,27 +54,61 @@ def load_trial_class(spec: str) -> type:
     trial_class = getattr(module, class_name, None)
     if trial_class is None:
         raise DetError(f"module {module_name!r} has no class {class_name!r}")
-    if not (isinstance(trial_class, type) and issubclass(trial_class, PyTorchTrial)):
-        raise DetError(f"{spec} is not a det.pytorch.PyTorchTrial subclass")
+    if trial_kind(trial_class) is None:
+        raise DetError(f"{spec} is not a {_NAMES} subclass")
+    assert isinstance(trial_class, type)
     return trial_class
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m det_airflow.pytorch.run_trial", description=__doc__)
-    parser.add_argument("trial", help="the PyTorchTrial to train, as module:Class")
+    parser.add_argument("trial", help="the trial class to train, as module:Class")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(name)s: %(message)s")
-    from det_airflow import pytorch
-
     try:
         trial_class = load_trial_class(args.trial)
-        with pytorch.init() as context:
-            trial = trial_class(context)
-            pytorch.Trainer(trial, context).fit()
+        kind = trial_kind(trial_class)
+        if kind == "TFKerasTrial":
+            from det_airflow.keras.run_trial import run
+
+            return run(trial_class)
+        if kind == "DeepSpeedTrial":
+            _run_deepspeed(trial_class)
+        else:
+            from det_airflow import pytorch
+
+            with pytorch.init() as context:
+                pytorch.Trainer(trial_class(context), context).fit()
     except DetError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return 1
     return 0
+
+
+def _run_deepspeed(trial_class: type) -> None:
+    from det_airflow.pytorch import deepspeed as det_ds
+
+    with det_ds.init() as context:
+        try:
+            trial = trial_class(context)
+        except AssertionError as exc:
+            # DeepSpeed checks the config it is given with asserts: a config mistake, not a bug.
+            if not _raised_by_deepspeed(exc):
+                raise
+            raise DetError(f"DeepSpeed rejected the trial's DeepSpeed config: {exc}") from None
+        det_ds.Trainer(trial, context).fit()
+
+
+def _raised_by_deepspeed(exc: BaseException) -> bool:
+    import deepspeed
+
+    package = os.path.dirname(deepspeed.__file__) + os.sep
+    tb = exc.__traceback__
+    last = None
+    while tb is not None:
+        last = tb.tb_frame.f_code.co_filename
+        tb = tb.tb_next
+    return last is not None and last.startswith(package)
 
 
 if __name__ == "__main__":

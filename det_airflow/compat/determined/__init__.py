@@ -14,13 +14,14 @@ __all__ = [
     "core",
     "experimental",
     "get_cluster_info",
+    "keras",
     "launch",
     "pytorch",
     "transformers",
     "util",
 ]
 
-_LAZY_SUBMODULES = frozenset({"pytorch", "experimental", "common", "launch", "transformers", "util"})
+_LAZY_SUBMODULES = frozenset({"pytorch", "experimental", "common", "keras", "launch", "transformers", "util"})
 
 
 def __getattr__(name: str) -> Any:

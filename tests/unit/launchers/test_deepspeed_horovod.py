@@ -81,7 +81,15 @@ def test_deepspeed_on_one_container_needs_no_hostfile() -> None:
     )
     assert command[:7] == ["/bin/ds", "--num_nodes", "1", "--num_gpus", "2", "--master_addr", "127.0.0.1"]
     assert command[7] == "--master_port" and int(command[8]) > 0
-    assert command[9:] == ["--x", "1", "--module", "det_airflow.launchers.wrap_rank", "RANK", *SCRIPT]
+    assert command[9:] == [
+        "--no_local_rank",
+        "--x",
+        "1",
+        "--module",
+        "det_airflow.launchers.wrap_rank",
+        "RANK",
+        *SCRIPT,
+    ]
 
 
 def test_deepspeed_across_containers_uses_a_hostfile(tmp_path: Path) -> None:
@@ -109,9 +117,10 @@ def test_other_containers_serve_ssh_or_say_sshd_is_missing(monkeypatch: pytest.M
 
 @pytest.mark.parametrize(("module", "tool"), [("deepspeed", "deepspeed"), ("horovod", "horovodrun")])
 def test_a_missing_tool_is_one_clear_line_and_exit_127(
-    child_env: dict[str, str], module: str, tool: str
+    child_env: dict[str, str], module: str, tool: str, tmp_path: Path
 ) -> None:
-    child_env["PATH"] = str(Path(sys.executable).parent)
+    # Not the interpreter's folder: a virtual environment with deepspeed installed has it there.
+    child_env["PATH"] = str(tmp_path)
     result = subprocess.run(
         [sys.executable, "-m", f"det_airflow.launchers.{module}", "python3", "train.py"],
         env=child_env, capture_output=True, text=True, timeout=60,
