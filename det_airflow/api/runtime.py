@@ -98,6 +98,12 @@ class RuntimeClient:
     def report_early_exit(self, reason: str) -> None:
         self._call("POST", f"{self._trial}/early_exit", {"reason": str(reason)})
 
+    def alert(self, title: str, description: str, level: str) -> None:
+        """An alert of the training code, for the experiment's CUSTOM webhooks."""
+        self._call(
+            "POST", f"{self._trial}/alert", {"title": title, "description": description, "level": level}
+        )
+
     def register_checkpoint(
         self, uuid: str, steps_completed: int, metadata: dict[str, Any], resources: dict[str, int]
     ) -> dict[str, Any]:

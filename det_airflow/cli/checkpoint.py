@@ -50,8 +50,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_mode_argument(download)
     download.set_defaults(func=_download)
 
-    delete = verbs.add_parser("delete", help="delete a checkpoint's files and record")
-    _add_uuid(delete)
+    delete = verbs.add_parser("delete", help="delete checkpoints' files and records")
+    delete.add_argument(
+        "checkpoint_uuids",
+        metavar="UUIDS",
+        type=uuid_list,
+        help="comma-separated list of checkpoint UUIDs to delete",
+    )
     delete.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
     delete.set_defaults(func=_delete)
 
@@ -81,8 +86,10 @@ def add_mode_argument(parser: argparse.ArgumentParser) -> None:
         "--mode",
         choices=MODES,
         default="auto",
-        help="direct: read the storage from this machine; master: stream through the master "
-        "(object storage only); auto (default): direct for folders, master for object storage",
+        help="direct: read the storage from this machine (a mounted folder, or a bucket with your "
+        "own credentials: AWS_*, Google's application default credentials, AZURE_STORAGE_*); "
+        "master: stream through the master (object storage only); "
+        "auto (default): direct for folders, master for object storage",
     )
 
 
@@ -105,6 +112,19 @@ def checkpoint_uuid(text: str) -> str:
     if text in ("", ".", "..") or "/" in text:
         raise argparse.ArgumentTypeError(f"not a checkpoint UUID: {text!r}")
     return text
+
+
+def uuid_list(text: str) -> list[str]:
+    """``UUID1,UUID2`` as checkpoint UUIDs, as Determined's ``det checkpoint delete`` takes them."""
+    uuids = [part.strip() for part in text.split(",")]
+    for part in uuids:
+        try:
+            checkpoint_uuid(part)
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(
+                f"expected comma-separated checkpoint UUIDs, got {text!r} ({part!r} is not one)"
+            ) from None
+    return list(dict.fromkeys(uuids))
 
 
 def _connect(args: argparse.Namespace) -> UserClient:
@@ -215,22 +235,53 @@ def download(client: UserClient, checkpoint: Checkpoint, target: Path, mode: str
     from det_airflow.object_storage import is_object_storage
 
     in_object_storage = is_object_storage(checkpoint.storage)
-    if mode == "direct" and in_object_storage:
-        # Reading a bucket from here would need this machine's own credentials and the storage
-        # clients; the master already holds both.
-        raise DetError(
-            f"checkpoint {checkpoint.uuid} is in {(checkpoint.storage or {}).get('type')} storage, "
-            "which det reads through the master only: use --mode master or auto"
-        )
     if mode == "master" and not in_object_storage:
         raise DetError(
             f"checkpoint {checkpoint.uuid} is in a {(checkpoint.storage or {}).get('type')} folder, which "
             "the master does not serve: use --mode direct or auto on a machine that mounts it"
         )
-    if in_object_storage:
+    if in_object_storage and mode == "direct":
+        download_from_bucket(checkpoint, target)
+    elif in_object_storage:
         download_through_master(client, checkpoint, target)
     else:
         copy_checkpoint(checkpoint, target)
+
+
+def download_from_bucket(checkpoint: Checkpoint, target: Path) -> None:
+    """Fetches a checkpoint in object storage straight from its bucket into ``target``, with this
+    machine's own credentials (boto3's chain, Google's application default credentials, Azure's
+    ``AZURE_STORAGE_*`` variables or ``DefaultAzureCredential``): the master's are never lent out.
+
+    Raises:
+        DetError: The checkpoint was deleted, its record names no bucket, the store refused or
+            could not be reached, or files the master registered are not in the bucket.
+    """
+    from det_airflow.core._storage import CheckpointStorage
+
+    uuid = checkpoint.uuid
+    storage = checkpoint.storage or {}
+    kind = storage.get("type")
+    if render.format_state(checkpoint.state) == "DELETED":
+        raise DetError(f"checkpoint {uuid} was deleted; its files are gone")
+    if target.exists() and not target.is_dir():
+        raise DetError(f"cannot download into {target}: it is a file")
+    store = CheckpointStorage.from_record(storage, uuid)
+    if store is None:
+        raise DetError(f"checkpoint {uuid} has no {kind} location recorded: use --mode master")
+    try:
+        found = store.files(uuid)
+        missing = sorted(set(checkpoint.resources or {}) - set(found))
+        if missing:
+            raise DetError(
+                f"checkpoint {uuid} in {store.location(uuid)} is incomplete: missing {', '.join(missing[:5])}"
+            )
+        store.download(uuid, target)
+    except DetError as exc:
+        raise DetError(
+            f"direct download of checkpoint {uuid} from {kind} storage failed ({exc}); "
+            "give this machine credentials for it, or use --mode master"
+        ) from None
 
 
 def download_through_master(client: UserClient, checkpoint: Checkpoint, target: Path) -> None:
@@ -295,15 +346,19 @@ def copy_checkpoint(checkpoint: Checkpoint, target: Path) -> None:
 
 
 def _delete(args: argparse.Namespace) -> int:
+    uuids: list[str] = args.checkpoint_uuids
+    named = ("checkpoint " if len(uuids) == 1 else "checkpoints ") + ", ".join(uuids)
+    client = _connect(args)
+    for uuid in uuids:  # every one known before any is deleted
+        client.get_checkpoint(uuid)
     if not args.yes:
         if not sys.stdin.isatty():
-            raise DetError(f"not deleting checkpoint {args.uuid} without confirmation: pass --yes")
-        answer = input(
-            f"Deleting a checkpoint removes its files for good. Delete checkpoint {args.uuid}? [y/N] "
-        )
+            raise DetError(f"not deleting {named} without confirmation: pass --yes")
+        answer = input(f"Deleting a checkpoint removes its files for good. Delete {named}? [y/N] ")
         if answer.strip().lower() not in ("y", "yes"):
             print("Aborting checkpoint deletion.")
             return 0
-    _connect(args).delete_checkpoint(args.uuid)
-    print(f"Deleted checkpoint {args.uuid}")
+    for uuid in uuids:
+        client.delete_checkpoint(uuid)
+        print(f"Deleted checkpoint {uuid}")
     return 0

@@ -75,27 +75,13 @@ def timestamp(text: str) -> datetime:
 
 @dataclass(frozen=True)
 class LogFilter:
-    """Which lines to show. The master's log route applies ranks and level, so only matching lines
-    travel; the time window is applied here (the route has no time filter)."""
+    """Which lines to show; the master's log route applies every part, so only matching lines
+    travel and ``--head``/``--tail`` count matching lines."""
 
     rank_ids: frozenset[int] | None = None
     min_level: str | None = None
     before: datetime | None = None
     after: datetime | None = None
-
-    @property
-    def by_time(self) -> bool:
-        return self.before is not None or self.after is not None
-
-    def keeps(self, line: LogLine) -> bool:
-        """Whether the line falls in the time window; a line without a time does not, once one is set."""
-        if not self.by_time:
-            return True
-        try:
-            when = timestamp(line.timestamp or "")
-        except argparse.ArgumentTypeError:
-            return False
-        return (self.before is None or when < self.before) and (self.after is None or when > self.after)
 
     def params(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -103,6 +89,10 @@ class LogFilter:
             out["rank"] = sorted(self.rank_ids)
         if self.min_level is not None:
             out["level"] = self.min_level
+        if self.before is not None:
+            out["timestamp_before"] = self.before
+        if self.after is not None:
+            out["timestamp_after"] = self.after
         return out
 
 
@@ -167,21 +157,8 @@ def show_trial_logs(
     """
     log_filter = log_filter or LogFilter()
     query = log_filter.params()
-    printer = _Printer(as_json, out)
-
-    def emit(line: LogLine) -> None:
-        if log_filter.keeps(line):
-            printer(line)
-
+    emit = _Printer(as_json, out)
     after: int | None = None
-    if log_filter.by_time and (head is not None or tail is not None):
-        _show_window(client, trial_id, head, tail, log_filter, query, printer)
-        if head is not None or not follow:
-            return
-        last = client.trial_logs(trial_id, tail=1).logs
-        _follow(client, trial_id, last[-1].id if last else None, query, emit)
-        return
-
     if head is not None:
         remaining = head
         if remaining == 0:
@@ -212,31 +189,6 @@ def show_trial_logs(
 
     if follow:
         _follow(client, trial_id, after, query, emit)
-
-
-def _show_window(
-    client: UserClient,
-    trial_id: int,
-    head: int | None,
-    tail: int | None,
-    log_filter: LogFilter,
-    query: dict[str, Any],
-    emit: _Printer,
-) -> None:
-    """``--head``/``--tail`` within a time window: counted among the lines in the window, so every
-    page is read (the route cannot count them)."""
-    from collections import deque
-
-    wanted = head if head is not None else tail
-    if not wanted:
-        return
-    kept: deque[LogLine] = deque(maxlen=None if head is not None else wanted)
-    for page in _pages(client, trial_id, None, query):
-        kept.extend(line for line in page.logs if log_filter.keeps(line))
-        if head is not None and len(kept) >= head:
-            break
-    for line in list(kept)[:wanted]:
-        emit(line)
 
 
 def _follow(

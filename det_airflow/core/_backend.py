@@ -30,6 +30,10 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def report_progress(self, progress: float) -> None: ...
 
+    def alert(self, title: str, description: str, level: str) -> None:
+        """Hand an alert to the master's webhooks; off-cluster the trial log's line is all there is."""
+        return None
+
     @abc.abstractmethod
     def report_early_exit(self, reason: str) -> None: ...
 

@@ -69,29 +69,33 @@ class Context:
         if exc_type is not None and issubclass(exc_type, InvalidHP):
             logger.info("InvalidHP raised: reporting the trial as invalid and exiting cleanly")
             self.train.report_early_exit(EarlyExitReason.INVALID_HP)
-            self.close()
+            self.close(failed=True)
             return True
         if exc_type is None:
             self.close()
         else:
             try:  # keep what was reported before the failure, but never hide the failure
-                self.close()
+                self.close(failed=True)
             except Exception:
                 logger.exception("could not send the last metrics while handling another error")
         return False
 
     def alert(self, title: str | None = None, description: str | None = None, level: str = "warn") -> None:
-        """Raise an alert (Determined sends it to its webhooks): written to the trial log as one line."""
+        """Raise an alert: one line in the trial log, and on a cluster an event for the CUSTOM
+        webhooks that watch the experiment (docs/webhooks.md)."""
         if self.distributed.is_chief:
             text = ": ".join(part for part in (title, description) if part) or "(no title)"
             logger.warning("ALERT [%s] %s", level, text)
+            self._backend.alert(title or "", description or "", level)
 
-    def close(self) -> None:
+    def close(self, *, failed: bool | None = None) -> None:
+        """End the Core API: send what is buffered, then tear the distributed context down.
+        ``failed``: this worker ends on an error (see DistributedContext.close)."""
         try:
             self.train.close()
         finally:
             self._backend.close()
-            self.distributed.close()
+            self.distributed.close(failed=failed)
 
 
 def init(

@@ -272,8 +272,11 @@ class DistributedContext:
             return self._local_star.broadcast(stuff)
         return self._broadcast(stuff, self._local_group, self._local_chief_rank)
 
-    def close(self) -> None:
+    def close(self, *, failed: bool | None = None) -> None:
         """Tear down what this context set up (never a process group the user initialized).
+
+        ``failed``: whether this worker ends on an error; None: whether an exception is being
+        handled where close() is called (an excepthook or atexit handler must say it).
 
         On a clean exit every worker first meets the others at one final barrier, which on gloo
         also waits for this worker's pending collectives: no worker destroys the process group or
@@ -286,7 +289,7 @@ class DistributedContext:
         if self._closed:
             return
         self._closed = True
-        clean = sys.exc_info()[1] is None
+        clean = sys.exc_info()[1] is None if failed is None else not failed
         try:
             if clean and self.size > 1:
                 self._final_barrier()

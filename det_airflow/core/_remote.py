@@ -93,6 +93,9 @@ class RemoteBackend(Backend):
     def report_early_exit(self, reason: str) -> None:
         self.client.report_early_exit(reason)
 
+    def alert(self, title: str, description: str, level: str) -> None:
+        self.client.alert(title, description, level)
+
     def register_checkpoint(
         self,
         uuid: str,

@@ -153,7 +153,7 @@ def _close(error: str | None) -> None:
     _context = _run = None
     if run is None:
         if context is not None:
-            context.close()
+            context.close(failed=error is not None)
         return
     _restore_excepthook()
     atexit.unregister(_close_at_exit)
@@ -173,7 +173,7 @@ def _close(error: str | None) -> None:
             logger.info("core_v2: unmanaged experiment %s is %s", run.experiment_id, experiment.state)
         finally:
             if context is not None:
-                context.close()
+                context.close(failed=error is not None)
 
 
 def _close_rank(context: core.Context, run: UnmanagedRun) -> None:

@@ -4,12 +4,12 @@ the trial has been over for longer than its experiment's ``retention_policy.log_
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, Row, delete, exists, select
 
-from det_airflow.master import schema
+from det_airflow.master import schema, webhook_events
 from det_airflow.master.db import Database
 from det_airflow.master.lifecycle import now
 from det_airflow.states import TERMINAL_TRIAL_STATES
@@ -19,13 +19,33 @@ _DELETE_BATCH = 200
 
 
 def reported_time(value: Any) -> datetime:
-    """The time a report gives in ISO 8601, else now."""
+    """The time a report gives in ISO 8601 (no zone: UTC), else now; always in UTC.
+
+    UTC throughout because SQLite keeps a time without its zone: lines are compared by their
+    stored time (``timestamp_before``/``timestamp_after``), which only works in one zone."""
     if isinstance(value, str):
         try:
-            return datetime.fromisoformat(value)
+            return as_utc(datetime.fromisoformat(value))
         except ValueError:
             pass
     return now()
+
+
+def as_utc(when: datetime) -> datetime:
+    """``when`` in UTC; a time without a zone is taken to be UTC already."""
+    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+
+
+def time_window(before: datetime | None, after: datetime | None) -> list[ColumnElement[bool]]:
+    """The conditions that keep lines logged strictly between ``after`` and ``before`` (either open),
+    as Determined's ``timestamp_before``/``timestamp_after`` do."""
+    column = schema.trial_logs.c.timestamp
+    where: list[ColumnElement[bool]] = []
+    if before is not None:
+        where.append(column < as_utc(before))
+    if after is not None:
+        where.append(column > as_utc(after))
+    return where
 
 
 def append_logs(conn: Connection, trial_id: int, lines: list[dict[str, Any]]) -> None:
@@ -46,6 +66,7 @@ def append_logs(conn: Connection, trial_id: int, lines: list[dict[str, Any]]) ->
             for line in lines
         ],
     )
+    webhook_events.logs_appended(conn, trial_id, (str(line.get("message", "")) for line in lines))
 
 
 def read_logs(

@@ -16,6 +16,17 @@ from det_airflow.pytorch._lr_scheduler import LRScheduler
 from det_airflow.pytorch._reducer import MetricReducer, WrappedReducer, wrap
 
 
+class _DistributedDataParallel(nn.parallel.DistributedDataParallel):
+    """DistributedDataParallel that answers its model's own attributes too (``self.model.weight``),
+    as trial code written for one worker reads them."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self.module, name)
+
+
 class PyTorchTrialContext:
     """Made by ``det.pytorch.init()``; a PyTorchTrial receives it in ``__init__``.
 
@@ -68,7 +79,7 @@ class PyTorchTrialContext:
         wrapped = model
         if self.distributed.size > 1:
             device_ids = [self.device.index] if self.device.type == "cuda" else None
-            wrapped = nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
+            wrapped = _DistributedDataParallel(model, device_ids=device_ids)
         self.models.append(wrapped)
         return wrapped
 

@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -136,6 +137,8 @@ class FakeMaster:
     not_removed: list[str] = field(default_factory=list)
     removing: list[str] = field(default_factory=list)
     ticks: dict[int, int] = field(default_factory=dict)
+    # The time window of every logs request, as the route parsed it.
+    log_queries: list[dict[str, Any]] = field(default_factory=list)
 
     def reset(self) -> None:
         url = self.url
@@ -429,18 +432,29 @@ def build_app(master: FakeMaster) -> FastAPI:
         tail: int | None = None,
         rank: Annotated[list[int] | None, Query()] = None,
         level: str | None = None,
+        timestamp_before: datetime | None = None,
+        timestamp_after: datetime | None = None,
     ) -> Any:
         if trial_id not in master.trials:
             raise HTTPException(404, f"trial {trial_id} not found")
         master.advance(master.trials[trial_id]["experiment_id"])
-        # The filters of the master's route: these ranks, this level or higher.
+        master.log_queries.append({"timestamp_before": timestamp_before, "timestamp_after": timestamp_after})
+        # The filters of the master's route: these ranks, this level or higher, this time window.
         wanted = None if level is None else LOG_LEVELS[LOG_LEVELS.index(level) :]
+
+        def in_window(line: dict[str, Any]) -> bool:
+            when = datetime.fromisoformat(line["timestamp"])
+            return (timestamp_before is None or when < timestamp_before) and (
+                timestamp_after is None or when > timestamp_after
+            )
+
         lines = [
             line
             for line in master.logs.get(trial_id, [])
             if (after is None or line["id"] > after)
             and (not rank or line["rank"] in rank)
             and (wanted is None or str(line["level"]).removeprefix("LOG_LEVEL_") in wanted)
+            and in_window(line)
         ]
         if tail is not None:
             lines = lines[-tail:] if tail else []

@@ -18,7 +18,8 @@ def test_help_lists_nouns_in_determineds_order(det: Any) -> None:
     assert out.code == 0
     # argparse prints --help on stdout.
     text = out.out
-    order = ["agent", "checkpoint", "command", "experiment", "job", "master", "template", "trial", "user"]
+    # Determined sorts by its spelling of each noun: "command cmd" comes before "c|heckpoint".
+    order = ["agent", "command", "checkpoint", "experiment", "job", "master", "template", "trial", "user"]
     positions = [text.index(f"    {noun}") for noun in order]
     assert positions == sorted(positions)
     assert "version" in text and "token" in text
@@ -96,8 +97,12 @@ def test_trial_logs_time_window(det: Any, master: FakeMaster) -> None:
         "INFO: epoch 1",
         "WARNING: warning here",
     ]
+    # The master applies the window: det sends it in every request instead of filtering here.
+    assert master.log_queries and all(q["timestamp_before"] is not None for q in master.log_queries)
     tail = det("t", "logs", "10", "--tail", "1", "--timestamp-before", "2025-03-01T12:00:03").out
     assert tail.count("\n") == 1 and "12:00:02" in tail
+    offset = det("t", "logs", "10", "--head", "1", "--timestamp-after", "2025-03-01T14:00:03+02:00").out
+    assert "12:00:04" in offset and offset.count("\n") == 1
     bad = det("t", "logs", "10", "--timestamp-after", "yesterday")
     assert bad.code == 2 and "expected a time such as 2025-03-01T12:00:00Z" in bad.err
 

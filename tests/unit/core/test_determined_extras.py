@@ -78,5 +78,15 @@ def test_client_downloads_a_checkpoint_from_the_local_store(tmp_path: Path) -> N
 
 
 def test_client_names_what_it_does_not_offer() -> None:
-    with pytest.raises(AttributeError, match="offers login\\(\\) and get_checkpoint\\(\\)"):
+    with pytest.raises(AttributeError, match=r"offers login\(\), get_checkpoint\(\) and the model registry"):
         client.get_experiment(1)  # type: ignore[attr-defined]
+
+
+def test_determineds_own_generic_metrics_call_reports_its_group() -> None:
+    """Determined's e2e generic-metrics program reports through ``_report_trial_metrics``."""
+    with det.core.init() as core_context:
+        core_context.train._report_trial_metrics(group="inference", total_batches=3, metrics={"seen": 7})
+    records = list(read_jsonl(Path(".det_local") / "metrics.jsonl"))
+    assert [(r["group"], r["steps_completed"], r["metrics"]) for r in records] == [
+        ("inference", 3, {"seen": 7})
+    ]

@@ -146,3 +146,28 @@ def test_training_position_is_only_known_while_training() -> None:
             context.set_stop_requested("yes")  # type: ignore[arg-type]
         context.set_stop_requested(True)
         assert context.get_stop_requested()
+
+
+def test_a_distributed_model_answers_its_modules_attributes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Trial code written for one worker reads ``self.model.weight``; with several workers the model
+    is wrapped in DistributedDataParallel, which must answer the same (as Determined's wrapper does)."""
+    import socket
+
+    import torch.distributed as dist
+
+    from det_airflow.pytorch._context import _DistributedDataParallel
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        model = nn.Linear(3, 1)
+        wrapped = _DistributedDataParallel(model)
+        assert wrapped.weight is model.weight
+        assert wrapped.in_features == 3
+        assert isinstance(wrapped.module, nn.Linear)
+        with pytest.raises(AttributeError, match="no attribute 'nope'"):
+            _ = wrapped.nope
+    finally:
+        dist.destroy_process_group()

@@ -134,7 +134,10 @@ def test_load_trial_class_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         load_trial_class("nowhere:Trial")
     with pytest.raises(DetError, match="has no class 'Missing'"):
         load_trial_class("plain:Missing")
-    with pytest.raises(DetError, match="is not a det.pytorch.PyTorchTrial, det.pytorch.deepspeed.DeepSpeedTrial or det.keras.TFKerasTrial subclass"):
+    with pytest.raises(
+        DetError,
+        match="is not a det.pytorch.PyTorchTrial, det.pytorch.deepspeed.DeepSpeedTrial or det.keras.TFKerasTrial subclass",
+    ):
         load_trial_class("plain:NotATrial")
     with pytest.raises(ModuleNotFoundError, match="no_such_module_here"):
         load_trial_class("broken:Trial")
