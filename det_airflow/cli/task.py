@@ -255,7 +255,7 @@ def task_config_text(config_file: str | None, overrides: list[str]) -> str | Non
         return text or None
     import yaml
 
-    from det_airflow.config._overrides import apply_overrides
+    from det_airflow.config import apply_overrides
 
     problems = apply_overrides(data, overrides)
     if problems:

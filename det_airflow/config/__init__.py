@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from det_airflow.config._limits import MAX_CONFIG_BYTES
     from det_airflow.config._load import is_experiment_mapping, load_config, parse_config
     from det_airflow.config._names import generate_name
-    from det_airflow.config._overrides import RUN_CONF_FIELDS, apply_run_conf
+    from det_airflow.config._overrides import RUN_CONF_FIELDS, apply_overrides, apply_run_conf
     from det_airflow.config._storage import merge_checkpoint_storage
     from det_airflow.config._types import (
         AirflowSection,
@@ -65,6 +65,7 @@ __all__ = [
     "ResourcesConfig",
     "RetentionPolicy",
     "SearcherConfig",
+    "apply_overrides",
     "apply_run_conf",
     "config_to_dict",
     "generate_name",
@@ -103,6 +104,7 @@ _HOME = {
     "config_to_dict": "det_airflow.config._dump",
     "generate_name": "det_airflow.config._names",
     "RUN_CONF_FIELDS": "det_airflow.config._overrides",
+    "apply_overrides": "det_airflow.config._overrides",
     "apply_run_conf": "det_airflow.config._overrides",
     "hparam_leaves": "det_airflow.config._hparams",
     "is_experiment_mapping": "det_airflow.config._load",

@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 
 from fastapi import Depends, HTTPException, Request, status
 from sqlalchemy import Connection, select
+from starlette.requests import HTTPConnection
 
 from det_airflow.master import schema
 from det_airflow.master.db import get_database, get_setting
@@ -113,25 +114,42 @@ ServiceAuth = Depends(require_service)
 
 # What an HTML form can send without a CORS preflight; JSON clients never send these.
 _FORM_CONTENT_TYPES = frozenset({"application/x-www-form-urlencoded", "multipart/form-data", "text/plain"})
-_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
-def _own_origins(request: Request) -> set[str]:
+def own_origins(connection: HTTPConnection) -> set[str]:
+    """The origins of the master's pages: the one the request reached (a WebSocket's as its page's
+    http(s) origin) and Airflow's configured base URL."""
     from airflow.sdk import conf
 
-    origins = {f"{request.url.scheme}://{request.url.netloc}"}
+    scheme = {"ws": "http", "wss": "https"}.get(connection.url.scheme, connection.url.scheme)
+    origins = {f"{scheme}://{connection.url.netloc}"}
     if base_url := conf.get("api", "base_url", fallback=None):
         parsed = urlsplit(base_url)
         origins.add(f"{parsed.scheme}://{parsed.netloc}")
     return origins
 
 
+def cross_site(connection: HTTPConnection, what: str) -> str | None:
+    """Why a request that a page of another site made with the user's login cookie is refused; None
+    when it comes from the master's own pages or from a client that is no browser (bearer-token
+    clients, the CLI, send neither Sec-Fetch-Site nor Origin)."""
+    fetch_site = connection.headers.get("sec-fetch-site")
+    if fetch_site is not None and fetch_site not in ("same-origin", "none"):
+        return f"{what}: refused a {fetch_site} request"
+    origin = connection.headers.get("origin")
+    if origin is not None and origin.rstrip("/") not in own_origins(connection):
+        return f"{what}: refused a request from origin '{origin}'"
+    return None
+
+
 def refuse_cross_site(request: Request) -> None:
     """Refuse a change that a page of another site could make with the user's login cookie.
 
-    Bearer-token clients (the CLI) send neither a form content type nor an Origin header.
+    Form content types are refused too: JSON clients never send them, and an HTML form sends them
+    without a CORS preflight.
     """
-    if request.method in _SAFE_METHODS:
+    if request.method in SAFE_METHODS:
         return
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type in _FORM_CONTENT_TYPES:
@@ -139,18 +157,9 @@ def refuse_cross_site(request: Request) -> None:
             status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
             f"{request.method} {request.url.path}: content type '{content_type}' is refused; send JSON",
         )
-    fetch_site = request.headers.get("sec-fetch-site")
-    if fetch_site is not None and fetch_site not in ("same-origin", "none"):
-        raise HTTPException(
-            status.HTTP_403_FORBIDDEN,
-            f"{request.method} {request.url.path}: refused a {fetch_site} request",
-        )
-    origin = request.headers.get("origin")
-    if origin is not None and origin.rstrip("/") not in _own_origins(request):
-        raise HTTPException(
-            status.HTTP_403_FORBIDDEN,
-            f"{request.method} {request.url.path}: refused a request from origin '{origin}'",
-        )
+    refusal = cross_site(request, f"{request.method} {request.url.path}")
+    if refusal is not None:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, refusal)
 
 
 CrossSiteGuard = Depends(refuse_cross_site)

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Row, func, select
+from sqlalchemy import Connection, Row, exists, func, select
 
 from det_airflow.config import ExperimentConfig, parse_config
 from det_airflow.master import lifecycle, schema
@@ -118,3 +119,21 @@ def finalize(conn: Connection, experiment_id: int, *, why: str | None = None) ->
         .limit(1)
     ).scalar()
     return get_experiment(conn, experiment_id), best
+
+
+# --- tasks (notebooks, TensorBoards, commands, shells) run as hidden experiments ---------------------
+
+
+def not_a_task() -> Any:
+    """A WHERE clause that keeps experiments and leaves tasks out."""
+    return ~exists().where(schema.tasks.c.id == schema.experiments.c.id)
+
+
+def task_ids(conn: Connection, ids: Sequence[int]) -> dict[int, str]:
+    """Which of these experiment ids are tasks, with their types."""
+    if not ids:
+        return {}
+    t = schema.tasks
+    return {
+        int(i): str(kind) for i, kind in conn.execute(select(t.c.id, t.c.type).where(t.c.id.in_(list(ids))))
+    }

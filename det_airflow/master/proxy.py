@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Annotated
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 import httpx
 from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
@@ -33,10 +33,10 @@ from websockets.frames import EXTERNAL_CLOSE_CODES
 from websockets.typing import Subprotocol
 
 from det_airflow.airflow_compat import requires_authenticated
-from det_airflow.master import tasks
+from det_airflow.master import auth, tasks
 from det_airflow.master.authz import Caller, CallerDep
 from det_airflow.master.db import get_database
-from det_airflow.tasks._server import SECRET_HEADER
+from det_airflow.tasks import SECRET_HEADER
 
 # Headers that belong to one connection, not to the request or answer it carries (RFC 9110 7.6.1).
 _HOP_BY_HOP = frozenset(
@@ -59,7 +59,6 @@ _NOT_FORWARDED = _HOP_BY_HOP | {"authorization", SECRET_HEADER.lower(), "host", 
 # The master's server writes its own.
 _NOT_RETURNED = _HOP_BY_HOP | {"date", "server"}
 _METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
-_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 # A request's connection may wait for a free slot this long; a server may take this long to start
 # answering (a notebook exports, a TensorBoard loads a large run) or to take a body.
@@ -105,40 +104,15 @@ router = APIRouter(lifespan=_lifespan)
 # --- who may come through -------------------------------------------------------------------------
 
 
-def _own_origins(connection: HTTPConnection) -> set[str]:
-    """The origins of the master's pages: the one the request reached (a WebSocket's as its page's
-    http(s) origin) and Airflow's configured base URL."""
-    from airflow.sdk import conf
-
-    scheme = {"ws": "http", "wss": "https"}.get(connection.url.scheme, connection.url.scheme)
-    origins = {f"{scheme}://{connection.url.netloc}"}
-    if base_url := conf.get("api", "base_url", fallback=None):
-        parsed = urlsplit(base_url)
-        origins.add(f"{parsed.scheme}://{parsed.netloc}")
-    return origins
-
-
-def _cross_site(connection: HTTPConnection, what: str) -> str | None:
-    """Why a request that a page of another site made with the user's login cookie is refused; None
-    when it comes from the master's own pages or from a client that is no browser.
+def refuse_cross_site(request: Request) -> None:
+    """Refuse a change to a task's server that a page of another site makes with the user's login.
 
     Unlike the API routes' guard (auth.refuse_cross_site), form content types pass: TensorBoard's
     own pages post forms.
     """
-    fetch_site = connection.headers.get("sec-fetch-site")
-    if fetch_site is not None and fetch_site not in ("same-origin", "none"):
-        return f"{what}: refused a {fetch_site} request"
-    origin = connection.headers.get("origin")
-    if origin is not None and origin.rstrip("/") not in _own_origins(connection):
-        return f"{what}: refused a request from origin '{origin}'"
-    return None
-
-
-def refuse_cross_site(request: Request) -> None:
-    """Refuse a change to a task's server that a page of another site makes with the user's login."""
-    if request.method in _SAFE_METHODS:
+    if request.method in auth.SAFE_METHODS:
         return
-    refusal = _cross_site(request, f"{request.method} {request.url.path}")
+    refusal = auth.cross_site(request, f"{request.method} {request.url.path}")
     if refusal is not None:
         raise HTTPException(status.HTTP_403_FORBIDDEN, refusal)
 
@@ -335,7 +309,7 @@ async def proxy_websocket(
     """Relay a WebSocket (a kernel's channels, a terminal) between the client and the task's server.
 
     Refusals come before the handshake completes, as the HTTP answer the routes would give."""
-    refusal = _cross_site(websocket, f"WebSocket {websocket.url.path}")
+    refusal = auth.cross_site(websocket, f"WebSocket {websocket.url.path}")
     if refusal is not None:
         raise HTTPException(status.HTTP_403_FORBIDDEN, refusal)
     target = await run_in_threadpool(_target, Caller(user), task_id)

@@ -14,7 +14,7 @@ from sqlalchemy import Connection, Row, and_, bindparam, func, null, select, tex
 from det_airflow import settings
 from det_airflow.config import ResourcesConfig
 from det_airflow.errors import DetError
-from det_airflow.master import airflow_bridge, hosts, placement, schema, tasks
+from det_airflow.master import airflow_bridge, experiments, hosts, placement, schema, tasks
 from det_airflow.master.lifecycle import now
 from det_airflow.master.queue_policy import (
     BETWEEN_RUNS,
@@ -270,7 +270,7 @@ def holders(conn: Connection, snap: PoolSnapshot) -> list[Holder]:
         )
     ).all()
     jobs = {job.id: job for job in snap.jobs}
-    task_jobs = tasks.task_ids(conn, list(snap.rows))
+    task_jobs = experiments.task_ids(conn, list(snap.rows))
     result = []
     for row in rows:
         exp_state = snap.rows[row.experiment_id].state
@@ -342,7 +342,7 @@ def job_rows(conn: Connection, pool: str, capacity: int | None = None) -> list[d
     snap = snapshot(conn, pool, capacity)
     result = plan(snap.capacity, snap.jobs)
     preempting = _preempting(conn, list(snap.rows))
-    task_jobs = tasks.task_ids(conn, list(snap.rows))
+    task_jobs = experiments.task_ids(conn, list(snap.rows))
     # While worker hosts report, a trial's gang must fit one of them whole, or several together.
     live = [placement.HostLoad(row.id, row.slots) for row in hosts.live_hosts(conn)]
     largest_host = max((host.slots for host in live), default=None)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import yaml
-from sqlalchemy import Connection, Row, exists, select
+from sqlalchemy import Connection, Row, select
 
 from det_airflow import runner_policy
 from det_airflow.config._yaml import read_yaml
@@ -115,21 +115,6 @@ def task_type_of_labels(labels: Sequence[str]) -> str | None:
         if is_task_label(label) and label[len(LABEL_PREFIX) :] in TASK_TYPES:
             return label[len(LABEL_PREFIX) :]
     return None
-
-
-def not_a_task() -> Any:
-    """A WHERE clause that keeps experiments and leaves tasks out."""
-    return ~exists().where(schema.tasks.c.id == schema.experiments.c.id)
-
-
-def task_ids(conn: Connection, ids: Sequence[int]) -> dict[int, str]:
-    """Which of these experiment ids are tasks, with their types."""
-    if not ids:
-        return {}
-    t = schema.tasks
-    return {
-        int(i): str(kind) for i, kind in conn.execute(select(t.c.id, t.c.type).where(t.c.id.in_(list(ids))))
-    }
 
 
 # --- the task's config ---------------------------------------------------------------------------
@@ -258,7 +243,7 @@ def tensorboard_sources(
     """The trials a TensorBoard shows, each one the caller may read, and the storage they share."""
     if not experiment_ids and not trial_ids:
         raise ConfigError([("experiment_ids", "name at least one experiment or trial to show")])
-    tasks = task_ids(conn, [*experiment_ids])
+    tasks = experiments.task_ids(conn, [*experiment_ids])
     sources: list[dict[str, int]] = []
     storages: dict[int, Any] = {}
     for experiment_id in experiment_ids:
@@ -336,7 +321,10 @@ def task_state(experiment: Row, trial: Row | None) -> str:
 def describe(conn: Connection, task: Row, experiment: Row | None = None) -> dict[str, Any]:
     """A task as `det task list`, the Tasks page and the other task verbs show it."""
     experiment = experiment if experiment is not None else experiments.get_experiment(conn, task.id)
-    trial = _trial_of(conn, task.id)
+    return _described(task, experiment, _trial_of(conn, task.id))
+
+
+def _described(task: Row, experiment: Row, trial: Row | None) -> dict[str, Any]:
     state = task_state(experiment, trial)
     ready = _serving(task, state)
     resources = experiment.config.get("resources") or {}
@@ -384,9 +372,15 @@ def list_tasks(
     rows = conn.execute(query).all()
     if not rows:
         return []
-    exps = {row.id: row for row in conn.execute(select(e).where(e.c.id.in_([r.id for r in rows]))).all()}
+    ids = [r.id for r in rows]
+    exps = {row.id: row for row in conn.execute(select(e).where(e.c.id.in_(ids))).all()}
     allowed = {row.id for row in readable(caller, list(exps.values()))}
-    return [describe(conn, row, exps[row.id]) for row in rows if row.id in allowed]
+    trials: dict[int, Row] = {}
+    for trial in conn.execute(
+        select(schema.trials).where(schema.trials.c.experiment_id.in_(ids)).order_by(schema.trials.c.id)
+    ):
+        trials.setdefault(trial.experiment_id, trial)  # a task's one trial: its first
+    return [_described(row, exps[row.id], trials.get(row.id)) for row in rows if row.id in allowed]
 
 
 def check_type(task_type: str | None) -> None:

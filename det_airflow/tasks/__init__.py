@@ -9,3 +9,7 @@ trial's entrypoint.
 
 Trial-side code: nothing here imports Airflow or the master.
 """
+
+# The header the master's proxy adds to every request it forwards to a task's server, with the secret
+# the task's program chose; the master and the programs here both name it from this one place.
+SECRET_HEADER = "X-Det-Task-Secret"

@@ -27,7 +27,6 @@ from det_airflow import LOG_FORMAT, trial_env
 from det_airflow.api.runtime import RuntimeClient
 from det_airflow.errors import DetError
 
-SECRET_HEADER = "X-Det-Task-Secret"
 # How long a server may take from its start to its first answer (JupyterLab loads its extensions).
 READY_SECONDS = 120.0
 # The addresses a server listening everywhere is reached at from its own host.

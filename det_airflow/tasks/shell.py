@@ -35,8 +35,8 @@ from collections.abc import Callable
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
+from det_airflow.tasks import SECRET_HEADER
 from det_airflow.tasks._server import (
-    SECRET_HEADER,
     IdleClock,
     Task,
     TaskError,

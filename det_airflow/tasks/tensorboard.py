@@ -27,8 +27,8 @@ from typing import Any, TypeGuard
 
 from det_airflow.core._tensorboard import fetch_tensorboard, local_tensorboard_dir
 from det_airflow.errors import DetError
+from det_airflow.tasks import SECRET_HEADER
 from det_airflow.tasks._server import (
-    SECRET_HEADER,
     IdleClock,
     Task,
     TaskError,

@@ -26,7 +26,7 @@ from starlette.testclient import WebSocketDenialResponse
 from starlette.websockets import WebSocketDisconnect
 
 from det_airflow.master import proxy, schema, trials
-from det_airflow.tasks._server import SECRET_HEADER
+from det_airflow.tasks import SECRET_HEADER
 from tests.unit.master.creating import Creator
 from tests.unit.master.people_app import ORIGIN, ROLES, People
 
