@@ -31,6 +31,7 @@ from det_airflow.config import (
     read_yaml,
 )
 from det_airflow.errors import ConfigError, DetError
+from det_airflow.lineage import experiment_asset_uri
 from det_airflow.searcher import concurrent_slot_count
 
 EXPERIMENTS_SUBDIR = "experiments"  # where the master writes the configs of `det experiment create`
@@ -313,7 +314,7 @@ def build_dag(file: ExperimentFile, cfg: ExperimentConfig, submission: Submissio
         params=_run_params(cfg) if file.experiment_id is None else None,
         # A `det experiment create` experiment runs exactly once, as soon as its DAG is in Airflow;
         # its run's date is then the whole second before the submission (see run_due()).
-        schedule="@once" if file.experiment_id is not None else None,
+        schedule="@once" if file.experiment_id is not None else asset_schedule(cfg),
         start_date=run_due(submission.submitted) if submission else _START,
         catchup=False,
         is_paused_upon_creation=False,
@@ -340,7 +341,8 @@ def build_dag(file: ExperimentFile, cfg: ExperimentConfig, submission: Submissio
             "task_id": "finalize",
             "master_conn_id": conn_id,
             "trigger_rule": "all_done",
-            "outlets": [Asset(f"det://experiments/{file.dag_id}", group="det")],
+            "outlets": [Asset(experiment_asset_uri(file.dag_id), group="det")],
+            "lineage_data": cfg.data,
         }
         if file.experiment_id is not None:
             # The master stored the experiment and started its search at submission: its trial slots
@@ -382,6 +384,18 @@ def build_dag(file: ExperimentFile, cfg: ExperimentConfig, submission: Submissio
             ).expand(slot=searcher.output, rank=ranks)
             searcher >> nodes >> finalize
     return dag
+
+
+def asset_schedule(cfg: ExperimentConfig) -> list[Any] | None:
+    """The schedule of a dropped YAML's DAG: its ``airflow.schedule`` Assets (a run, and so a new
+    experiment, once every one has a new event), else none (runs are triggered)."""
+    from airflow.sdk import Asset
+
+    if not cfg.airflow.schedule:
+        return None
+    prefix = experiment_asset_uri("")
+    # Another experiment's Asset is declared as its finalize task declares it.
+    return [Asset(uri, group="det") if uri.startswith(prefix) else Asset(uri) for uri in cfg.airflow.schedule]
 
 
 def _node_kwargs(trial_kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -14,6 +14,9 @@ from det_airflow.operators.hooks import DetHook
 from det_airflow.operators.triggers import ExperimentReadyTrigger
 from det_airflow.states import ExperimentState
 
+#: The XCom key under which the register task keeps the hash of the context it packed.
+CONTEXT_HASH_KEY = "context_sha256"
+
 
 class RegisterExperimentOperator(BaseOperator):
     """Links the DAG run to its experiment; a YAML dropped into dags/ becomes a new experiment.
@@ -40,6 +43,7 @@ class RegisterExperimentOperator(BaseOperator):
         from airflow.sdk.exceptions import AirflowFailException
 
         from det_airflow.context_archive import pack_context
+        from det_airflow.lineage import context_sha256
 
         dag_run = context["dag_run"]
         config = context_bytes = None
@@ -52,6 +56,7 @@ class RegisterExperimentOperator(BaseOperator):
                 raise AirflowFailException(str(exc)) from None  # a retry would not fix the conf
             packed = pack_context(path.parent)
             context_bytes = packed.data
+            context["ti"].xcom_push(key=CONTEXT_HASH_KEY, value=context_sha256(packed.data))
             self.log.info(
                 "Packed context %s: %d files, %d bytes", path.parent, packed.file_count, packed.size
             )
@@ -154,23 +159,39 @@ class SearcherSensor(BaseSensorOperator):
 class FinalizeExperimentOperator(BaseOperator):
     """Settles the experiment's state once its trial tasks are done; succeeds only if COMPLETED.
 
-    On success its outlet Asset gets an event, so downstream DAGs can schedule on finished experiments.
+    On success its outlet Asset gets an event whose ``extra`` names the experiment and its best
+    checkpoint (``det_airflow.lineage.finished_event_extra``), so downstream DAGs scheduled on it
+    read what to deploy or evaluate from ``triggering_asset_events``.
     """
 
     template_fields: Sequence[str] = ("experiment_id",)
     ui_color = "#d9ead3"
 
-    def __init__(self, *, experiment_id: Any, master_conn_id: str = "det_default", **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        experiment_id: Any,
+        master_conn_id: str = "det_default",
+        lineage_data: Any = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.experiment_id = experiment_id
         self.master_conn_id = master_conn_id
+        self.lineage_data = lineage_data  # the config's `data` section, named as OpenLineage inputs
+        self._event_extra: dict[str, Any] | None = None
+        self._context_hash: str | None = None
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowFailException
 
+        from det_airflow.api.pipeline import PipelineClient
+        from det_airflow.lineage import finished_event_extra
+
         if self.experiment_id is None:
             raise AirflowFailException("no experiment to finalize: the register task did not create one")
-        client = DetHook(self.master_conn_id).get_conn()
+        hook = DetHook(self.master_conn_id)
+        client = hook.get_conn()
         try:
             answer = client.finalize(int(self.experiment_id))
         finally:
@@ -185,13 +206,25 @@ class FinalizeExperimentOperator(BaseOperator):
         if experiment.state != ExperimentState.COMPLETED:
             detail = f": {experiment.error}" if experiment.error else ""
             raise AirflowFailException(f"experiment {experiment.id} ended {experiment.state}{detail}")
+        outcomes = PipelineClient(*hook.credentials)
+        try:
+            outcome = outcomes.outcome(experiment.id)
+        finally:
+            outcomes.close()
+        extra = finished_event_extra(outcome.as_xcom(), outcome.best_checkpoint_uri)
+        self._event_extra = extra
+        if self.has_dag() and self.dag.has_task("register"):
+            self._context_hash = context["ti"].xcom_pull(task_ids="register", key=CONTEXT_HASH_KEY)
         for outlet in self.outlets:
-            context["outlet_events"][outlet].extra = {
-                "experiment_id": experiment.id,
-                "best_checkpoint": answer.best_checkpoint,
-            }
-        return {
-            "experiment_id": experiment.id,
-            "state": experiment.state.value,
-            "best_checkpoint": answer.best_checkpoint,
-        }
+            context["outlet_events"][outlet].extra = extra
+        return {**extra, "best_checkpoint": extra["best_checkpoint_uuid"]}
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """Inputs: the ``data`` section's URLs and the context's hash; output: the best checkpoint."""
+        from det_airflow.lineage import experiment_inputs, experiment_outputs, operator_lineage
+
+        extra = self._event_extra or {}
+        return operator_lineage(
+            experiment_inputs(self.lineage_data, self._context_hash),
+            experiment_outputs([extra.get("best_checkpoint_uri")]),
+        )

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from functools import cached_property
+from typing import Any
 
 from airflow.sdk import BaseHook
 
 from det_airflow.api.internal import AsyncInternalClient, InternalClient
+from det_airflow.provider import CONN_FIELDS, CONN_TYPE, HOOK_NAME, UI_FIELD_BEHAVIOUR
 
 
 class DetHook(BaseHook):
@@ -21,8 +23,12 @@ class DetHook(BaseHook):
 
     conn_name_attr = "det_conn_id"
     default_conn_name = "det_default"
-    conn_type = "det"
-    hook_name = "Determined (det-airflow)"
+    conn_type = CONN_TYPE
+    hook_name = HOOK_NAME
+
+    # Declared in det_airflow/provider.py, which Airflow reads without importing this module.
+    conn_fields: dict[str, dict[str, Any]] = CONN_FIELDS
+    ui_field_behaviour: dict[str, Any] = UI_FIELD_BEHAVIOUR
 
     def __init__(
         self, det_conn_id: str = default_conn_name, *, credentials: tuple[str, str] | None = None
@@ -31,6 +37,30 @@ class DetHook(BaseHook):
         self.det_conn_id = det_conn_id
         if credentials is not None:
             self.__dict__["credentials"] = credentials
+
+    @classmethod
+    def get_connection_form_widgets(cls) -> dict[str, Any]:
+        """The form's extra fields, for Airflow versions that ask the hook (newer ones read
+        ``conn-fields`` from the provider's metadata)."""
+        from flask_appbuilder.fieldwidgets import BS3TextFieldWidget
+        from wtforms import StringField
+
+        return {
+            name: StringField(field["label"], widget=BS3TextFieldWidget(), description=field["description"])
+            for name, field in cls.conn_fields.items()
+        }
+
+    @classmethod
+    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        """Which of Airflow's standard connection fields the form shows, and under which labels."""
+        return {key: value.copy() for key, value in cls.ui_field_behaviour.items()}
+
+    @cached_property
+    def owner(self) -> str | None:
+        """The ``owner`` extra of the connection: whom submitted experiments belong to."""
+        extra = self.get_connection(self.det_conn_id).extra_dejson
+        value = extra.get("owner") or extra.get(f"extra__{self.conn_type}__owner")
+        return str(value) if value else None
 
     @cached_property
     def credentials(self) -> tuple[str, str]:

@@ -391,6 +391,22 @@ class ConfigAnswer(_Answer):
     config: dict[str, Any]
 
 
+class ParamImportance(BaseModel):
+    name: str = Field(description="the hyperparameter, nested ones dotted (optimizer.lr)")
+    importance: float = Field(description="its share of the metric's explained variation, 0 to 1")
+
+
+class HparamImportance(_Answer):
+    metric: str
+    evaluator: Literal["fanova", "ped_anova"] = Field(
+        description="fanova (scikit-learn installed on the master), else ped_anova"
+    )
+    trials: int = Field(description="the trials that reported the metric, the evaluator's points")
+    importances: list[ParamImportance] = Field(description="most important first; empty with a note")
+    constants: list[str] = Field(description="hyperparameters that are not searched, left out")
+    note: str | None = Field(default=None, description="why there are no importances")
+
+
 class TrialList(_Answer):
     trials: list[Trial]
 
@@ -430,6 +446,7 @@ class CheckpointAnswer(_Answer):
 
 class Me(_Answer):
     username: str
+    admin: bool = Field(description="whether Airflow's auth manager gives the caller admin rights")
 
 
 # --- the web UI's own reads ---------------------------------------------------------------------
@@ -783,3 +800,231 @@ class RemovalDone(_Body):
     """How a claimed removal went: done when ``not_removed`` is empty."""
 
     not_removed: list[Annotated[str, Field(max_length=4096)]] = Field(default_factory=list, max_length=1000)
+
+
+# --- the model registry (`det model`, the Models page) ------------------------------------------
+
+
+class Model(_Answer):
+    """A model of the registry: a name under which checkpoints are registered as numbered versions."""
+
+    id: int
+    name: str
+    description: str
+    notes: str
+    metadata: dict[str, Any]
+    labels: list[str]
+    owner: str
+    archived: bool
+    creation_time: str
+    last_updated_time: str
+    num_versions: int
+
+
+class ModelVersion(_Answer):
+    """A checkpoint registered as version ``version`` of model ``model_name``."""
+
+    id: int
+    model_id: int
+    model_name: str
+    version: int
+    checkpoint: Checkpoint
+    validation_metrics: dict[str, Any] = Field(
+        description="the validation its trial reported at the checkpoint's steps_completed ({} if none)"
+    )
+    name: str
+    comment: str
+    notes: str
+    metadata: dict[str, Any]
+    labels: list[str]
+    owner: str
+    creation_time: str
+    last_updated_time: str
+
+
+class ModelAnswer(_Answer):
+    model: Model
+
+
+class ModelList(_Answer):
+    models: list[Model]
+
+
+class ModelVersionAnswer(_Answer):
+    model_version: ModelVersion
+
+
+class ModelVersionList(_Answer):
+    model: Model
+    model_versions: list[ModelVersion]
+
+
+_Label = Annotated[str, Field(min_length=1, max_length=255)]
+_Text = Annotated[str, Field(max_length=65536)]
+
+
+class CreateModel(_Body):
+    name: str = Field(description="unique among models")
+    description: _Text = ""
+    notes: _Text = ""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    labels: list[_Label] = Field(default_factory=list, max_length=1000)
+
+
+class PatchModel(_Body):
+    """The fields to change; those left out stay as they are."""
+
+    name: str | None = None
+    description: _Text | None = None
+    notes: _Text | None = None
+    metadata: dict[str, Any] | None = None
+    labels: list[_Label] | None = Field(None, max_length=1000)
+
+
+class RegisterVersion(_Body):
+    checkpoint_uuid: str = Field(max_length=64, description="a COMPLETED checkpoint")
+    name: _Text = ""
+    comment: _Text = ""
+    notes: _Text = ""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    labels: list[_Label] = Field(default_factory=list, max_length=1000)
+
+
+class PatchModelVersion(_Body):
+    """The fields to change; those left out stay as they are."""
+
+    name: _Text | None = None
+    comment: _Text | None = None
+    notes: _Text | None = None
+    metadata: dict[str, Any] | None = None
+    labels: list[_Label] | None = Field(None, max_length=1000)
+
+
+class WebhookTrigger(_Body):
+    """What makes a webhook fire (Determined's trigger; conditions in docs/webhooks.md)."""
+
+    triggerType: Literal["EXPERIMENT_STATE_CHANGE", "METRIC_THRESHOLD_EXCEEDED", "TASK_LOG", "CUSTOM"]
+    condition: dict[str, Any] = Field(default_factory=dict)
+
+
+class CreateWebhook(_Body):
+    name: str = Field(max_length=256)
+    url: str = Field(max_length=2000)
+    webhookType: Literal["DEFAULT", "SLACK"] = "DEFAULT"
+    mode: Literal["WORKSPACE", "SPECIFIC"] = "WORKSPACE"
+    triggers: list[WebhookTrigger] = Field(max_length=100)
+
+
+class Webhook(_Answer):
+    id: int
+    name: str
+    url: str
+    webhookType: str
+    mode: str
+    triggers: list[dict[str, Any]]
+    owner: str
+    createdAt: str
+    signingKey: str | None = Field(description="only in the answer to the webhook's creation")
+
+
+class WebhookAnswer(_Answer):
+    webhook: Webhook
+
+
+class WebhookList(_Answer):
+    webhooks: list[Webhook]
+
+
+class WebhookDelivery(_Answer):
+    id: int
+    triggerType: str
+    experimentId: int | None
+    createdAt: str
+    attempts: int
+    state: Literal["PENDING", "DELIVERED", "GAVE_UP"]
+    deliveredAt: str | None
+    lastError: str | None
+    payload: dict[str, Any]
+
+
+class WebhookDeliveryList(_Answer):
+    deliveries: list[WebhookDelivery]
+
+
+class Alert(_Body):
+    """An alert the training code raises (``core_context.alert``): CUSTOM webhooks send it."""
+
+    title: str = Field("", max_length=1000)
+    description: str = Field("", max_length=10000)
+    level: str = Field("warn", max_length=32)
+
+
+class AlertAnswer(_Answer):
+    webhooks: int = Field(description="how many webhooks will send it")
+
+
+# --- workspaces and projects (`det workspace`, `det project`, the Workspaces pages) -------------
+
+
+class Workspace(_Answer):
+    id: int
+    name: str
+    created_by: str
+    created_at: str
+    archived: bool
+    num_projects: int
+
+
+class Project(_Answer):
+    """A project of a workspace: its experiments, and notes in Markdown."""
+
+    id: int
+    name: str
+    workspace_id: int
+    workspace_name: str
+    description: str
+    notes: str
+    created_by: str
+    created_at: str
+    archived: bool
+    num_experiments: int
+    num_active_experiments: int
+
+
+class WorkspaceAnswer(_Answer):
+    workspace: Workspace
+
+
+class WorkspaceList(_Answer):
+    workspaces: list[Workspace]
+
+
+class ProjectAnswer(_Answer):
+    project: Project
+
+
+class ProjectList(_Answer):
+    workspace: Workspace
+    projects: list[Project]
+
+
+class CreateWorkspace(_Body):
+    name: str = Field(max_length=256, description="unique among workspaces")
+
+
+class CreateProject(_Body):
+    name: str = Field(max_length=256, description="unique in its workspace")
+    description: _Text = ""
+    notes: _Text = ""
+
+
+class PatchProject(_Body):
+    """The fields to change; those left out stay as they are."""
+
+    description: _Text | None = None
+    notes: _Text | None = None
+
+
+class MoveExperiment(_Body):
+    workspace: str = Field(max_length=256)
+    project: str = Field(max_length=256)

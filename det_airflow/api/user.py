@@ -43,6 +43,7 @@ from det_airflow.api.models import (
     ExperimentList,
     Host,
     Hosts,
+    HparamImportance,
     Job,
     JobList,
     JobSettings,
@@ -51,6 +52,15 @@ from det_airflow.api.models import (
     Me,
     Metrics,
     MetricsList,
+    Model,
+    ModelAnswer,
+    ModelList,
+    ModelVersion,
+    ModelVersionAnswer,
+    ModelVersionList,
+    Project,
+    ProjectAnswer,
+    ProjectList,
     StateChange,
     StateChanges,
     Task,
@@ -64,10 +74,15 @@ from det_airflow.api.models import (
     TrialAnswer,
     TrialList,
     UpdatedJobs,
+    Workspace,
+    WorkspaceAnswer,
+    WorkspaceList,
 )
 from det_airflow.errors import APIError, DetError
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from websockets.sync.client import ClientConnection
 
 CONFIG_DIR_ENV = "DET_AIRFLOW_CONFIG_DIR"
@@ -442,6 +457,14 @@ class UserClient:
     def get_experiment_config(self, experiment_id: int) -> dict[str, Any]:
         return self._answer(ConfigAnswer, "GET", f"/experiments/{experiment_id}/config").config
 
+    def hyperparameter_importance(
+        self, experiment_id: int, *, metric: str | None = None, evaluator: str | None = None
+    ) -> HparamImportance:
+        params = {k: v for k, v in (("metric", metric), ("evaluator", evaluator)) if v}
+        return self._answer(
+            HparamImportance, "GET", f"/experiments/{experiment_id}/hyperparameter-importance", params=params
+        )
+
     def list_trials(self, experiment_id: int) -> list[Trial]:
         return self._answer(TrialList, "GET", f"/experiments/{experiment_id}/trials").trials
 
@@ -533,6 +556,98 @@ class UserClient:
     def remove_template(self, name: str) -> None:
         self._json("DELETE", f"/templates/{quote(name, safe='')}")
 
+    # --- the model registry ---
+
+    def list_models(self, **params: Any) -> list[Model]:
+        """``params``: the route's filters and order (name, label, archived, sort_by, order_by)."""
+        query = {k: v for k, v in params.items() if v is not None}
+        return self._answer(ModelList, "GET", "/models", params=query).models
+
+    def create_model(self, name: str, **fields: Any) -> Model:
+        return self._answer(ModelAnswer, "POST", "/models", json={"name": name, **fields}).model
+
+    def get_model(self, name: str) -> Model:
+        return self._answer(ModelAnswer, "GET", f"/models/{quote(name, safe='')}").model
+
+    def update_model(self, name: str, **changes: Any) -> Model:
+        path = f"/models/{quote(name, safe='')}"
+        return self._answer(ModelAnswer, "PATCH", path, json=changes).model
+
+    def set_model_archived(self, name: str, archived: bool) -> Model:
+        action = "archive" if archived else "unarchive"
+        return self._answer(ModelAnswer, "POST", f"/models/{quote(name, safe='')}/{action}").model
+
+    def delete_model(self, name: str) -> None:
+        self._json("DELETE", f"/models/{quote(name, safe='')}")
+
+    def list_model_versions(self, name: str, *, descending: bool = False) -> ModelVersionList:
+        params = {"order_by": "desc" if descending else "asc"}
+        return self._answer(
+            ModelVersionList, "GET", f"/models/{quote(name, safe='')}/versions", params=params
+        )
+
+    def register_model_version(self, name: str, checkpoint_uuid: str, **fields: Any) -> ModelVersion:
+        body = {"checkpoint_uuid": checkpoint_uuid, **fields}
+        path = f"/models/{quote(name, safe='')}/versions"
+        return self._answer(ModelVersionAnswer, "POST", path, json=body).model_version
+
+    def get_model_version(self, name: str, version: int) -> ModelVersion:
+        """Version ``version`` of the model; 0 or less: its latest."""
+        path = f"/models/{quote(name, safe='')}/versions/{version}"
+        return self._answer(ModelVersionAnswer, "GET", path).model_version
+
+    def update_model_version(self, name: str, version: int, **changes: Any) -> ModelVersion:
+        path = f"/models/{quote(name, safe='')}/versions/{version}"
+        return self._answer(ModelVersionAnswer, "PATCH", path, json=changes).model_version
+
+    def delete_model_version(self, name: str, version: int) -> None:
+        self._json("DELETE", f"/models/{quote(name, safe='')}/versions/{version}")
+
+    # --- workspaces and projects ---
+
+    def list_workspaces(self, *, name: str | None = None) -> list[Workspace]:
+        params = {"name": name} if name is not None else {}
+        return self._answer(WorkspaceList, "GET", "/workspaces", params=params).workspaces
+
+    def create_workspace(self, name: str) -> Workspace:
+        return self._answer(WorkspaceAnswer, "POST", "/workspaces", json={"name": name}).workspace
+
+    def workspace_by_name(self, name: str) -> Workspace:
+        found = self.list_workspaces(name=name)
+        if not found:
+            raise DetError(f"workspace '{name}' not found")
+        return found[0]
+
+    def list_projects(self, workspace_id: int, *, name: str | None = None) -> ProjectList:
+        params = {"name": name} if name is not None else {}
+        return self._answer(ProjectList, "GET", f"/workspaces/{workspace_id}/projects", params=params)
+
+    def create_project(self, workspace_id: int, name: str, *, description: str = "") -> Project:
+        body = {"name": name, "description": description}
+        return self._answer(ProjectAnswer, "POST", f"/workspaces/{workspace_id}/projects", json=body).project
+
+    def project_by_name(self, workspace: str, project: str) -> Project:
+        found = self.list_projects(self.workspace_by_name(workspace).id, name=project).projects
+        if not found:
+            raise DetError(f"project '{project}' not found in workspace '{workspace}'")
+        return found[0]
+
+    def get_project(self, project_id: int) -> Project:
+        return self._answer(ProjectAnswer, "GET", f"/projects/{project_id}").project
+
+    def update_project(self, project_id: int, **changes: Any) -> Project:
+        """Change ``description`` or ``notes`` (Markdown)."""
+        return self._answer(ProjectAnswer, "PATCH", f"/projects/{project_id}", json=changes).project
+
+    def list_project_experiments(self, project_id: int, *, all: bool = False) -> list[Experiment]:  # noqa: A002
+        params = {"all": "true"} if all else {}
+        path = f"/projects/{project_id}/experiments"
+        return self._answer(ExperimentList, "GET", path, params=params).experiments
+
+    def move_experiment(self, experiment_id: int, workspace: str, project: str) -> Project:
+        body = {"workspace": workspace, "project": project}
+        return self._answer(ProjectAnswer, "POST", f"/experiments/{experiment_id}/move", json=body).project
+
     # --- tasks: notebooks, TensorBoards, commands, shells ---
 
     def create_task(
@@ -615,10 +730,21 @@ class UserClient:
         tail: int | None = None,
         rank: list[int] | None = None,
         level: str | None = None,
+        timestamp_before: datetime | None = None,
+        timestamp_after: datetime | None = None,
     ) -> LogsPage:
         """One page of a trial's logs, ascending by id: after ``after``, at most ``limit``, or the last
-        ``tail``; only lines of these ``rank`` ids and of ``level`` or higher, when given."""
-        given = (("after", after), ("limit", limit), ("tail", tail), ("rank", rank), ("level", level))
+        ``tail``; only lines of these ``rank`` ids, of ``level`` or higher, and logged strictly
+        between ``timestamp_after`` and ``timestamp_before``, when given."""
+        given = (
+            ("after", after),
+            ("limit", limit),
+            ("tail", tail),
+            ("rank", rank),
+            ("level", level),
+            ("timestamp_before", timestamp_before and timestamp_before.isoformat()),
+            ("timestamp_after", timestamp_after and timestamp_after.isoformat()),
+        )
         params = {k: v for k, v in given if v is not None}
         return self._answer(LogsPage, "GET", f"/trials/{trial_id}/logs", params=params)
 

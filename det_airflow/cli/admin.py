@@ -15,6 +15,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     migrate.add_argument("--conn-id", default="det_default", help="Airflow connection for det tasks")
     migrate.add_argument("--master-url", help="address det tasks use to reach the master")
     migrate.set_defaults(func=_migrate)
+    install = verbs.add_parser(
+        "install-dags",
+        help="write det_experiments.py, which turns experiment YAMLs into DAGs, into a DAGs folder",
+    )
+    install.add_argument("dags_folder", metavar="DAGS_FOLDER", help="Airflow's [core] dags_folder")
+    install.add_argument("--force", action="store_true", help="replace a det_experiments.py that differs")
+    install.set_defaults(func=_install_dags)
 
 
 def _migrate(args: argparse.Namespace) -> int:
@@ -26,4 +33,13 @@ def _migrate(args: argparse.Namespace) -> int:
         raise DetError(f"`det admin migrate` needs Airflow installed here ({exc})") from None
     for line in migrate(conn_id=args.conn_id, master_url=args.master_url):
         print(line)
+    return 0
+
+
+def _install_dags(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from det_airflow.dag_loader import install
+
+    print(install(Path(args.dags_folder).expanduser(), force=args.force))
     return 0

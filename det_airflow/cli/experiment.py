@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from typing import TYPE_CHECKING, Any
@@ -15,6 +16,7 @@ from det_airflow.errors import ConfigError, DetError
 from det_airflow.states import TERMINAL_EXPERIMENT_STATES, ExperimentState
 
 if TYPE_CHECKING:
+    from det_airflow.api.models import HparamImportance
     from det_airflow.api.user import Experiment, Trial, UserClient
 
 # Seconds between two looks at an experiment while following it; tests shorten it.
@@ -43,6 +45,10 @@ DESCRIBE_TRIAL_HEADERS = (
     "H-Params",
     "# of Batches",
 )
+# `det experiment compare`: these, one column per hyperparameter between State and the metric.
+COMPARE_HEADERS = ("Trial ID", "Experiment ID", "State")
+COMPARE_METRIC_HEADERS = ("Searcher Metric", "Best Validation", "# of Batches")
+COMPARE_MAX = 10
 
 # verb -> (UserClient method, what the CLI prints)
 _LIFECYCLE = {
@@ -121,8 +127,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     describe.add_argument(
         "--states", action="store_true", help="add every state the experiment took, when and why"
     )
+    describe.add_argument(
+        "--importance",
+        nargs="?",
+        const="",
+        metavar="METRIC",
+        help="add each hyperparameter's importance for METRIC (default: the searcher metric)",
+    )
     render.add_output_flags(describe)
     describe.set_defaults(func=_describe)
+
+    compare = verbs.add_parser(
+        "compare", help="one table of the trials of several experiments: hyperparameters and best metric"
+    )
+    compare.add_argument(
+        "compare_ids",
+        metavar="ID",
+        nargs="+",
+        type=id_list,
+        help=f"2 to {COMPARE_MAX} experiment IDs, separated by spaces or commas (1 2 or 1,2)",
+    )
+    render.add_output_flags(compare)
+    compare.set_defaults(func=_compare)
 
     config = verbs.add_parser("config", help="show the experiment's configuration (defaults filled)")
     _add_id(config)
@@ -144,6 +170,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         parser = verbs.add_parser(verb, help=f"{verb} an experiment")
         _add_id(parser)
         parser.set_defaults(func=_lifecycle, action=verb)
+
+    move = verbs.add_parser("move", help="move an experiment into another project")
+    _add_id(move)
+    move.add_argument("workspace_name", help="name of the destination workspace")
+    move.add_argument("project_name", help="name of the destination project")
+    move.set_defaults(func=_move)
 
     delete = verbs.add_parser("delete", help="delete an experiment with its logs, metrics and checkpoints")
     _add_id(delete)
@@ -246,6 +278,14 @@ def _connect(args: argparse.Namespace) -> UserClient:
     return connect(args.master)
 
 
+def _move(args: argparse.Namespace) -> None:
+    _connect(args).move_experiment(args.experiment_id, args.workspace_name, args.project_name)
+    print(
+        f'Moved experiment {args.experiment_id} to project "{args.project_name}" '
+        f'of workspace "{args.workspace_name}".'
+    )
+
+
 # --- create ----------------------------------------------------------------------------------------
 
 
@@ -314,8 +354,7 @@ def _config_text_under_template(path: str, overrides: list[str]) -> str:
     """The config file's text, with ``--config`` overrides applied, read but not yet validated."""
     import yaml
 
-    from det_airflow.config import read_yaml
-    from det_airflow.config._overrides import apply_overrides
+    from det_airflow.config import apply_overrides, read_yaml
 
     try:
         with open(path, encoding="utf-8") as f:
@@ -435,11 +474,25 @@ def _describe(args: argparse.Namespace) -> None:
         if args.states
         else None
     )
-    if args.json:
-        docs: list[Any] = [
-            d if changes is None else {**d.model_dump(mode="json"), "state_changes": changes[i]}
-            for i, d in enumerate(details)
+    importances = (
+        [
+            client.hyperparameter_importance(experiment_id, metric=args.importance or None)
+            for experiment_id in args.experiment_ids
         ]
+        if args.importance is not None
+        else None
+    )
+    if args.json:
+        docs: list[Any] = []
+        for i, d in enumerate(details):
+            doc: Any = d
+            if changes is not None or importances is not None:
+                doc = d.model_dump(mode="json")
+                if changes is not None:
+                    doc["state_changes"] = changes[i]
+                if importances is not None:
+                    doc["hyperparameter_importance"] = importances[i].model_dump(mode="json")
+            docs.append(doc)
         render.print_json(docs[0] if len(docs) == 1 else docs)
         return
     if not args.csv:
@@ -492,6 +545,92 @@ def _describe(args: argparse.Namespace) -> None:
     render.print_table(headers, rows, csv=args.csv)
     for found in changes or []:
         render.print_state_changes(found, csv=args.csv)
+    for experiment_id, importance in zip(args.experiment_ids, importances or [], strict=False):
+        _print_importance(experiment_id, importance, csv=args.csv)
+
+
+def _compare(args: argparse.Namespace) -> None:
+    """The trials of 2 to COMPARE_MAX experiments side by side, as the web UI's Compare page lists
+    them: hyperparameters by dotted name (the union; blank where a trial has none) and each trial's
+    best validation of its experiment's searcher metric."""
+    ids = list(dict.fromkeys(i for group in args.compare_ids for i in group))
+    if not 2 <= len(ids) <= COMPARE_MAX:
+        raise DetError(f"compare takes 2 to {COMPARE_MAX} different experiment IDs, got {len(ids)}")
+    client = _connect(args)
+    details = [client.get_experiment(experiment_id) for experiment_id in ids]
+    trials = [(d, t) for d in details for t in sorted(d.trials, key=lambda t: t.id)]
+    flat = {t.id: flatten_hparams(t.hparams or {}) for _, t in trials}
+    names = sorted({name for hparams in flat.values() for name in hparams})
+    rows: list[dict[str, Any]] = []
+    for d, t in trials:
+        best = t.best_validation.metric if t.best_validation else None
+        rows.append(
+            {
+                "trial_id": t.id,
+                "experiment_id": t.experiment_id,
+                "state": t.state,
+                "hparams": flat[t.id],
+                "searcher_metric": d.experiment.searcher_metric,
+                "best_validation": best,
+                "batches": t.total_batches,
+            }
+        )
+    if args.json:
+        render.print_json(rows)
+        return
+    render.print_table(
+        [*COMPARE_HEADERS, *names, *COMPARE_METRIC_HEADERS],
+        [
+            [
+                row["trial_id"],
+                row["experiment_id"],
+                render.format_state(row["state"]),
+                *(_hparam_cell(row["hparams"], name) for name in names),
+                row["searcher_metric"],
+                row["best_validation"],
+                row["batches"],
+            ]
+            for row in rows
+        ],
+        csv=args.csv,
+    )
+
+
+def flatten_hparams(hparams: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested hyperparameters as dotted names (``optimizer.lr``), as the web UI shows them."""
+    flat: dict[str, Any] = {}
+    for key, value in hparams.items():
+        name = f"{prefix}.{key}" if prefix else key
+        if isinstance(value, dict):
+            flat.update(flatten_hparams(value, name))
+        else:
+            flat[name] = value
+    return flat
+
+
+def _hparam_cell(hparams: dict[str, Any], name: str) -> Any:
+    value = hparams.get(name)
+    return json.dumps(value) if isinstance(value, list) else value
+
+
+def _print_importance(experiment_id: int, importance: HparamImportance, *, csv: bool) -> None:
+    """Determined's hyperparameter importance: one row per searched hyperparameter, most important
+    first; constants and the reason for an empty table below it."""
+    evaluator = "fANOVA" if importance.evaluator == "fanova" else "PED-ANOVA"
+    if not csv:
+        print(
+            f"\nHyperparameter importance of experiment {experiment_id} for {importance.metric} ({evaluator}, {importance.trials} trials):"
+        )
+    render.print_table(
+        ["Hyperparameter", "Importance"],
+        [[item.name, f"{item.importance:.3f}"] for item in importance.importances],
+        csv=csv,
+    )
+    if not csv:
+        if importance.note:
+            print(importance.note)
+        if importance.constants:
+            print(f"Constant (left out): {', '.join(importance.constants)}")
 
 
 def _metric_names(trials: list[Trial], group: str) -> list[str]:

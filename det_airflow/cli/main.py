@@ -15,8 +15,10 @@ from det_airflow.cli import (
     experiment,
     job,
     master,
+    model,
     notebook,
     preview_search,
+    project,
     render,
     shell,
     task,
@@ -25,6 +27,8 @@ from det_airflow.cli import (
     token,
     trial,
     user,
+    webhook,
+    workspace,
 )
 from det_airflow.errors import ConfigError, DetError
 
@@ -45,24 +49,48 @@ class _VersionAction(argparse.Action):
         parser.exit(message=f"det-airflow {master.client_version()}\n")
 
 
+# How Determined's CLI names each noun it shares with det: a name and its aliases, ``|`` marking
+# the prefixes that are aliases too ("e|xperiment": experiment, alias e). Its ``det --help`` lists
+# the nouns in the order of these names; nouns missing here sort by their own name.
+DETERMINED_NOUNS = {
+    "agent": "a|gent",
+    "checkpoint": "c|heckpoint",
+    "command": "command cmd",
+    "experiment": "e|xperiment",
+    "job": "j|ob",
+    "model": "m|odel",
+    "project": "p|roject",
+    "slot": "s|lot",
+    "template": "template tpl",
+    "trial": "t|rial",
+    "user": "u|ser",
+    "webhook": "webhook",
+    "workspace": "w|orkspace",
+}
+# det-airflow's own nouns, which Determined has not: listed after Determined's.
+OWN_NOUNS = ("admin",)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="det", description="Determined AI experiments on Apache Airflow (det-airflow)."
     )
     parser.add_argument(
-        "-m",
-        "--master",
-        help=f"master address, host:port or URL (default: ${MASTER_ENV}, else localhost:8080)",
-    )
-    parser.add_argument(
         "-u",
         "--user",
-        metavar="USER",
+        metavar="username",
         help="run as this user: its stored login, else log in as it (asks the password)",
     )
+    parser.add_argument(
+        "-m",
+        "--master",
+        metavar="address",
+        help=f"master address, host:port or URL (default: ${MASTER_ENV}, else localhost:8080)",
+    )
     parser.add_argument("-v", "--version", action=_VersionAction)
-    nouns = parser.add_subparsers(dest="noun", metavar="COMMAND", required=True)
-    # Determined's order of nouns (alphabetical); det-airflow's own `admin` last.
+    nouns = parser.add_subparsers(dest="noun", metavar="command", required=True)
+    help_noun = nouns.add_parser("help", help="show help for this command")
+    help_noun.set_defaults(func=lambda args: parser.print_help())
     for module in (
         agent,
         checkpoint,
@@ -70,8 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
         experiment,
         job,
         master,
+        model,
         notebook,
         preview_search,
+        project,
         shell,
         task,
         template,
@@ -79,11 +109,30 @@ def build_parser() -> argparse.ArgumentParser:
         token,
         trial,
         user,
+        webhook,
+        workspace,
     ):
         module.register(nouns)
     master.register_version(nouns)
     admin.register(nouns)
+    _order_as_determined(nouns)
     return parser
+
+
+def _order_as_determined(nouns: argparse._SubParsersAction) -> None:
+    """Lists the nouns in ``det --help`` as Determined's CLI does: ``help`` first, then by
+    Determined's name of each (:data:`DETERMINED_NOUNS`), then det-airflow's own."""
+    listed = nouns._choices_actions
+
+    def key(action: argparse.Action) -> tuple[int, str]:
+        name = action.dest
+        if name == "help":
+            return (0, "")
+        if name in OWN_NOUNS:
+            return (2, name)
+        return (1, DETERMINED_NOUNS.get(name, name))
+
+    listed.sort(key=key)
 
 
 def _print_error(exc: DetError) -> None:

@@ -56,5 +56,8 @@ def config_to_dict(cfg: ExperimentConfig) -> dict[str, Any]:
         "retention_policy": {"log_retention_days": cfg.retention_policy.log_retention_days},
         "airflow": airflow_to_dict(cfg.airflow),
     }
+    if cfg.raw.get("integrations"):
+        # The master reads the webhooks an experiment names from its stored config.
+        out["integrations"] = cfg.raw["integrations"]
     # Free-form sections are shared with cfg; a caller editing the result must not change it.
     return copy.deepcopy(out)

@@ -13,6 +13,7 @@ from det_airflow.config._environment import read_bind_mounts, read_environment
 from det_airflow.config._fields import Fields, Problems, item, join, show
 from det_airflow.config._hparams import check_global_batch_size, check_grid_counts, read_hyperparameters
 from det_airflow.config._inactive import UNTYPED
+from det_airflow.config._integrations import read_integrations
 from det_airflow.config._length import read_length
 from det_airflow.config._limits import INT32_MAX, INT64_MAX
 from det_airflow.config._names import generate_name
@@ -40,10 +41,11 @@ _D = ExperimentConfig  # class attributes hold the field defaults
 def read_experiment(
     data: Mapping[str, Any], problems: Problems, airflow_defaults: Mapping[str, Any] | None
 ) -> ExperimentConfig:
-    f = Fields(data, "", problems, known=FIELDS + UNTYPED[""])
-    for key in UNTYPED[""]:
+    f = Fields(data, "", problems, known=(*FIELDS, *UNTYPED[""], "integrations"))
+    for key in (*UNTYPED[""], "integrations"):
         f.mapping(key)  # free-form, but a section all the same
     read_data_layer(data.get("data_layer"), problems)
+    read_integrations(data.get("integrations"), problems)
     _check_internal(f)
     resources = read_resources(data.get("resources"), problems)
     searcher = read_searcher(data.get("searcher"), problems)

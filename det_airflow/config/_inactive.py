@@ -15,7 +15,8 @@ from det_airflow.config._fields import join
 # its internal settings, port proxy, and resources of other kinds of tasks (`slots`, before 0.27)
 # or of its own agents.
 UNTYPED: dict[str, tuple[str, ...]] = {
-    "": ("slurm", "pbs", "security", "tensorboard_storage", "integrations", "data_layer", "internal"),
+    "": ("slurm", "pbs", "security", "tensorboard_storage", "data_layer", "internal"),
+    "integrations": ("pachyderm",),
     "resources": ("slots", "agent_label", "native_parallel"),
     "environment": ("proxy_ports", "ports"),
 }

@@ -172,6 +172,8 @@ class AirflowSection:
     docker_conn_id: str | None = None
     kubernetes_conn_id: str | None = None
     namespace: str = "default"
+    # Asset URIs the experiment DAG is scheduled on: each time all have new events, a new experiment.
+    schedule: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -35,12 +35,16 @@ def create_app(*, background_jobs: bool = True) -> FastAPI:
         proxy,
         routes_internal,
         routes_jobs,
+        routes_models,
         routes_people,
+        routes_pipeline,
+        routes_projects,
         routes_runtime,
         routes_tasks,
         routes_templates,
         routes_ui,
         routes_unmanaged,
+        routes_webhooks,
     )
 
     # The API document is served below, behind a login, instead of at FastAPI's public default.
@@ -53,10 +57,16 @@ def create_app(*, background_jobs: bool = True) -> FastAPI:
         lifespan=housekeeping.lifespan if background_jobs else None,
     )
     prefix = API_PREFIX.removeprefix("/det")
+    # Before routes_people: its /experiments/{id}/{action} would take /experiments/{id}/move.
+    app.include_router(routes_projects.router, prefix=prefix)
     for module in (routes_unmanaged, routes_people, routes_ui, routes_jobs, routes_internal, routes_runtime):
         app.include_router(module.router, prefix=prefix)
     app.include_router(routes_tasks.router, prefix=prefix)
     app.include_router(routes_templates.router, prefix=prefix)
+    app.include_router(routes_webhooks.router, prefix=prefix)
+    app.include_router(routes_webhooks.runtime_router, prefix=prefix)
+    app.include_router(routes_models.router, prefix=prefix)
+    app.include_router(routes_pipeline.router, prefix=prefix)
     app.include_router(routes_tasks.runtime_router, prefix=prefix)
     app.include_router(proxy.router)  # /det/proxy/<task id>/..., beside the API
 

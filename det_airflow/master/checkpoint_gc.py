@@ -3,7 +3,8 @@
 As in Determined, when a trial ends the experiment keeps, among its COMPLETED checkpoints, the
 ``save_experiment_best`` best of the whole experiment, the ``save_trial_best`` best of each trial,
 the ``save_trial_latest`` latest of each trial, and every trial's ``latest_checkpoint`` (a paused
-or queued trial resumes from it). The rest is garbage. Selecting it reads only; marking the rows
+or queued trial resumes from it),
+and every checkpoint registered as a model version. The rest is garbage. Selecting it reads only; marking the rows
 DELETED is the caller's, through ``lifecycle.delete_checkpoint``.
 """
 
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Connection, Row, select
 
 from det_airflow.config import CheckpointStorageConfig
-from det_airflow.master import experiments, file_cleanup, lifecycle, removals, schema
+from det_airflow.master import experiments, file_cleanup, lifecycle, models_registry, removals, schema
 from det_airflow.master.db import Database
 
 if TYPE_CHECKING:
@@ -39,6 +40,7 @@ def checkpoints_to_delete(conn: Connection, experiment_id: int, cfg: ExperimentC
     ).all()
     smaller_is_better = cfg.searcher.smaller_is_better
     keep = _trials_latest_checkpoint(conn, experiment_id)
+    keep |= set(models_registry.registered(conn, [row.uuid for row in rows]))
     keep |= _uuids(_best_first(rows, smaller_is_better)[: policy.save_experiment_best])
     for trial_rows in _by_trial(rows):
         keep |= _uuids(_best_first(trial_rows, smaller_is_better)[: policy.save_trial_best])

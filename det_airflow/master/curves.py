@@ -36,6 +36,7 @@ class CurveQuery:
     metric: str | None
     x: XAxis
     points: int
+    keep_best: bool = True  # the best trials' series whole; False: every series downsampled
 
 
 class UnknownMetric(experiments.NotFound):
@@ -120,7 +121,10 @@ def curves_json(conn: Connection, exp: Row, query: CurveQuery, *, downsample: bo
             f"experiment {exp.id} has no {query.group} metric '{metric}' (reported: {reported})"
         )
     best = best_trial_ids(trial_rows, searcher.smaller_is_better)
-    whole = set(best) if downsample else {t.id for t in trial_rows}
+    if not downsample:
+        whole = {t.id for t in trial_rows}
+    else:
+        whole = set(best) if query.keep_best else set()
     cached = fragments.view((str(conn.engine.url), query, metric))
     versions = {t.id: (t.run_id, (t.summary or {}).get(query.group), t.id in whole) for t in trial_rows}
     stale = [t for t in trial_rows if t.id not in cached or cached[t.id][0] != versions[t.id]]

@@ -5,11 +5,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sqlalchemy import Row, select
+from sqlalchemy import Connection, Row, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from det_airflow.dagfactory import FINISHED_SUBDIR, experiment_dag_id, experiment_file
-from det_airflow.master import airflow_bridge, experiments, file_cleanup, lifecycle, removals, schema, search
+from det_airflow.master import (
+    airflow_bridge,
+    experiments,
+    file_cleanup,
+    lifecycle,
+    models_registry,
+    removals,
+    schema,
+    search,
+)
 from det_airflow.master.lifecycle import StateError
 from det_airflow.states import ExperimentState
 
@@ -34,6 +43,8 @@ def delete_experiment(db: Database, experiment_id: int) -> tuple[list[str], list
         ).all()
     if not ExperimentState(row.state).is_terminal:
         raise StateError(f"experiment {experiment_id} is {row.state}; cancel or kill it before deleting it")
+    with db.read() as conn:
+        _check_nothing_registered(conn, experiment_id)
     own_dag = row.dag_id == experiment_dag_id(row.id)
     # Its own DAG may have a run it never registered (killed first); a shared DAG, only its run.
     running = (
@@ -52,6 +63,7 @@ def delete_experiment(db: Database, experiment_id: int) -> tuple[list[str], list
     not_removed = [*_remove_airflow_records(row), *_remove_optuna_study(row), *refused]
     with db.begin() as conn:
         experiments.get_experiment(conn, experiment_id, lock=True)
+        _check_nothing_registered(conn, experiment_id)
         removing = [
             *removals.queue_checkpoints(conn, row, uuids),
             *removals.queue_tensorboard(conn, row),
@@ -66,6 +78,18 @@ def delete_experiment(db: Database, experiment_id: int) -> tuple[list[str], list
         conn.execute(schema.trials.delete().where(schema.trials.c.experiment_id == experiment_id))
         conn.execute(schema.experiments.delete().where(schema.experiments.c.id == experiment_id))
     return not_removed, removing
+
+
+def _check_nothing_registered(conn: Connection, experiment_id: int) -> None:
+    """Refuse while a model version holds one of its checkpoints, as Determined does."""
+    held = models_registry.registered_in_experiment(conn, experiment_id)
+    if held:
+        uuid, version = next(iter(held.items()))
+        more = f" and {len(held) - 1} more" if len(held) > 1 else ""
+        raise StateError(
+            f"experiment {experiment_id} has checkpoints registered as model versions (checkpoint "
+            f"{uuid} is {version}{more}); delete those versions before deleting the experiment"
+        )
 
 
 def _remove_airflow_records(row: Row) -> list[str]:

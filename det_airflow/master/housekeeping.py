@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from fastapi import FastAPI
 
 from det_airflow import settings
-from det_airflow.master import experiment_files, removals, trial_logs, trials
+from det_airflow.master import experiment_files, removals, trial_logs, trials, webhook_sender
 from det_airflow.master.db import Database, get_database
 
 log = logging.getLogger(__name__)
@@ -73,6 +73,9 @@ REMOVE_FILES = "remove files"
 #: The job that starts slots told to move to another host; a slot's request that moved it asks for it.
 START_PLACED_SLOTS = "start placed slots"
 
+#: The job that hands recorded webhook events to the sender's thread.
+DELIVER_WEBHOOKS = "deliver webhooks"
+
 # In the order a turn runs them: an experiment whose DAG run is gone ends before its runs would be
 # reclaimed one by one as lost.
 JOBS = (
@@ -96,6 +99,8 @@ JOBS = (
     Job("forget deleted experiments' DAGs", 30.0, _forget_deleted_dags),
     # Checkpoints and trial folders queued for removal, on one machine (hosts remove their own).
     Job(REMOVE_FILES, 10.0, removals.remove_here),
+    # Webhook events POSTed on a thread of their own: a silent receiver holds up no other job.
+    Job(DELIVER_WEBHOOKS, 1.0, webhook_sender.deliver_in_background),
     # Retention is counted in days: a look an hour is soon enough.
     Job(DELETE_EXPIRED_LOGS, 3600.0, _delete_expired_logs),
 )

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Connection, Row, Table, select
 
 from det_airflow.errors import DetError
-from det_airflow.master import schema
+from det_airflow.master import schema, webhook_events
 from det_airflow.states import ExperimentState, TrialState
 
 
@@ -113,6 +113,7 @@ def move_experiment(
 ) -> None:
     """Move one experiment (its row as read, under the caller's lock) to ``to``, with ``values``."""
     _move(conn, schema.experiments, "experiment", EXPERIMENT_MOVES, [experiment], E(to), reason, values)
+    webhook_events.experiment_moved(conn, int(experiment.id), str(E(to)))
 
 
 def move_trial(conn: Connection, trial: Row, to: TrialState, reason: str, **values: Any) -> None:

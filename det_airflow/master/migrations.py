@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import sqlalchemy as sa
 from alembic.operations import Operations
@@ -231,6 +232,119 @@ def _v13_templates(op: Operations) -> None:
     )
 
 
+def _v14_webhooks(op: Operations) -> None:
+    op.create_table(
+        "det_webhooks",
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column("name", sa.String(256), nullable=False, unique=True),
+        sa.Column("url", sa.Text, nullable=False),
+        sa.Column("webhook_type", sa.String(16), nullable=False),
+        sa.Column("mode", sa.String(16), nullable=False),
+        sa.Column("triggers", sa.JSON, nullable=False),
+        sa.Column("signing_key", sa.String(128), nullable=False),
+        sa.Column("owner", sa.String(256), nullable=False),
+        sa.Column("experiments_of", sa.String(256)),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    )
+    op.create_table(
+        "det_webhook_deliveries",
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column(
+            "webhook_id", sa.Integer, sa.ForeignKey("det_webhooks.id", ondelete="CASCADE"), nullable=False
+        ),
+        sa.Column("trigger_type", sa.String(32), nullable=False),
+        sa.Column("experiment_id", sa.Integer),
+        sa.Column("event_key", sa.String(128)),
+        sa.Column("payload", sa.JSON, nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("attempts", sa.Integer, nullable=False),
+        sa.Column("next_attempt_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("delivered_at", sa.DateTime(timezone=True)),
+        sa.Column("gave_up_at", sa.DateTime(timezone=True)),
+        sa.Column("last_error", sa.Text),
+    )
+    op.create_index(
+        "det_webhook_deliveries_due",
+        "det_webhook_deliveries",
+        ["delivered_at", "gave_up_at", "next_attempt_at"],
+    )
+    op.create_index("det_webhook_deliveries_key", "det_webhook_deliveries", ["webhook_id", "event_key"])
+
+
+def _v15_model_registry(op: Operations) -> None:
+    op.create_table(
+        "det_models",
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column("name", sa.String(256), nullable=False, unique=True),
+        sa.Column("description", sa.Text, nullable=False),
+        sa.Column("notes", sa.Text, nullable=False),
+        sa.Column("metadata", sa.JSON, nullable=False),
+        sa.Column("labels", sa.JSON, nullable=False),
+        sa.Column("owner", sa.String(256), nullable=False),
+        sa.Column("archived", sa.Boolean, nullable=False),
+        sa.Column("creation_time", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("last_updated_time", sa.DateTime(timezone=True), nullable=False),
+        sqlite_autoincrement=True,
+    )
+    op.create_table(
+        "det_model_versions",
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column("model_id", sa.Integer, sa.ForeignKey("det_models.id", ondelete="CASCADE"), nullable=False),
+        sa.Column("version", sa.Integer, nullable=False),
+        sa.Column("checkpoint_uuid", sa.String(64), sa.ForeignKey("det_checkpoints.uuid"), nullable=False),
+        sa.Column("name", sa.Text, nullable=False),
+        sa.Column("comment", sa.Text, nullable=False),
+        sa.Column("notes", sa.Text, nullable=False),
+        sa.Column("metadata", sa.JSON, nullable=False),
+        sa.Column("labels", sa.JSON, nullable=False),
+        sa.Column("owner", sa.String(256), nullable=False),
+        sa.Column("creation_time", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("last_updated_time", sa.DateTime(timezone=True), nullable=False),
+        sa.UniqueConstraint("model_id", "version", name="det_model_versions_number_uq"),
+        sqlite_autoincrement=True,
+    )
+    op.create_index("ix_det_model_versions_checkpoint_uuid", "det_model_versions", ["checkpoint_uuid"])
+
+
+def _v16_projects(op: Operations) -> None:
+    workspaces = op.create_table(
+        "det_workspaces",
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column("name", sa.String(256), nullable=False, unique=True),
+        sa.Column("created_by", sa.String(256), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("archived", sa.Boolean, nullable=False),
+        sqlite_autoincrement=True,
+    )
+    projects = op.create_table(
+        "det_projects",
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column(
+            "workspace_id", sa.Integer, sa.ForeignKey("det_workspaces.id", ondelete="CASCADE"), nullable=False
+        ),
+        sa.Column("name", sa.String(256), nullable=False),
+        sa.Column("description", sa.Text, nullable=False),
+        sa.Column("notes", sa.Text, nullable=False),
+        sa.Column("created_by", sa.String(256), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("archived", sa.Boolean, nullable=False),
+        sa.UniqueConstraint("workspace_id", "name", name="det_projects_name_uq"),
+        sqlite_autoincrement=True,
+    )
+    op.add_column("det_experiments", sa.Column("project_id", sa.Integer))
+    op.create_index("ix_det_experiments_project_id", "det_experiments", ["project_id"])
+    # Every experiment so far stays where project_id None puts it: the Uncategorized project.
+    conn = op.get_bind()
+    common = {"created_by": "admin", "created_at": datetime.now(UTC), "archived": False}
+    result = conn.execute(workspaces.insert().values(name="Uncategorized", **common))
+    workspace_id = result.inserted_primary_key[0]  # type: ignore[index]
+    conn.execute(
+        projects.insert().values(
+            workspace_id=workspace_id, name="Uncategorized", description="", notes="", **common
+        )
+    )
+
+
 def backfill_metric_chunks(conn: Connection, chunks: sa.Table = schema.metric_chunks) -> int:
     """Rebuild the charts' numbers from every stored metric row; returns the trials that had some."""
     metrics = sa.table(
@@ -289,6 +403,11 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     Migration(
         13, "config templates merged into the experiments that name them: det_templates", _v13_templates
+    ),
+    Migration(14, "webhooks and their deliveries: det_webhooks, det_webhook_deliveries", _v14_webhooks),
+    Migration(15, "the model registry: det_models, det_model_versions", _v15_model_registry),
+    Migration(
+        16, "workspaces and projects: det_workspaces, det_projects, det_experiments.project_id", _v16_projects
     ),
 )
 

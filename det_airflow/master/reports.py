@@ -14,7 +14,17 @@ from sqlalchemy import Connection, Row, select
 
 from det_airflow.api.models import MAX_STEPS
 from det_airflow.errors import DetError
-from det_airflow.master import experiments, file_cleanup, lifecycle, metric_points, schema, search, trials
+from det_airflow.master import (
+    experiments,
+    file_cleanup,
+    lifecycle,
+    metric_points,
+    models_registry,
+    schema,
+    search,
+    trials,
+    webhook_events,
+)
 from det_airflow.master.lifecycle import NotFound, now
 from det_airflow.master.trial_logs import reported_time
 from det_airflow.searcher import SearchMethod
@@ -90,6 +100,9 @@ def report_metrics(conn: Connection, trial_id: int, reports: list[dict[str, Any]
                 .values(validation_metric=float(values[metric_name]))
             )
         search.send(conn, exp.id, functools.partial(_validation_event, request_id, values, steps))
+    if rows:
+        reported = [(r["group"], r["steps_completed"], r["metrics"]) for r in rows]
+        webhook_events.metrics_reported(conn, exp.id, trial_id, reported)
 
 
 def _reported(conn: Connection, trial_id: int, run_id: int, steps: set[int]) -> set[tuple[str, int]]:
@@ -219,6 +232,7 @@ def delete_checkpoint(conn: Connection, trial_id: int, uuid: str) -> None:
         raise NotFound(f"checkpoint {uuid} does not belong to trial {trial_id}")
     if row.state == "DELETED":
         return
+    models_registry.check_not_registered(conn, uuid)
     lifecycle.delete_checkpoint(conn, row, "det checkpoint delete")
     trial = trials.get_trial(conn, trial_id)
     if trial.latest_checkpoint == uuid:

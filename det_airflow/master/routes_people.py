@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Response
@@ -26,6 +27,7 @@ from det_airflow.api.models import (
     ExperimentDetail,
     ExperimentList,
     ExperimentPatch,
+    HparamImportance,
     LabelBody,
     LogsPage,
     Me,
@@ -42,13 +44,13 @@ from det_airflow.master import (
     experiments,
     file_cleanup,
     housekeeping,
+    importance,
     lifecycle,
     removals,
     reports,
     schema,
     serialize,
     submission,
-    tasks,
     templates,
     trials,
 )
@@ -64,7 +66,7 @@ from det_airflow.master.authz import (
     readable,
 )
 from det_airflow.master.db import get_database
-from det_airflow.master.trial_logs import read_logs
+from det_airflow.master.trial_logs import read_logs, time_window
 from det_airflow.states import LOG_LEVELS, TrialState
 
 # Every route needs an Airflow login (the master runs inside Airflow's API server), and no change
@@ -137,7 +139,7 @@ def create_experiment(body: CreateExperiment, caller: CallerDep) -> dict:
 def list_experiments(caller: CallerDep, all: bool = False) -> dict:  # noqa: A002 - the CLI's flag name
     table = schema.experiments
     # Tasks (notebooks, TensorBoards, ...) run as experiments of their own: `det task list` shows them.
-    query = select(table).where(tasks.not_a_task()).order_by(table.c.id)
+    query = select(table).where(experiments.not_a_task()).order_by(table.c.id)
     if not all:
         query = query.where(table.c.archived.is_(False))
     with get_database().read() as conn:
@@ -208,6 +210,27 @@ def experiment_config(experiment_id: int, caller: CallerDep) -> dict:
         row = experiments.get_experiment(conn, experiment_id)
     check_read(caller, row, "read the config of")
     return {"config": _config_for(caller, row)}
+
+
+@router.get("/experiments/{experiment_id}/hyperparameter-importance", response_model=HparamImportance)
+def hyperparameter_importance(
+    experiment_id: int,
+    caller: CallerDep,
+    metric: Annotated[str | None, Query(description="default: the searcher's metric")] = None,
+    evaluator: Annotated[Literal["fanova", "ped_anova"] | None, Query()] = None,
+) -> dict:
+    with get_database().read() as conn:
+        row = experiments.get_experiment(conn, experiment_id)
+        check_read(caller, row, "read the hyperparameter importance of")
+        found = importance.experiment_importance(conn, row, metric, evaluator=evaluator)
+    return {
+        "metric": found.metric,
+        "evaluator": found.evaluator,
+        "trials": found.trials,
+        "importances": [{"name": name, "importance": value} for name, value in found.importances],
+        "constants": found.constants,
+        "note": found.note,
+    }
 
 
 @router.get("/experiments/{experiment_id}/trials", response_model=TrialList)
@@ -376,11 +399,14 @@ def trial_logs(
     rank: Annotated[list[int] | None, Query()] = None,
     level: Annotated[Literal[LOG_LEVELS] | None, Query()] = None,  # type: ignore[valid-type]
     search: Annotated[str | None, Query(min_length=1, max_length=1000)] = None,
+    timestamp_before: datetime | None = None,
+    timestamp_after: datetime | None = None,
 ) -> dict:
     """Lines after ``after`` (the id of the last line seen, for tailing), filtered like `det trial logs`:
-    of these ranks, of ``level`` or higher, containing ``search`` (any case)."""
+    of these ranks, of ``level`` or higher, containing ``search`` (any case), logged before
+    ``timestamp_before`` and after ``timestamp_after`` (RFC 3339; no zone: UTC)."""
     table = schema.trial_logs
-    where: list[ColumnElement[bool]] = []
+    where: list[ColumnElement[bool]] = time_window(timestamp_before, timestamp_after)
     if rank:
         where.append(table.c.rank.in_(rank))
     if level is not None:
@@ -477,4 +503,4 @@ def _chunks(body: Any, size: int = 1 << 20) -> Iterator[bytes]:
 
 @router.get("/me", response_model=Me)
 def whoami(caller: CallerDep) -> dict:
-    return {"username": caller.name}
+    return {"username": caller.name, "admin": caller.is_admin}

@@ -75,9 +75,11 @@ def experiment_curves(
     metric: Annotated[str | None, Query(min_length=1, max_length=256)] = None,
     x: curves.XAxis = "batches",
     points: Annotated[int, Query(ge=10, le=5000)] = 400,
+    keep_best: Annotated[bool, Query(description="false: the best trials' series downsampled too")] = True,
 ) -> Response:
-    """Every trial's series of one metric, downsampled except the best trials'."""
-    query = curves.CurveQuery(experiment_id, group, metric, x, points)
+    """Every trial's series of one metric, downsampled except the best trials' (unless keep_best is
+    false: comparing many experiments draws every series at the same resolution)."""
+    query = curves.CurveQuery(experiment_id, group, metric, x, points, keep_best)
     with get_database().read() as conn:
         exp = experiments.get_experiment(conn, experiment_id)
         check_read(caller, exp, "read the curves of")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from typing import Any
+
 from sqlalchemy import (
     JSON,
     BigInteger,
@@ -18,10 +21,12 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    event,
 )
+from sqlalchemy.engine import Connection
 
 # Bump when a table changes; `det admin migrate` brings a database up to this version.
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 16
 
 metadata = MetaData()
 
@@ -65,6 +70,8 @@ experiments = Table(
     Column("max_slots", Integer),
     # Place among jobs of the same priority (`--ahead-of`/`--behind-of`); None = the experiment id.
     Column("queue_position", Float),
+    # The project it lives in (`det e move`); None: the Uncategorized project (master/projects.py).
+    Column("project_id", Integer, index=True),
     # IDs are never reused (SQLite would otherwise hand out a deleted experiment's id again).
     sqlite_autoincrement=True,
 )
@@ -277,3 +284,129 @@ templates = Table(
     Column("owner", String(256), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
 )
+
+# Webhooks (Determined's `det webhook`): where to POST which events, and each event to deliver.
+webhooks = Table(
+    "det_webhooks",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("name", String(256), nullable=False, unique=True),
+    Column("url", Text, nullable=False),
+    Column("webhook_type", String(16), nullable=False),
+    Column("mode", String(16), nullable=False),
+    Column("triggers", JSON, nullable=False),
+    Column("signing_key", String(128), nullable=False),
+    Column("owner", String(256), nullable=False),
+    # A SPECIFIC webhook set by someone not an admin fires for this user's experiments only.
+    Column("experiments_of", String(256)),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+)
+
+webhook_deliveries = Table(
+    "det_webhook_deliveries",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("webhook_id", Integer, ForeignKey("det_webhooks.id", ondelete="CASCADE"), nullable=False),
+    Column("trigger_type", String(32), nullable=False),
+    Column("experiment_id", Integer),
+    # Events that happen once per trial and trigger (a threshold crossed, a log line matched).
+    Column("event_key", String(128)),
+    Column("payload", JSON, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("next_attempt_at", DateTime(timezone=True), nullable=False),
+    Column("delivered_at", DateTime(timezone=True)),
+    Column("gave_up_at", DateTime(timezone=True)),
+    Column("last_error", Text),
+    Index("det_webhook_deliveries_due", "delivered_at", "gave_up_at", "next_attempt_at"),
+    Index("det_webhook_deliveries_key", "webhook_id", "event_key"),
+)
+
+# Determined's model registry (master/models_registry.py): named models whose numbered versions are
+# checkpoints. A version keeps its checkpoint: no cascade, so the checkpoint row outlives nothing.
+models = Table(
+    "det_models",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("name", String(256), nullable=False, unique=True),
+    Column("description", Text, nullable=False),
+    Column("notes", Text, nullable=False),
+    Column("metadata", JSON, nullable=False),
+    Column("labels", JSON, nullable=False),
+    Column("owner", String(256), nullable=False),
+    Column("archived", Boolean, nullable=False),
+    Column("creation_time", DateTime(timezone=True), nullable=False),
+    Column("last_updated_time", DateTime(timezone=True), nullable=False),
+    sqlite_autoincrement=True,
+)
+
+model_versions = Table(
+    "det_model_versions",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("model_id", Integer, ForeignKey("det_models.id", ondelete="CASCADE"), nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("checkpoint_uuid", String(64), ForeignKey("det_checkpoints.uuid"), nullable=False, index=True),
+    Column("name", Text, nullable=False),
+    Column("comment", Text, nullable=False),
+    Column("notes", Text, nullable=False),
+    Column("metadata", JSON, nullable=False),
+    Column("labels", JSON, nullable=False),
+    Column("owner", String(256), nullable=False),
+    Column("creation_time", DateTime(timezone=True), nullable=False),
+    Column("last_updated_time", DateTime(timezone=True), nullable=False),
+    UniqueConstraint("model_id", "version", name="det_model_versions_number_uq"),
+    sqlite_autoincrement=True,
+)
+
+# Determined's Workspaces -> Projects -> Experiments (master/projects.py). Access follows the
+# experiments' DAGs; a workspace or project only groups them.
+workspaces = Table(
+    "det_workspaces",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("name", String(256), nullable=False, unique=True),
+    Column("created_by", String(256), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("archived", Boolean, nullable=False),
+    sqlite_autoincrement=True,
+)
+
+projects = Table(
+    "det_projects",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("workspace_id", Integer, ForeignKey("det_workspaces.id", ondelete="CASCADE"), nullable=False),
+    Column("name", String(256), nullable=False),
+    Column("description", Text, nullable=False),
+    Column("notes", Text, nullable=False),  # Markdown, edited on the project's page
+    Column("created_by", String(256), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("archived", Boolean, nullable=False),
+    UniqueConstraint("workspace_id", "name", name="det_projects_name_uq"),
+    sqlite_autoincrement=True,
+)
+
+# Where experiments that name no workspace and project live, as in Determined.
+UNCATEGORIZED = "Uncategorized"
+
+
+def seed_uncategorized(conn: Connection) -> None:
+    """The Uncategorized workspace and its Uncategorized project, made with the tables."""
+    time = datetime.now(UTC)
+    common: dict[str, Any] = {"created_by": "admin", "created_at": time, "archived": False}
+    result = conn.execute(workspaces.insert().values(name=UNCATEGORIZED, **common))
+    conn.execute(
+        projects.insert().values(
+            workspace_id=result.inserted_primary_key[0],  # type: ignore[index]
+            name=UNCATEGORIZED,
+            description="",
+            notes="",
+            **common,
+        )
+    )
+
+
+@event.listens_for(projects, "after_create")
+def _seed_on_create(_table: Table, conn: Connection, **_kw: Any) -> None:
+    seed_uncategorized(conn)

@@ -17,7 +17,15 @@ from det_airflow.config import ExperimentConfig, config_to_dict, merge_checkpoin
 from det_airflow.context_archive import LIMITS, check_archive, format_size
 from det_airflow.dagfactory import experiment_dag_id, staged_experiment_file, trial_slots_problem
 from det_airflow.errors import ConfigError, ContextError, DetError
-from det_airflow.master import airflow_bridge, experiment_files, experiments, lifecycle, schema, search
+from det_airflow.master import (
+    airflow_bridge,
+    experiment_files,
+    experiments,
+    lifecycle,
+    projects,
+    schema,
+    search,
+)
 from det_airflow.master.lifecycle import StateError, now
 from det_airflow.master.limits import base64_length
 from det_airflow.searcher import concurrent_slot_count
@@ -224,6 +232,7 @@ def create_experiment(
             start_time=now(),
             archived=False,
             create_request_id=request_id,
+            project_id=projects.project_id_for(conn, cfg.workspace, cfg.project),
         )
     )
     experiment_id = int(result.inserted_primary_key[0])  # type: ignore[index]

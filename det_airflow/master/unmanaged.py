@@ -11,7 +11,7 @@ from sqlalchemy import Connection, Row, select
 
 from det_airflow import runner_policy, settings
 from det_airflow.config import ExperimentConfig, config_to_dict, merge_checkpoint_storage, parse_config
-from det_airflow.master import experiments, lifecycle, schema, submission
+from det_airflow.master import experiments, lifecycle, projects, schema, submission
 from det_airflow.master.lifecycle import NotFound, StateError, now
 from det_airflow.states import ExperimentState, TrialState
 
@@ -73,6 +73,7 @@ def create_unmanaged(
             progress=0.0,
             start_time=now(),
             archived=False,
+            project_id=projects.project_id_for(conn, cfg.workspace, cfg.project),
         )
     )
     experiment_id = int(result.inserted_primary_key[0])  # type: ignore[index]

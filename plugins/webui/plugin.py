@@ -38,8 +38,10 @@ class _BuiltOnFirstRead:
 
 # The pages are a single-page app of their own (its own React, uPlot and CSS) in a same-origin
 # iframe: Airflow does not lend its React to plugin bundles, and the iframe carries the login cookie.
-# hrefs are relative so that they follow Airflow's base URL.
+# hrefs are relative so that they follow Airflow's base URL. In a DAG's or a task's tab (`?in=tab`)
+# the pages leave out their own top bar: Airflow's navigation is around them there.
 _UI = "det/ui/#"
+_TAB = "det/ui/?in=tab#"
 
 
 class DetPlugin(AirflowPlugin):
@@ -54,15 +56,23 @@ class DetPlugin(AirflowPlugin):
         },
         {"name": "Job queue", "href": f"{_UI}/queue", "destination": "nav", "url_route": "det-queue"},
         {"name": "Tasks", "href": f"{_UI}/tasks", "destination": "nav", "url_route": "det-tasks"},
+        {"name": "Models", "href": f"{_UI}/models", "destination": "nav", "url_route": "det-models"},
+        {
+            "name": "Workspaces",
+            "href": f"{_UI}/workspaces",
+            "destination": "nav",
+            "url_route": "det-workspaces",
+        },
+        {"name": "Webhooks", "href": f"{_UI}/webhooks", "destination": "nav", "url_route": "det-webhooks"},
         {
             "name": "Experiment",
-            "href": f"{_UI}/dag/{{DAG_ID}}",
+            "href": f"{_TAB}/dag/{{DAG_ID}}",
             "destination": "dag",
             "url_route": "det-experiment",
         },
         {
             "name": "Trial",
-            "href": f"{_UI}/dag/{{DAG_ID}}/run/{{RUN_ID}}/map/{{MAP_INDEX}}",
+            "href": f"{_TAB}/dag/{{DAG_ID}}/run/{{RUN_ID}}/map/{{MAP_INDEX}}",
             "destination": "task_instance",
             "url_route": "det-trial",
         },

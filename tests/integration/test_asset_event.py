@@ -1,5 +1,6 @@
 """A finished experiment emits the Airflow Asset event `det://experiments/<dag_id>`, and a DAG that
-schedules on that Asset runs, on a real Airflow and PostgreSQL."""
+schedules on that Asset runs, on a real Airflow and PostgreSQL; a YAML dropped into the DAGs folder
+with ``airflow.schedule`` runs a new experiment on each event of its Asset."""
 
 from __future__ import annotations
 
@@ -43,6 +44,32 @@ with DAG(
         return event.extra
 
     read_the_event()
+"""
+
+TRAINING_DATA = "det-test://training-data"
+RETRAIN = {
+    "name": "retrain",
+    "entrypoint": "python3 train.py",
+    "searcher": {"name": "single", "metric": "validation_loss", "max_length": {"batches": 2}},
+    "max_restarts": 0,
+    "airflow": {"schedule": TRAINING_DATA},
+}
+
+EVERY_EVENT = """\
+from airflow.sdk import DAG, Asset, task
+
+with DAG(
+    "{dag_id}",
+    schedule=[Asset("det://experiments/{source}")],
+    is_paused_upon_creation=False,
+    catchup=False,
+):
+
+    @task
+    def read_the_events(triggering_asset_events=None):
+        return [event.extra for event in triggering_asset_events[Asset("det://experiments/{source}")]]
+
+    read_the_events()
 """
 
 
@@ -97,5 +124,83 @@ def test_a_dag_scheduled_on_the_experiments_asset_runs_when_it_completes(
     )
     (event,) = events
     assert event["uri"] == f"det://experiments/{source}"
-    assert event["extra"] == {"experiment_id": experiment_id, "best_checkpoint": best[0]["uuid"]}
+    assert event["extra"] == {
+        "experiment_id": experiment_id,
+        "state": "COMPLETED",
+        "best_checkpoint_uuid": best[0]["uuid"],
+        "best_checkpoint_uri": Path(best[0]["storage"]["path"]).as_uri(),
+        "metric": "validation_loss",
+        "value": 0.5,
+    }
     assert [r["dag_id"] for r in event["created_dagruns"]] == [downstream]
+
+
+def test_a_dropped_yaml_scheduled_on_an_asset_runs_a_new_experiment_on_each_event(
+    det: DetEnv, airflow_api
+) -> None:
+    dags = det.af.dags_folder
+    assert dags is not None
+    folder = dags / "retrain"
+    folder.mkdir()
+    (folder / "train.py").write_text(TRAIN)
+    (folder / "retrain.yaml").write_text(yaml.safe_dump(RETRAIN))
+    source, downstream = "det_retrain", "after_det_retrain"
+    (dags / f"{downstream}.py").write_text(
+        textwrap.dedent(EVERY_EVENT).format(dag_id=downstream, source=source)
+    )
+    airflow_api.wait_for_dag(source)
+    airflow_api.wait_for_dag(downstream)
+    (asset,) = (
+        airflow_api.http.get("/api/v2/assets", params={"uri_pattern": TRAINING_DATA})
+        .raise_for_status()
+        .json()["assets"]
+    )
+
+    def runs(dag_id: str) -> list[dict]:
+        answer = airflow_api.http.get(f"/api/v2/dags/{dag_id}/dagRuns").raise_for_status().json()
+        return list(answer["dag_runs"])
+
+    # Each event waits for the run of the one before, which it would otherwise join.
+    for count in (1, 2):
+        posted = airflow_api.http.post(
+            "/api/v2/assets/events", json={"asset_id": asset["id"], "extra": {"version": count}}
+        )
+        assert posted.status_code in (200, 201), posted.text
+        wait_until(lambda n=count: len(runs(source)) == n, f"run {count} of {source}")
+    source_runs = runs(source)
+    assert {r["run_type"] for r in source_runs} == {"asset_triggered"}
+    for run in source_runs:
+        finished = airflow_api.wait_for_run(source, run["dag_run_id"], timeout=600)
+        assert finished["state"] == "success", finished["tis"]
+
+    experiments = [e for e in det.get("/experiments?all=true")["experiments"] if e["dag_id"] == source]
+    assert sorted(e["dag_run_id"] for e in experiments) == sorted(r["dag_run_id"] for r in source_runs)
+    assert {e["state"] for e in experiments} == {"COMPLETED"}
+    expected = []
+    for experiment in sorted(experiments, key=lambda e: e["id"]):
+        (checkpoint,) = det.get(f"/experiments/{experiment['id']}/checkpoints")["checkpoints"]
+        expected.append(
+            {
+                "experiment_id": experiment["id"],
+                "state": "COMPLETED",
+                "best_checkpoint_uuid": checkpoint["uuid"],
+                "best_checkpoint_uri": Path(checkpoint["storage"]["path"]).as_uri(),
+                "metric": "validation_loss",
+                "value": 0.5,
+            }
+        )
+
+    # Both experiments' events reach the downstream DAG, in one run or in one run each.
+    def received() -> list[dict] | None:
+        extras: list[dict] = []
+        for run in runs(downstream):
+            finished = airflow_api.wait_for_run(downstream, run["dag_run_id"], timeout=300)
+            assert finished["state"] == "success", finished["tis"]
+            path = f"/api/v2/dags/{downstream}/dagRuns/{run['dag_run_id']}/taskInstances/read_the_events"
+            extras += (
+                airflow_api.http.get(f"{path}/xcomEntries/return_value").raise_for_status().json()["value"]
+            )
+        return extras if len(extras) == len(expected) else None
+
+    extras = wait_until(received, f"the runs of {downstream} after both experiments")
+    assert sorted(extras, key=lambda e: e["experiment_id"]) == expected

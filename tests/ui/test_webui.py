@@ -84,7 +84,12 @@ def curves(det: DetEnv, tmp_path_factory: pytest.TempPathFactory) -> dict[str, A
         "name": "ui-curves",
         "labels": ["browser-test"],
         "entrypoint": "python3 -m det_airflow.launchers.torch_distributed python3 train.py",
-        "hyperparameters": {"lr": {"type": "double", "minval": 0.1, "maxval": 1.0}},
+        "hyperparameters": {
+            "lr": {"type": "double", "minval": 0.1, "maxval": 1.0},
+            "weight_decay": {"type": "log", "base": 10, "minval": -5, "maxval": -1},
+            "dropout": 0.5,
+            "global_batch_size": {"type": "const", "val": 32},
+        },
         "searcher": {
             "name": "random",
             "metric": "validation_loss",
@@ -101,6 +106,27 @@ def curves(det: DetEnv, tmp_path_factory: pytest.TempPathFactory) -> dict[str, A
     assert answer["experiment"]["state"] == "COMPLETED", answer
     assert len(answer["trials"]) == 3 and {t["state"] for t in answer["trials"]} == {"COMPLETED"}, answer
     return answer
+
+
+def fanova_order(trials: list[dict[str, Any]]) -> list[str]:
+    """The searched hyperparameters, most important first, as Optuna's fANOVA (seed 0) ranks them on
+    the trials' best validation losses."""
+    import optuna
+    from optuna.distributions import FloatDistribution
+
+    distributions = {
+        "lr": FloatDistribution(0.1, 1.0),
+        "weight_decay": FloatDistribution(1e-5, 1e-1, log=True),
+    }
+    study = optuna.create_study()
+    for trial in trials:
+        params = {name: float(trial["hparams"][name]) for name in distributions}
+        value = float(trial["best_validation"]["metric"])
+        study.add_trial(optuna.trial.create_trial(params=params, distributions=distributions, value=value))
+    found = optuna.importance.get_param_importances(
+        study, evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0)
+    )
+    return sorted(found, key=lambda name: -found[name])
 
 
 class HeldJobs:
@@ -252,6 +278,8 @@ def test_experiments_list_shows_the_searcher_metric_and_its_best_value(
     page.goto(ui(airflow, "experiments"))
     row = page.locator(f"[data-testid=experiment-row][data-id='{curves['experiment']['id']}']")
     expect(row).to_contain_text("validation_loss")
+    # Opened on its own (or from Airflow's Plugins menu), the page keeps its own top bar.
+    expect(page.locator("nav.topbar")).to_be_visible()
     # The page shows 4 significant digits, as JavaScript's toPrecision(4) writes them.
     expect(row).to_contain_text(f"{best:#.4g}")
 
@@ -264,7 +292,21 @@ def test_airflow_dag_and_task_pages_have_experiment_and_trial_tabs(
     page.get_by_role("link", name="Experiment", exact=True).click()
     frame = page.frame_locator("iframe[title='Experiment']")
     expect(frame.get_by_test_id("experiment-state")).to_have_text(re.compile("COMPLETED"))
+    # Airflow's navigation is around the tab: the page's own top bar is left out there.
+    expect(frame.locator("nav.topbar")).to_be_hidden()
+    expect(frame.locator("html")).to_have_attribute("data-theme", "light")
     screenshot(page, "airflow-dag-experiment-tab")
+
+    # Airflow's dark mode reaches the page in the tab, as Airflow's UI stores and shows it.
+    page.evaluate("localStorage.setItem('theme', 'dark')")
+    page.reload()
+    page.get_by_role("link", name="Experiment", exact=True).click()
+    expect(frame.get_by_test_id("experiment-state")).to_have_text(re.compile("COMPLETED"))
+    expect(frame.locator("html")).to_have_attribute("data-theme", "dark")
+    background = frame.locator("body").evaluate("b => getComputedStyle(b).backgroundColor")
+    assert background == "rgb(16, 24, 40)", background
+    screenshot(page, "airflow-dag-experiment-tab-dark")
+    page.evaluate("localStorage.setItem('theme', 'light')")
 
     trial_ids = {t["id"] for t in curves["trials"]}
     page.goto(
@@ -304,12 +346,53 @@ def test_experiment_page_draws_one_curve_per_trial(
     page.get_by_test_id("log-y").check()
     expect(chart).to_have_attribute("data-series", "3")
 
-    # One line per trial across the axes, one scatter per hyperparameter with a point per trial.
+    # One line per trial across the axes, one scatter per searched hyperparameter with a point per
+    # trial; the constants are listed once and have no axis; the log hyperparameter's axis is a log one.
     page.get_by_role("tab", name="Hyperparameters").click()
-    expect(page.get_by_test_id("hp-parallel").locator("polyline")).to_have_count(3)
-    expect(page.get_by_test_id("hp-scatter")).to_have_count(1)
-    expect(page.get_by_test_id("hp-scatter").locator("circle")).to_have_count(3)
+    parallel = page.get_by_test_id("hp-parallel")
+    expect(parallel.locator("polyline")).to_have_count(3)
+    axes = parallel.get_by_test_id("hp-axis")
+    expect(axes).to_have_count(3)
+    assert [axes.nth(i).get_attribute("data-axis") for i in range(3)] == [
+        "lr",
+        "weight_decay (log)",
+        "best validation_loss",
+    ]
+    expect(page.get_by_test_id("hp-constants")).to_have_text(
+        "Constant: dropout = 0.5, global_batch_size = 32"
+    )
+    expect(page.get_by_test_id("hp-scatter")).to_have_count(2)
+    expect(page.get_by_test_id("hp-scatter").first.locator("circle")).to_have_count(3)
+    # A title too long for its place is shortened, never cut, and its tooltip has it whole.
+    expect(axes.nth(2).locator("text.axis-title title")).to_have_text("best validation_loss")
+
+    # The importance bars, in the order Optuna's fANOVA ranks the same trials.
+    bars = page.get_by_test_id("importance-bar")
+    expect(bars).to_have_count(2)
+    shown = [bars.nth(i).get_attribute("data-hparam") for i in range(2)]
+    assert shown == fanova_order(curves["trials"]), shown
     screenshot(page, "experiment-hyperparameters")
+
+    # Brushing the top of the lr axis keeps only the trials whose lr lies there.
+    lr_values = {t["id"]: float(t["hparams"]["lr"]) for t in curves["trials"]}
+    area = axes.nth(0).get_by_test_id("hp-brush-area").bounding_box()
+    assert area is not None
+    page.mouse.move(area["x"] + area["width"] / 2, area["y"] + 1)
+    page.mouse.down()
+    page.mouse.move(area["x"] + area["width"] / 2, area["y"] + area["height"] * 0.3, steps=4)
+    page.mouse.up()
+    expect(page.get_by_test_id("hp-selected")).to_contain_text("trials in the brushed ranges")
+    rows = page.get_by_test_id("hp-trial-row")
+    low, high = min(lr_values.values()), max(lr_values.values())
+    kept_ids = sorted(int(rows.nth(i).get_attribute("data-trial") or 0) for i in range(rows.count()))
+    assert max(lr_values, key=lambda k: lr_values[k]) in kept_ids
+    assert all((lr_values[k] - low) / (high - low) > 0.5 for k in kept_ids), (kept_ids, lr_values)
+    assert min(lr_values, key=lambda k: lr_values[k]) not in kept_ids
+    expect(page.get_by_test_id("hp-selected")).to_have_text(
+        f"{len(kept_ids)} of 3 trials in the brushed ranges"
+    )
+    page.get_by_test_id("hp-clear-brushes").click()
+    expect(rows).to_have_count(3)
 
     page.get_by_role("tab", name="Config").click()
     expect(page.get_by_test_id("config")).to_contain_text("validation_loss")

@@ -138,7 +138,8 @@ def test_archive_and_unarchive_are_the_owners(people: People) -> None:
 
 
 def test_whoami_names_the_logged_in_user(people: People) -> None:
-    assert people.call("bob", "GET", "/me").json() == {"username": "bob"}
+    assert people.call("bob", "GET", "/me").json() == {"username": "bob", "admin": False}
+    assert people.call("admin", "GET", "/me").json() == {"username": "admin", "admin": True}
 
 
 # -- secrets in configs ----------------------------------------------------------------------------

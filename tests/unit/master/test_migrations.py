@@ -168,6 +168,13 @@ def check_upgraded(db: Database, rows_before: dict[str, int]) -> None:
     assert rows_after.pop("det_tasks") == 0
     # Version 13's templates are set by people after the upgrade: none yet.
     assert rows_after.pop("det_templates") == 0
+    assert rows_after.pop("det_webhooks") == 0
+    assert rows_after.pop("det_webhook_deliveries") == 0
+    assert rows_after.pop("det_models") == 0
+    assert rows_after.pop("det_model_versions") == 0
+    # Version 16 makes the Uncategorized workspace and project, where every experiment so far lives.
+    assert rows_after.pop("det_workspaces") == 1
+    assert rows_after.pop("det_projects") == 1
     assert rows_after == {name: n for name, n in rows_before.items() if name != "det_settings"}
     with db.read() as conn:
         names = conn.execute(select(schema.experiments.c.name).order_by(schema.experiments.c.id)).scalars()

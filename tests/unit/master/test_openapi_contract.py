@@ -17,6 +17,8 @@ BODILESS_COMMANDS = {
     ("POST", "/api/v1/tasks/{task_id}/kill"),
     ("POST", "/api/v1/internal/experiments/{experiment_id}/finalize"),
     ("POST", "/api/v1/internal/hosts/{host_id}/removals/claim"),
+    ("POST", "/api/v1/models/{name}/archive"),
+    ("POST", "/api/v1/models/{name}/unarchive"),
 }
 _BODY_METHODS = {"post", "put", "patch"}
 _SCHEMA_KEYS = {"type", "$ref", "anyOf", "oneOf", "allOf", "enum", "const"}

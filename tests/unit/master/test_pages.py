@@ -87,10 +87,13 @@ def test_the_plugin_links_its_pages_into_airflows_navigation_dags_and_task_insta
         "Experiments": ("nav", "det/ui/#/experiments"),
         "Job queue": ("nav", "det/ui/#/queue"),
         "Tasks": ("nav", "det/ui/#/tasks"),
-        "Experiment": ("dag", "det/ui/#/dag/{DAG_ID}"),
-        "Trial": ("task_instance", "det/ui/#/dag/{DAG_ID}/run/{RUN_ID}/map/{MAP_INDEX}"),
+        "Models": ("nav", "det/ui/#/models"),
+        "Workspaces": ("nav", "det/ui/#/workspaces"),
+        "Webhooks": ("nav", "det/ui/#/webhooks"),
+        "Experiment": ("dag", "det/ui/?in=tab#/dag/{DAG_ID}"),
+        "Trial": ("task_instance", "det/ui/?in=tab#/dag/{DAG_ID}/run/{RUN_ID}/map/{MAP_INDEX}"),
     }
-    assert len({v.url_route for v in views.values()}) == 5
+    assert len({v.url_route for v in views.values()}) == 8
     (app,) = DetPlugin.fastapi_apps
     assert app["url_prefix"] == "/det"
     assert any(getattr(r, "path", None) == "/ui/" for r in app["app"].routes)

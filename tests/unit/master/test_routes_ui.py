@@ -151,6 +151,25 @@ def test_every_trial_gets_a_series_and_only_the_best_keep_every_point(people: Pe
     assert by_trial[trials[11]]["state"] == "RUNNING"
 
 
+def test_keep_best_false_downsamples_the_best_trials_too(people: People) -> None:
+    """Comparing experiments draws every series at one resolution: no trial comes whole."""
+    e = people.add_experiment(owner="alice")
+    trials = [new_trial(people, e) for _ in range(3)]
+    for rank, trial_id in enumerate(trials):
+        for k in range(1, 101):
+            report(people, trial_id, k * 10, {"loss": 1.0 + rank + 1 / k})
+
+    whole = curves_of(people, e, "?points=20")
+    thinned = curves_of(people, e, "?points=20&keep_best=false")
+
+    assert [len(s["x"]) for s in whole["series"]] == [100, 100, 100]
+    assert [len(s["x"]) for s in thinned["series"]] == [20, 20, 20]
+    assert [s["points"] for s in thinned["series"]] == [100, 100, 100]
+    assert thinned["best_trial_ids"] == trials
+    # The answer asked for first is not served from the other's cache.
+    assert [len(s["x"]) for s in curves_of(people, e, "?points=20")["series"]] == [100, 100, 100]
+
+
 def test_another_metric_group_and_time_axis(people: People) -> None:
     e = people.add_experiment(owner="alice")
     t = new_trial(people, e)

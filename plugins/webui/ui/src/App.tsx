@@ -1,11 +1,16 @@
+import { ComparePage } from "./pages/ComparePage";
 import { ExperimentPage } from "./pages/ExperimentPage";
 import { ExperimentsPage } from "./pages/ExperimentsPage";
+import { ModelPage } from "./pages/ModelPage";
+import { ModelsPage } from "./pages/ModelsPage";
+import { ProjectPage, WorkspacePage, WorkspacesPage } from "./pages/WorkspacesPage";
 import { OpeningPage, OpenTaskPage } from "./pages/OpenTaskPage";
 import { QueuePage } from "./pages/QueuePage";
 import { ResolvePage } from "./pages/ResolvePage";
 import { TaskPage } from "./pages/TaskPage";
 import { TasksPage } from "./pages/TasksPage";
 import { TrialPage } from "./pages/TrialPage";
+import { WebhooksPage } from "./pages/WebhooksPage";
 import { type Route, useRoute } from "./router";
 
 export function App() {
@@ -27,6 +32,23 @@ export function App() {
         <a href="#/tasks" data-testid="nav-tasks" className={section(route) === "tasks" ? "current" : ""}>
           Tasks
         </a>
+        <a href="#/models" data-testid="nav-models" className={section(route) === "models" ? "current" : ""}>
+          Models
+        </a>
+        <a
+          href="#/workspaces"
+          data-testid="nav-workspaces"
+          className={section(route) === "workspaces" ? "current" : ""}
+        >
+          Workspaces
+        </a>
+        <a
+          href="#/webhooks"
+          data-testid="nav-webhooks"
+          className={section(route) === "webhooks" ? "current" : ""}
+        >
+          Webhooks
+        </a>
       </nav>
       <main>
         <Page route={route} />
@@ -44,6 +66,15 @@ function section(route: Route): string {
     case "openTask":
     case "opening":
       return "tasks";
+    case "models":
+    case "model":
+      return "models";
+    case "workspaces":
+    case "workspace":
+    case "project":
+      return "workspaces";
+    case "webhooks":
+      return "webhooks";
     default:
       return "experiments";
   }
@@ -55,12 +86,32 @@ function Page({ route }: { route: Route }) {
       return <ExperimentsPage />;
     case "experiment":
       return <ExperimentPage key={route.id} id={route.id} />;
+    case "compare":
+      return (
+        <ComparePage
+          key={`${route.experiments.join(",")}|${route.trials.join(",")}`}
+          experimentIds={route.experiments}
+          trialIds={route.trials}
+        />
+      );
     case "trial":
       return <TrialPage key={route.id} id={route.id} />;
     case "queue":
       return <QueuePage />;
     case "tasks":
       return <TasksPage />;
+    case "models":
+      return <ModelsPage />;
+    case "model":
+      return <ModelPage key={route.name} name={route.name} />;
+    case "workspaces":
+      return <WorkspacesPage />;
+    case "workspace":
+      return <WorkspacePage key={route.id} id={route.id} />;
+    case "project":
+      return <ProjectPage key={route.id} id={route.id} />;
+    case "webhooks":
+      return <WebhooksPage />;
     case "task":
       return <TaskPage key={route.id} id={route.id} />;
     case "openTask":

@@ -41,6 +41,14 @@ export type CurveSeries = Schemas["CurveSeries"];
 export type Curves = Schemas["Curves"];
 export type Task = Schemas["Task"];
 export type TaskType = Task["type"];
+export type Model = Schemas["Model"];
+export type ModelVersion = Schemas["ModelVersion"];
+export type Workspace = Schemas["Workspace"];
+export type Project = Schemas["Project"];
+export type Webhook = Schemas["Webhook"];
+export type WebhookDelivery = Schemas["WebhookDelivery"];
+export type WebhookTrigger = Schemas["WebhookTrigger"];
+export type CreateWebhook = Schemas["CreateWebhook"];
 
 // Hand-written: the page's filters as the strings its inputs hold, sent as query parameters.
 export type LogQuery = {
@@ -125,10 +133,19 @@ export const api = {
       "GET",
       `/experiments/${id}/checkpoints`,
     ).then((r) => r.checkpoints),
-  curves: (id: number, params: { group: string; metric?: string; x: string; points?: number }) =>
+  /** `keep_best: false` downsamples the best trials' series too (many experiments on one chart). */
+  curves: (
+    id: number,
+    params: { group: string; metric?: string; x: string; points?: number; keep_best?: boolean },
+  ) =>
     request<Answer<"/api/v1/experiments/{experiment_id}/curves", "get">>(
       "GET",
       `/experiments/${id}/curves${query(params)}`,
+    ),
+  importance: (id: number, params: { metric?: string } = {}) =>
+    request<Answer<"/api/v1/experiments/{experiment_id}/hyperparameter-importance", "get">>(
+      "GET",
+      `/experiments/${id}/hyperparameter-importance${query(params)}`,
     ),
   experimentAction: (id: number, action: ExperimentAction) =>
     request<Answer<"/api/v1/experiments/{experiment_id}/{action}", "post">>(
@@ -167,6 +184,72 @@ export const api = {
     request<Answer<"/api/v1/tasks", "post">>("POST", "/tasks", body).then((r) => r.task),
   killTask: (id: number) =>
     request<Answer<"/api/v1/tasks/{task_id}/kill", "post">>("POST", `/tasks/${id}/kill`).then((r) => r.task),
+  models: () => request<Answer<"/api/v1/models", "get">>("GET", "/models").then((r) => r.models),
+  createModel: (body: Schemas["CreateModel"]) =>
+    request<Answer<"/api/v1/models", "post">>("POST", "/models", body).then((r) => r.model),
+  updateModel: (name: string, body: Schemas["PatchModel"]) =>
+    request<Answer<"/api/v1/models/{name}", "patch">>(
+      "PATCH",
+      `/models/${encodeURIComponent(name)}`,
+      body,
+    ).then((r) => r.model),
+  archiveModel: (name: string, archived: boolean) =>
+    request<Answer<"/api/v1/models/{name}/archive", "post">>(
+      "POST",
+      `/models/${encodeURIComponent(name)}/${archived ? "archive" : "unarchive"}`,
+    ).then((r) => r.model),
+  /** The model and its versions, oldest first. */
+  modelVersions: (name: string) =>
+    request<Answer<"/api/v1/models/{name}/versions", "get">>(
+      "GET",
+      `/models/${encodeURIComponent(name)}/versions`,
+    ),
+  registerVersion: (name: string, body: Schemas["RegisterVersion"]) =>
+    request<Answer<"/api/v1/models/{name}/versions", "post">>(
+      "POST",
+      `/models/${encodeURIComponent(name)}/versions`,
+      body,
+    ).then((r) => r.model_version),
+  workspaces: () =>
+    request<Answer<"/api/v1/workspaces", "get">>("GET", "/workspaces").then((r) => r.workspaces),
+  createWorkspace: (name: string) =>
+    request<Answer<"/api/v1/workspaces", "post">>("POST", "/workspaces", { name }).then((r) => r.workspace),
+  /** The workspace and its projects. */
+  projects: (workspaceId: number) =>
+    request<Answer<"/api/v1/workspaces/{workspace_id}/projects", "get">>(
+      "GET",
+      `/workspaces/${workspaceId}/projects`,
+    ),
+  createProject: (workspaceId: number, body: Schemas["CreateProject"]) =>
+    request<Answer<"/api/v1/workspaces/{workspace_id}/projects", "post">>(
+      "POST",
+      `/workspaces/${workspaceId}/projects`,
+      body,
+    ).then((r) => r.project),
+  project: (id: number) =>
+    request<Answer<"/api/v1/projects/{project_id}", "get">>("GET", `/projects/${id}`).then((r) => r.project),
+  updateProject: (id: number, body: Schemas["PatchProject"]) =>
+    request<Answer<"/api/v1/projects/{project_id}", "patch">>("PATCH", `/projects/${id}`, body).then(
+      (r) => r.project,
+    ),
+  projectExperiments: (id: number, all: boolean) =>
+    request<Answer<"/api/v1/projects/{project_id}/experiments", "get">>(
+      "GET",
+      `/projects/${id}/experiments${query({ all })}`,
+    ).then((r) => r.experiments),
+  /** Who the pages act as; `admin` where the master says so (absent: treated as not an admin). */
+  me: () => request<Answer<"/api/v1/me", "get">>("GET", "/me"),
+  webhooks: () => request<Answer<"/api/v1/webhooks", "get">>("GET", "/webhooks").then((r) => r.webhooks),
+  /** The answer is the only one that carries the webhook's signing key. */
+  createWebhook: (body: CreateWebhook) =>
+    request<Answer<"/api/v1/webhooks", "post">>("POST", "/webhooks", body).then((r) => r.webhook),
+  deleteWebhook: (id: number) =>
+    request<Answer<"/api/v1/webhooks/{webhook_id}", "delete">>("DELETE", `/webhooks/${id}`),
+  webhookDeliveries: (id: number) =>
+    request<Answer<"/api/v1/webhooks/{webhook_id}/deliveries", "get">>(
+      "GET",
+      `/webhooks/${id}/deliveries`,
+    ).then((r) => r.deliveries),
   resolve: (params: { dag_id: string; run_id?: string; map_index?: string }) =>
     request<Answer<"/api/v1/ui/resolve", "get">>("GET", `/ui/resolve${query(params)}`),
 };

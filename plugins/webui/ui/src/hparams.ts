@@ -14,6 +14,28 @@ export function flattenHparams(hparams: Json, prefix = ""): Record<string, unkno
   return flat;
 }
 
+/** A hyperparameter's type as the experiment's config declares it; "unknown" where it does not. */
+export type HparamType = "const" | "int" | "double" | "log" | "categorical" | "unknown";
+
+/** The declared type of every hyperparameter of a config, by dotted name (plain values are consts). */
+export function hparamTypes(config: Json): Map<string, HparamType> {
+  const types = new Map<string, HparamType>();
+  const walk = (section: Json, prefix: string) => {
+    for (const [key, spec] of Object.entries(section ?? {})) {
+      const name = prefix ? `${prefix}.${key}` : key;
+      if (spec !== null && typeof spec === "object" && !Array.isArray(spec)) {
+        const type = (spec as { type?: unknown }).type;
+        if (typeof type === "string") {
+          const known = ["const", "int", "double", "log", "categorical"].includes(type);
+          types.set(name, known ? (type as HparamType) : "unknown");
+        } else walk(spec as Json, name);
+      } else types.set(name, "const");
+    }
+  };
+  walk((config.hyperparameters ?? {}) as Json, "");
+  return types;
+}
+
 export function hparamNames(trials: Trial[]): string[] {
   const names = new Set<string>();
   for (const trial of trials) for (const name of Object.keys(flattenHparams(trial.hparams))) names.add(name);

@@ -1,6 +1,9 @@
-// Maps hyperparameter and metric values to positions for the SVG views: numbers on a linear (or,
-// when they span orders of magnitude, logarithmic) scale, anything else, and integers of only a few
-// distinct values, as evenly spaced categories.
+// Maps hyperparameter and metric values to positions for the SVG views. A hyperparameter's axis
+// follows its type in the config: `log` on a logarithmic scale, `categorical` as evenly spaced
+// categories (numbers in their order), `int` of only a few distinct values as even steps, `double`
+// linear. Values of unknown type (a metric, nested hyperparameters the config does not describe):
+// numbers on a linear scale, or a logarithmic one when they span orders of magnitude, anything else
+// as categories.
 
 export type Axis = {
   name: string;
@@ -19,13 +22,25 @@ function label(value: unknown): string {
   return typeof value === "object" ? JSON.stringify(value) : String(value);
 }
 
-export function makeAxis(name: string, values: unknown[], { continuous = false } = {}): Axis {
+/** How an axis places its values: from the hyperparameter's type, or "auto" from the values. */
+export type AxisScale = "auto" | "log" | "linear" | "categorical" | "int";
+
+export function makeAxis(
+  name: string,
+  values: unknown[],
+  { continuous = false, scale = "auto" }: { continuous?: boolean; scale?: AxisScale } = {},
+): Axis {
   const present = values.filter((v) => v !== null && v !== undefined);
   const numeric = present.length > 0 && present.every((v) => typeof v === "number" && Number.isFinite(v));
   const distinct = [...new Set(present)];
   // A few distinct integers (layers: 1, 2, 3) read better as even steps than on a continuous scale.
   const steps =
-    numeric && !continuous && distinct.length <= NUMERIC_CELLS && distinct.every(Number.isInteger);
+    scale === "categorical" ||
+    (numeric &&
+      !continuous &&
+      (scale === "auto" || scale === "int") &&
+      distinct.length <= NUMERIC_CELLS &&
+      distinct.every(Number.isInteger));
   if (!numeric || steps) {
     const ordered = numeric ? (distinct as number[]).sort((a, b) => a - b) : distinct;
     const categories = [...new Set(ordered.map(label))];
@@ -45,7 +60,7 @@ export function makeAxis(name: string, values: unknown[], { continuous = false }
   const numbers = present as number[];
   const min = Math.min(...numbers);
   const max = Math.max(...numbers);
-  const log = min > 0 && max / min >= 100;
+  const log = min > 0 && (scale === "log" || (scale === "auto" && max / min >= 100));
   const f = log ? Math.log10 : (v: number) => v;
   const lo = f(min);
   const span = f(max) - lo;

@@ -35,6 +35,13 @@ export function Chart({ series, xLabel, yLabel, logY = false, height = 320, test
   useEffect(() => {
     const element = box.current;
     if (!element) return;
+    // Axis text and grid in the page's colours (Airflow's light or dark mode, theme.ts).
+    const style = getComputedStyle(element);
+    const axis = {
+      stroke: style.getPropertyValue("--fg").trim() || "#1d2430",
+      grid: { stroke: style.getPropertyValue("--line").trim() || "#d9dee7", width: 1 },
+      ticks: { stroke: style.getPropertyValue("--line").trim() || "#d9dee7", width: 1 },
+    };
     const opts: uPlot.Options = {
       mode: 2,
       width: Math.max(element.clientWidth, 300),
@@ -42,7 +49,10 @@ export function Chart({ series, xLabel, yLabel, logY = false, height = 320, test
       legend: { show: false },
       cursor: { drag: { x: true, y: true, uni: 20 }, points: { show: false } },
       scales: { x: { time: false, auto: true }, y: { auto: true, distr: logY ? 3 : 1 } },
-      axes: [{ label: xLabel }, { label: yLabel, size: 70 }],
+      axes: [
+        { label: xLabel, ...axis },
+        { label: yLabel, size: 70, ...axis },
+      ],
       series: [
         {},
         ...series.map((s) => ({

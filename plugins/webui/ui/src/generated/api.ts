@@ -183,9 +183,27 @@ export interface paths {
         };
         /**
          * Experiment Curves
-         * @description Every trial's series of one metric, downsampled except the best trials'.
+         * @description Every trial's series of one metric, downsampled except the best trials' (unless keep_best is
+         *     false: comparing many experiments draws every series at the same resolution).
          */
         get: operations["experiment_curves_api_v1_experiments__experiment_id__curves_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/experiments/{experiment_id}/hyperparameter-importance": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Hyperparameter Importance */
+        get: operations["hyperparameter_importance_api_v1_experiments__experiment_id__hyperparameter_importance_get"];
         put?: never;
         post?: never;
         delete?: never;
@@ -223,6 +241,26 @@ export interface paths {
         post?: never;
         /** Remove Label */
         delete: operations["remove_label_api_v1_experiments__experiment_id__labels__label__delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/experiments/{experiment_id}/move": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Move Experiment
+         * @description Put the experiment in another project (its owner or an admin); answers that project.
+         */
+        post: operations["move_experiment_api_v1_experiments__experiment_id__move_post"];
+        delete?: never;
         options?: never;
         head?: never;
         patch?: never;
@@ -452,6 +490,47 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/internal/pipeline/experiments": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Submit Experiment
+         * @description Creates the experiment as `det experiment create` does (its own DAG, run at once), owned by
+         *     ``owner``; a repeated ``request_id`` answers the experiment it already made.
+         */
+        post: operations["submit_experiment_api_v1_internal_pipeline_experiments_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/internal/pipeline/experiments/{experiment_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Experiment Outcome
+         * @description The experiment's state and its best completed checkpoint by the searcher metric.
+         */
+        get: operations["experiment_outcome_api_v1_internal_pipeline_experiments__experiment_id__get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/internal/trials/{trial_id}": {
         parameters: {
             query?: never;
@@ -598,6 +677,179 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/models": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Models
+         * @description Every model, or those whose name contains ``name``, with ``label``, archived or not.
+         */
+        get: operations["list_models_api_v1_models_get"];
+        put?: never;
+        /** Create Model */
+        post: operations["create_model_api_v1_models_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/models/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Describe Model
+         * @description The model named ``name`` (or, for a number, with that ID).
+         */
+        get: operations["describe_model_api_v1_models__name__get"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete Model
+         * @description Remove the model and its versions (its owner or an admin).
+         */
+        delete: operations["delete_model_api_v1_models__name__delete"];
+        options?: never;
+        head?: never;
+        /**
+         * Update Model
+         * @description Change the fields given; ``labels`` and ``metadata`` are replaced whole.
+         */
+        patch: operations["update_model_api_v1_models__name__patch"];
+        trace?: never;
+    };
+    "/api/v1/models/{name}/archive": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Archive Model */
+        post: operations["archive_model_api_v1_models__name__archive_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/models/{name}/unarchive": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Unarchive Model */
+        post: operations["unarchive_model_api_v1_models__name__unarchive_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/models/{name}/versions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List Versions */
+        get: operations["list_versions_api_v1_models__name__versions_get"];
+        put?: never;
+        /**
+         * Register Version
+         * @description Register a COMPLETED checkpoint as the model's next version.
+         */
+        post: operations["register_version_api_v1_models__name__versions_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/models/{name}/versions/{version}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Describe Version
+         * @description Version ``version`` of the model; 0 or less: its latest.
+         */
+        get: operations["describe_version_api_v1_models__name__versions__version__get"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete Version
+         * @description Remove the version (its owner or an admin); its checkpoint is then GC's again.
+         */
+        delete: operations["delete_version_api_v1_models__name__versions__version__delete"];
+        options?: never;
+        head?: never;
+        /**
+         * Update Version
+         * @description Change the fields given; ``labels`` and ``metadata`` are replaced whole.
+         */
+        patch: operations["update_version_api_v1_models__name__versions__version__patch"];
+        trace?: never;
+    };
+    "/api/v1/projects/{project_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Describe Project */
+        get: operations["describe_project_api_v1_projects__project_id__get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        /**
+         * Update Project
+         * @description Change the description or the Markdown notes (those given).
+         */
+        patch: operations["update_project_api_v1_projects__project_id__patch"];
+        trace?: never;
+    };
+    "/api/v1/projects/{project_id}/experiments": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Project Experiments
+         * @description The project's experiments that the caller may read; ``all``: archived ones too.
+         */
+        get: operations["list_project_experiments_api_v1_projects__project_id__experiments_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/runtime/checkpoints/{uuid}": {
         parameters: {
             query?: never;
@@ -611,6 +863,23 @@ export interface paths {
         post?: never;
         /** Delete Checkpoint */
         delete: operations["delete_checkpoint_api_v1_runtime_checkpoints__uuid__delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/runtime/trials/{trial_id}/alert": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Alert */
+        post: operations["alert_api_v1_runtime_trials__trial_id__alert_post"];
+        delete?: never;
         options?: never;
         head?: never;
         patch?: never;
@@ -993,7 +1262,8 @@ export interface paths {
         /**
          * Trial Logs
          * @description Lines after ``after`` (the id of the last line seen, for tailing), filtered like `det trial logs`:
-         *     of these ranks, of ``level`` or higher, containing ``search`` (any case).
+         *     of these ranks, of ``level`` or higher, containing ``search`` (any case), logged before
+         *     ``timestamp_before`` and after ``timestamp_after`` (RFC 3339; no zone: UTC).
          */
         get: operations["trial_logs_api_v1_trials__trial_id__logs_get"];
         put?: never;
@@ -1061,6 +1331,106 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/webhooks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List Webhooks */
+        get: operations["list_webhooks_api_v1_webhooks_get"];
+        put?: never;
+        /**
+         * Create Webhook
+         * @description Create a webhook; the answer is the only one that shows its signing key.
+         */
+        post: operations["create_webhook_api_v1_webhooks_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/webhooks/{webhook_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** Delete Webhook */
+        delete: operations["delete_webhook_api_v1_webhooks__webhook_id__delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/webhooks/{webhook_id}/deliveries": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Webhook Deliveries */
+        get: operations["webhook_deliveries_api_v1_webhooks__webhook_id__deliveries_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/workspaces": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Workspaces
+         * @description Every workspace, or the one named ``name``.
+         */
+        get: operations["list_workspaces_api_v1_workspaces_get"];
+        put?: never;
+        /**
+         * Create Workspace
+         * @description Admins only.
+         */
+        post: operations["create_workspace_api_v1_workspaces_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/workspaces/{workspace_id}/projects": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List Projects
+         * @description The workspace and its projects, or its project named ``name``.
+         */
+        get: operations["list_projects_api_v1_workspaces__workspace_id__projects_get"];
+        put?: never;
+        /** Create Project */
+        post: operations["create_project_api_v1_workspaces__workspace_id__projects_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -1080,6 +1450,35 @@ export interface components {
             task_id: string | null;
             /** Try Number */
             try_number: number | null;
+        };
+        /**
+         * Alert
+         * @description An alert the training code raises (``core_context.alert``): CUSTOM webhooks send it.
+         */
+        Alert: {
+            /**
+             * Description
+             * @default
+             */
+            description?: string;
+            /**
+             * Level
+             * @default warn
+             */
+            level?: string;
+            /**
+             * Title
+             * @default
+             */
+            title?: string;
+        };
+        /** AlertAnswer */
+        AlertAnswer: {
+            /**
+             * Webhooks
+             * @description how many webhooks will send it
+             */
+            webhooks: number;
         };
         /** BestValidation */
         BestValidation: {
@@ -1188,6 +1587,48 @@ export interface components {
              */
             template?: string | null;
         };
+        /** CreateModel */
+        CreateModel: {
+            /**
+             * Description
+             * @default
+             */
+            description?: string;
+            /** Labels */
+            labels?: string[];
+            /** Metadata */
+            metadata?: {
+                [key: string]: unknown;
+            };
+            /**
+             * Name
+             * @description unique among models
+             */
+            name: string;
+            /**
+             * Notes
+             * @default
+             */
+            notes?: string;
+        };
+        /** CreateProject */
+        CreateProject: {
+            /**
+             * Description
+             * @default
+             */
+            description?: string;
+            /**
+             * Name
+             * @description unique in its workspace
+             */
+            name: string;
+            /**
+             * Notes
+             * @default
+             */
+            notes?: string;
+        };
         /** CreateTask */
         CreateTask: {
             /** Command */
@@ -1211,6 +1652,35 @@ export interface components {
              * @enum {string}
              */
             type: "command" | "notebook" | "tensorboard" | "shell";
+        };
+        /** CreateWebhook */
+        CreateWebhook: {
+            /**
+             * Mode
+             * @default WORKSPACE
+             * @enum {string}
+             */
+            mode?: "WORKSPACE" | "SPECIFIC";
+            /** Name */
+            name: string;
+            /** Triggers */
+            triggers: components["schemas"]["WebhookTrigger"][];
+            /** Url */
+            url: string;
+            /**
+             * Webhooktype
+             * @default DEFAULT
+             * @enum {string}
+             */
+            webhookType?: "DEFAULT" | "SLACK";
+        };
+        /** CreateWorkspace */
+        CreateWorkspace: {
+            /**
+             * Name
+             * @description unique among workspaces
+             */
+            name: string;
         };
         /** CreatedExperiment */
         CreatedExperiment: {
@@ -1353,6 +1823,43 @@ export interface components {
             /** Experiments */
             experiments: components["schemas"]["Experiment"][];
         };
+        /**
+         * ExperimentOutcome
+         * @description Where an experiment stands, and its best checkpoint so far: what a pipeline task returns.
+         */
+        ExperimentOutcome: {
+            /**
+             * Best Checkpoint Uri
+             * @description where that checkpoint's files are: s3://bucket/prefix/uuid, file:///host/path/uuid, ...
+             */
+            best_checkpoint_uri?: string | null;
+            /**
+             * Best Checkpoint Uuid
+             * @description the completed checkpoint with the best searcher metric, None while there is none
+             */
+            best_checkpoint_uuid: string | null;
+            /**
+             * Best Metric
+             * @description that checkpoint's searcher metric
+             */
+            best_metric: number | null;
+            /** Dag Id */
+            dag_id: string | null;
+            /** Error */
+            error: string | null;
+            /** Experiment Id */
+            experiment_id: number;
+            /**
+             * Metric
+             * @description the searcher metric
+             */
+            metric: string;
+            /** Owner */
+            owner: string;
+            /** Smaller Is Better */
+            smaller_is_better: boolean;
+            state: components["schemas"]["ExperimentState"];
+        };
         /** ExperimentPatch */
         ExperimentPatch: {
             /** Description */
@@ -1489,6 +1996,37 @@ export interface components {
         Hosts: {
             /** Agents */
             agents: components["schemas"]["Host"][];
+        };
+        /** HparamImportance */
+        HparamImportance: {
+            /**
+             * Constants
+             * @description hyperparameters that are not searched, left out
+             */
+            constants: string[];
+            /**
+             * Evaluator
+             * @description fanova (scikit-learn installed on the master), else ped_anova
+             * @enum {string}
+             */
+            evaluator: "fanova" | "ped_anova";
+            /**
+             * Importances
+             * @description most important first; empty with a note
+             */
+            importances: components["schemas"]["ParamImportance"][];
+            /** Metric */
+            metric: string;
+            /**
+             * Note
+             * @description why there are no importances
+             */
+            note?: string | null;
+            /**
+             * Trials
+             * @description the trials that reported the metric, the evaluator's points
+             */
+            trials: number;
         };
         /**
          * Job
@@ -1655,6 +2193,11 @@ export interface components {
         };
         /** Me */
         Me: {
+            /**
+             * Admin
+             * @description whether Airflow's auth manager gives the caller admin rights
+             */
+            admin: boolean;
             /** Username */
             username: string;
         };
@@ -1703,6 +2246,102 @@ export interface components {
             /** Metrics */
             metrics: components["schemas"]["Metrics"][];
         };
+        /**
+         * Model
+         * @description A model of the registry: a name under which checkpoints are registered as numbered versions.
+         */
+        Model: {
+            /** Archived */
+            archived: boolean;
+            /** Creation Time */
+            creation_time: string;
+            /** Description */
+            description: string;
+            /** Id */
+            id: number;
+            /** Labels */
+            labels: string[];
+            /** Last Updated Time */
+            last_updated_time: string;
+            /** Metadata */
+            metadata: {
+                [key: string]: unknown;
+            };
+            /** Name */
+            name: string;
+            /** Notes */
+            notes: string;
+            /** Num Versions */
+            num_versions: number;
+            /** Owner */
+            owner: string;
+        };
+        /** ModelAnswer */
+        ModelAnswer: {
+            model: components["schemas"]["Model"];
+        };
+        /** ModelList */
+        ModelList: {
+            /** Models */
+            models: components["schemas"]["Model"][];
+        };
+        /**
+         * ModelVersion
+         * @description A checkpoint registered as version ``version`` of model ``model_name``.
+         */
+        ModelVersion: {
+            checkpoint: components["schemas"]["Checkpoint"];
+            /** Comment */
+            comment: string;
+            /** Creation Time */
+            creation_time: string;
+            /** Id */
+            id: number;
+            /** Labels */
+            labels: string[];
+            /** Last Updated Time */
+            last_updated_time: string;
+            /** Metadata */
+            metadata: {
+                [key: string]: unknown;
+            };
+            /** Model Id */
+            model_id: number;
+            /** Model Name */
+            model_name: string;
+            /** Name */
+            name: string;
+            /** Notes */
+            notes: string;
+            /** Owner */
+            owner: string;
+            /**
+             * Validation Metrics
+             * @description the validation its trial reported at the checkpoint's steps_completed ({} if none)
+             */
+            validation_metrics: {
+                [key: string]: unknown;
+            };
+            /** Version */
+            version: number;
+        };
+        /** ModelVersionAnswer */
+        ModelVersionAnswer: {
+            model_version: components["schemas"]["ModelVersion"];
+        };
+        /** ModelVersionList */
+        ModelVersionList: {
+            model: components["schemas"]["Model"];
+            /** Model Versions */
+            model_versions: components["schemas"]["ModelVersion"][];
+        };
+        /** MoveExperiment */
+        MoveExperiment: {
+            /** Project */
+            project: string;
+            /** Workspace */
+            workspace: string;
+        };
         /** NodeExit */
         NodeExit: {
             /** Exit Code */
@@ -1736,6 +2375,65 @@ export interface components {
              */
             slots: number;
         };
+        /** ParamImportance */
+        ParamImportance: {
+            /**
+             * Importance
+             * @description its share of the metric's explained variation, 0 to 1
+             */
+            importance: number;
+            /**
+             * Name
+             * @description the hyperparameter, nested ones dotted (optimizer.lr)
+             */
+            name: string;
+        };
+        /**
+         * PatchModel
+         * @description The fields to change; those left out stay as they are.
+         */
+        PatchModel: {
+            /** Description */
+            description?: string | null;
+            /** Labels */
+            labels?: string[] | null;
+            /** Metadata */
+            metadata?: {
+                [key: string]: unknown;
+            } | null;
+            /** Name */
+            name?: string | null;
+            /** Notes */
+            notes?: string | null;
+        };
+        /**
+         * PatchModelVersion
+         * @description The fields to change; those left out stay as they are.
+         */
+        PatchModelVersion: {
+            /** Comment */
+            comment?: string | null;
+            /** Labels */
+            labels?: string[] | null;
+            /** Metadata */
+            metadata?: {
+                [key: string]: unknown;
+            } | null;
+            /** Name */
+            name?: string | null;
+            /** Notes */
+            notes?: string | null;
+        };
+        /**
+         * PatchProject
+         * @description The fields to change; those left out stay as they are.
+         */
+        PatchProject: {
+            /** Description */
+            description?: string | null;
+            /** Notes */
+            notes?: string | null;
+        };
         /** Preemption */
         Preemption: {
             /**
@@ -1748,6 +2446,44 @@ export interface components {
         Progress: {
             /** Progress */
             progress: number;
+        };
+        /**
+         * Project
+         * @description A project of a workspace: its experiments, and notes in Markdown.
+         */
+        Project: {
+            /** Archived */
+            archived: boolean;
+            /** Created At */
+            created_at: string;
+            /** Created By */
+            created_by: string;
+            /** Description */
+            description: string;
+            /** Id */
+            id: number;
+            /** Name */
+            name: string;
+            /** Notes */
+            notes: string;
+            /** Num Active Experiments */
+            num_active_experiments: number;
+            /** Num Experiments */
+            num_experiments: number;
+            /** Workspace Id */
+            workspace_id: number;
+            /** Workspace Name */
+            workspace_name: string;
+        };
+        /** ProjectAnswer */
+        ProjectAnswer: {
+            project: components["schemas"]["Project"];
+        };
+        /** ProjectList */
+        ProjectList: {
+            /** Projects */
+            projects: components["schemas"]["Project"][];
+            workspace: components["schemas"]["Workspace"];
         };
         /** RegisterRun */
         RegisterRun: {
@@ -1763,6 +2499,35 @@ export interface components {
             owner?: string | null;
             /** Run Id */
             run_id: string;
+        };
+        /** RegisterVersion */
+        RegisterVersion: {
+            /**
+             * Checkpoint Uuid
+             * @description a COMPLETED checkpoint
+             */
+            checkpoint_uuid: string;
+            /**
+             * Comment
+             * @default
+             */
+            comment?: string;
+            /** Labels */
+            labels?: string[];
+            /** Metadata */
+            metadata?: {
+                [key: string]: unknown;
+            };
+            /**
+             * Name
+             * @default
+             */
+            name?: string;
+            /**
+             * Notes
+             * @default
+             */
+            notes?: string;
         };
         /** Registered */
         Registered: {
@@ -1919,6 +2684,29 @@ export interface components {
         StateChanges: {
             /** State Changes */
             state_changes: components["schemas"]["StateChange"][];
+        };
+        /**
+         * SubmitExperiment
+         * @description An experiment a pipeline task submits on behalf of ``owner``.
+         */
+        SubmitExperiment: {
+            /**
+             * Config
+             * @description the experiment YAML
+             */
+            config: string;
+            /**
+             * Context
+             * @description base64 of the context tar.gz
+             */
+            context?: string | null;
+            /** Owner */
+            owner: string;
+            /**
+             * Request Id
+             * @description the task try's idempotency key: a repeated submission answers the experiment already made
+             */
+            request_id?: string | null;
         };
         /**
          * Task
@@ -2272,6 +3060,111 @@ export interface components {
             msg: string;
             /** Error Type */
             type: string;
+        };
+        /** Webhook */
+        Webhook: {
+            /** Createdat */
+            createdAt: string;
+            /** Id */
+            id: number;
+            /** Mode */
+            mode: string;
+            /** Name */
+            name: string;
+            /** Owner */
+            owner: string;
+            /**
+             * Signingkey
+             * @description only in the answer to the webhook's creation
+             */
+            signingKey: string | null;
+            /** Triggers */
+            triggers: {
+                [key: string]: unknown;
+            }[];
+            /** Url */
+            url: string;
+            /** Webhooktype */
+            webhookType: string;
+        };
+        /** WebhookAnswer */
+        WebhookAnswer: {
+            webhook: components["schemas"]["Webhook"];
+        };
+        /** WebhookDelivery */
+        WebhookDelivery: {
+            /** Attempts */
+            attempts: number;
+            /** Createdat */
+            createdAt: string;
+            /** Deliveredat */
+            deliveredAt: string | null;
+            /** Experimentid */
+            experimentId: number | null;
+            /** Id */
+            id: number;
+            /** Lasterror */
+            lastError: string | null;
+            /** Payload */
+            payload: {
+                [key: string]: unknown;
+            };
+            /**
+             * State
+             * @enum {string}
+             */
+            state: "PENDING" | "DELIVERED" | "GAVE_UP";
+            /** Triggertype */
+            triggerType: string;
+        };
+        /** WebhookDeliveryList */
+        WebhookDeliveryList: {
+            /** Deliveries */
+            deliveries: components["schemas"]["WebhookDelivery"][];
+        };
+        /** WebhookList */
+        WebhookList: {
+            /** Webhooks */
+            webhooks: components["schemas"]["Webhook"][];
+        };
+        /**
+         * WebhookTrigger
+         * @description What makes a webhook fire (Determined's trigger; conditions in docs/webhooks.md).
+         */
+        WebhookTrigger: {
+            /** Condition */
+            condition?: {
+                [key: string]: unknown;
+            };
+            /**
+             * Triggertype
+             * @enum {string}
+             */
+            triggerType: "EXPERIMENT_STATE_CHANGE" | "METRIC_THRESHOLD_EXCEEDED" | "TASK_LOG" | "CUSTOM";
+        };
+        /** Workspace */
+        Workspace: {
+            /** Archived */
+            archived: boolean;
+            /** Created At */
+            created_at: string;
+            /** Created By */
+            created_by: string;
+            /** Id */
+            id: number;
+            /** Name */
+            name: string;
+            /** Num Projects */
+            num_projects: number;
+        };
+        /** WorkspaceAnswer */
+        WorkspaceAnswer: {
+            workspace: components["schemas"]["Workspace"];
+        };
+        /** WorkspaceList */
+        WorkspaceList: {
+            /** Workspaces */
+            workspaces: components["schemas"]["Workspace"][];
         };
     };
     responses: never;
@@ -2690,6 +3583,8 @@ export interface operations {
                 metric?: string | null;
                 x?: "batches" | "time" | "epochs";
                 points?: number;
+                /** @description false: the best trials' series downsampled too */
+                keep_best?: boolean;
             };
             header?: never;
             path: {
@@ -2706,6 +3601,41 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Curves"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    hyperparameter_importance_api_v1_experiments__experiment_id__hyperparameter_importance_get: {
+        parameters: {
+            query?: {
+                /** @description default: the searcher's metric */
+                metric?: string | null;
+                evaluator?: ("fanova" | "ped_anova") | null;
+            };
+            header?: never;
+            path: {
+                experiment_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HparamImportance"];
                 };
             };
             /** @description Validation Error */
@@ -2773,6 +3703,41 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ExperimentAnswer"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    move_experiment_api_v1_experiments__experiment_id__move_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                experiment_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["MoveExperiment"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProjectAnswer"];
                 };
             };
             /** @description Validation Error */
@@ -3216,6 +4181,70 @@ export interface operations {
             };
         };
     };
+    submit_experiment_api_v1_internal_pipeline_experiments_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SubmitExperiment"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ExperimentOutcome"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    experiment_outcome_api_v1_internal_pipeline_experiments__experiment_id__get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                experiment_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ExperimentOutcome"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
     trial_status_api_v1_internal_trials__trial_id__get: {
         parameters: {
             query?: never;
@@ -3473,6 +4502,500 @@ export interface operations {
             };
         };
     };
+    list_models_api_v1_models_get: {
+        parameters: {
+            query?: {
+                name?: string | null;
+                label?: string | null;
+                archived?: boolean | null;
+                sort_by?: "name" | "description" | "creation_time" | "last_updated_time";
+                order_by?: "asc" | "desc";
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ModelList"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    create_model_api_v1_models_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateModel"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ModelAnswer"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    describe_model_api_v1_models__name__get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ModelAnswer"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    delete_model_api_v1_models__name__delete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Empty"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    update_model_api_v1_models__name__patch: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PatchModel"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ModelAnswer"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    archive_model_api_v1_models__name__archive_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ModelAnswer"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    unarchive_model_api_v1_models__name__unarchive_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ModelAnswer"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    list_versions_api_v1_models__name__versions_get: {
+        parameters: {
+            query?: {
+                order_by?: "asc" | "desc";
+            };
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ModelVersionList"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    register_version_api_v1_models__name__versions_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RegisterVersion"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ModelVersionAnswer"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    describe_version_api_v1_models__name__versions__version__get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+                version: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ModelVersionAnswer"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    delete_version_api_v1_models__name__versions__version__delete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+                version: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Empty"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    update_version_api_v1_models__name__versions__version__patch: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                name: string;
+                version: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PatchModelVersion"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ModelVersionAnswer"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    describe_project_api_v1_projects__project_id__get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                project_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProjectAnswer"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    update_project_api_v1_projects__project_id__patch: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                project_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PatchProject"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProjectAnswer"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    list_project_experiments_api_v1_projects__project_id__experiments_get: {
+        parameters: {
+            query?: {
+                all?: boolean;
+            };
+            header?: never;
+            path: {
+                project_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ExperimentList"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
     get_checkpoint_api_v1_runtime_checkpoints__uuid__get: {
         parameters: {
             query?: never;
@@ -3522,6 +5045,41 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Empty"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    alert_api_v1_runtime_trials__trial_id__alert_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                trial_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["Alert"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AlertAnswer"];
                 };
             };
             /** @description Validation Error */
@@ -4287,6 +5845,8 @@ export interface operations {
                 rank?: number[] | null;
                 level?: ("TRACE" | "DEBUG" | "INFO" | "WARNING" | "ERROR" | "CRITICAL") | null;
                 search?: string | null;
+                timestamp_before?: string | null;
+                timestamp_after?: string | null;
             };
             header?: never;
             path: {
@@ -4400,6 +5960,253 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Resolved"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    list_webhooks_api_v1_webhooks_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookList"];
+                };
+            };
+        };
+    };
+    create_webhook_api_v1_webhooks_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateWebhook"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookAnswer"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    delete_webhook_api_v1_webhooks__webhook_id__delete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                webhook_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Empty"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    webhook_deliveries_api_v1_webhooks__webhook_id__deliveries_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                webhook_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookDeliveryList"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    list_workspaces_api_v1_workspaces_get: {
+        parameters: {
+            query?: {
+                name?: string | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WorkspaceList"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    create_workspace_api_v1_workspaces_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateWorkspace"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WorkspaceAnswer"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    list_projects_api_v1_workspaces__workspace_id__projects_get: {
+        parameters: {
+            query?: {
+                name?: string | null;
+            };
+            header?: never;
+            path: {
+                workspace_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProjectList"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    create_project_api_v1_workspaces__workspace_id__projects_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                workspace_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateProject"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProjectAnswer"];
                 };
             };
             /** @description Validation Error */

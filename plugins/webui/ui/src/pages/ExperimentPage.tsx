@@ -126,7 +126,9 @@ export function ExperimentPage({ id }: { id: number }) {
         <TrialsTab trials={trials} checkpoints={checkpoints.data ?? []} searcher={searcher} />
       ) : null}
       {tab === "Curves" ? <CurvesTab experimentId={id} live={live} /> : null}
-      {tab === "Hyperparameters" ? <HparamsTab trials={trials} searcher={searcher} /> : null}
+      {tab === "Hyperparameters" ? (
+        <HparamsTab experimentId={id} trials={trials} searcher={searcher} config={config} />
+      ) : null}
       {tab === "Checkpoints" ? <CheckpointsTab checkpoints={checkpoints.data ?? []} /> : null}
       {tab === "Config" ? <pre data-testid="config">{JSON.stringify(config, null, 2)}</pre> : null}
       {pending ? (

@@ -1,8 +1,10 @@
 import { useMemo, useState } from "react";
 import { api, errorText, type Experiment, type ExperimentAction } from "../api";
 import { ConfirmDialog } from "../components/ConfirmDialog";
+import { COMPARE_MAX, COMPARE_MIN, compareExperimentsPath } from "../compare";
 import { ErrorBox } from "../components/ErrorBox";
 import { SortHeader } from "../components/SortHeader";
+import { navigate } from "../router";
 import { DASH, durationSeconds, formatDate, formatDuration, formatNumber, formatPercent } from "../format";
 import { useSorted } from "../sorting";
 import { canDo, EXPERIMENT_STATES, stateClass } from "../states";
@@ -162,6 +164,15 @@ export function ExperimentsPage() {
             {label}
           </button>
         ))}
+        <button
+          type="button"
+          disabled={chosen.length < COMPARE_MIN || chosen.length > COMPARE_MAX}
+          title={`Compare ${COMPARE_MIN} to ${COMPARE_MAX} experiments`}
+          onClick={() => navigate(compareExperimentsPath(chosen.map((e) => e.id).sort((a, b) => a - b)))}
+          data-testid="bulk-compare"
+        >
+          Compare
+        </button>
       </div>
       <ErrorBox error={list.error ?? actionError} />
       <table className="grid" data-testid="experiments-table">

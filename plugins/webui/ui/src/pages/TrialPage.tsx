@@ -3,6 +3,7 @@ import { api, errorText, type MetricsReport } from "../api";
 import { Chart, type ChartSeries } from "../components/Chart";
 import { ConfirmDialog } from "../components/ConfirmDialog";
 import { ErrorBox } from "../components/ErrorBox";
+import { RegisterCheckpoint } from "../components/RegisterCheckpoint";
 import { continueTrial } from "../continueTrial";
 import {
   DASH,
@@ -167,6 +168,7 @@ export function TrialPage({ id }: { id: number }) {
               <th>State</th>
               <th>Validation metric</th>
               <th>Reported</th>
+              <th />
             </tr>
           </thead>
           <tbody>
@@ -178,6 +180,9 @@ export function TrialPage({ id }: { id: number }) {
                 <td>{c.state}</td>
                 <td>{formatNumber(c.validation_metric)}</td>
                 <td>{formatDate(c.report_time)}</td>
+                <td>
+                  <RegisterCheckpoint checkpoint={c} />
+                </td>
               </tr>
             ))}
           </tbody>

@@ -1,4 +1,5 @@
 import type { Checkpoint } from "../../api";
+import { RegisterCheckpoint } from "../../components/RegisterCheckpoint";
 import { SortHeader } from "../../components/SortHeader";
 import { formatBytes, formatDate, formatNumber } from "../../format";
 import { useSorted } from "../../sorting";
@@ -23,6 +24,7 @@ export function CheckpointsTab({ checkpoints }: { checkpoints: Checkpoint[] }) {
           {header("Size", "size")}
           {header("State", "state")}
           {header("Reported", "report_time")}
+          <th />
         </tr>
       </thead>
       <tbody>
@@ -37,6 +39,9 @@ export function CheckpointsTab({ checkpoints }: { checkpoints: Checkpoint[] }) {
             <td>{formatBytes(c.size)}</td>
             <td>{c.state}</td>
             <td>{formatDate(c.report_time)}</td>
+            <td>
+              <RegisterCheckpoint checkpoint={c} />
+            </td>
           </tr>
         ))}
       </tbody>

@@ -6,12 +6,12 @@ import { mutedColor, strongColor } from "../../colors";
 import { useData } from "../../useData";
 
 const REFRESH_MS = 5000;
-const X_AXES = {
+export const X_AXES = {
   batches: "Batches",
   epochs: "Epochs",
   time: "Seconds since the trial's first report",
 } as const;
-type XAxis = keyof typeof X_AXES;
+export type XAxis = keyof typeof X_AXES;
 
 /** Learning curves of every trial, one series each; the best trials are drawn on top, in strong colours. */
 export function CurvesTab({ experimentId, live }: { experimentId: number; live: boolean }) {

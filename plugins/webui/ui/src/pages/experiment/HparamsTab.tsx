@@ -1,22 +1,72 @@
-import { useMemo } from "react";
-import type { Trial } from "../../api";
+import { useMemo, useRef, useState } from "react";
+import { api, type Json, type Trial } from "../../api";
 import { rankColor } from "../../colors";
-import { formatNumber } from "../../format";
-import { flattenHparams, hparamNames, type SearcherInfo } from "../../hparams";
-import { type Axis, makeAxis } from "../../scales";
+import { ErrorBox } from "../../components/ErrorBox";
+import { formatNumber, formatPercent } from "../../format";
+import { flattenHparams, type HparamType, hparamNames, hparamTypes, type SearcherInfo } from "../../hparams";
+import { type Axis, type AxisScale, makeAxis } from "../../scales";
+import { useData } from "../../useData";
 
 type Point = { trialId: number; hparams: Record<string, unknown>; metric: number; color: string };
+/** A brushed range of a parallel-coordinates axis, as positions 0..1 along it. */
+type Brush = [number, number];
 
-const PAD = 40;
+const PAD = 48;
 // Pairs of the first hyperparameters only: n names make n(n-1)/2 heat maps.
 const HEATMAP_NAMES = 8;
+// About how wide a character of an axis title is, to shorten titles that would overlap.
+const CHAR_PX = 7;
+
+const SCALES: Record<HparamType, AxisScale> = {
+  const: "auto",
+  int: "int",
+  double: "linear",
+  log: "log",
+  categorical: "categorical",
+  unknown: "auto",
+};
+
+function valueText(value: unknown): string {
+  if (typeof value === "number") return formatNumber(value);
+  return typeof value === "object" ? JSON.stringify(value) : String(value);
+}
+
+/** A title shortened to `chars` characters with an ellipsis; the full one is its tooltip. */
+function shortened(text: string, chars: number): string {
+  return text.length <= chars ? text : `${text.slice(0, Math.max(1, chars - 1))}…`;
+}
 
 /**
- * Where each trial's hyperparameters led: parallel coordinates, one scatter per hyperparameter, and a
- * heat map of the mean metric for each pair of hyperparameters.
+ * Where each trial's hyperparameters led: the importance of each hyperparameter (computed by the
+ * master), parallel coordinates whose axes can be brushed to filter the trials below them, one
+ * scatter per hyperparameter, and a heat map of the mean metric for each pair. Constants are listed
+ * once above the views and left out of them; each axis follows the hyperparameter's declared type.
  */
-export function HparamsTab({ trials, searcher }: { trials: Trial[]; searcher: SearcherInfo }) {
+export function HparamsTab({
+  experimentId,
+  trials,
+  searcher,
+  config,
+}: {
+  experimentId: number;
+  trials: Trial[];
+  searcher: SearcherInfo;
+  config: Json;
+}) {
   const names = useMemo(() => hparamNames(trials), [trials]);
+  const types = useMemo(() => hparamTypes(config), [config]);
+  const flat = useMemo(() => trials.map((t) => flattenHparams(t.hparams)), [trials]);
+  const { varying, constants } = useMemo(() => {
+    const varying: string[] = [];
+    const constants: { name: string; value: unknown }[] = [];
+    for (const name of names) {
+      const distinct = new Set(flat.map((hparams) => JSON.stringify(hparams[name] ?? null)));
+      if (types.get(name) === "const" || distinct.size <= 1)
+        constants.push({ name, value: flat.find((h) => name in h)?.[name] });
+      else varying.push(name);
+    }
+    return { varying, constants };
+  }, [names, types, flat]);
   const points = useMemo((): Point[] => {
     const scored = trials.filter((t) => t.best_validation !== null);
     const metrics = scored.map((t) => t.best_validation!.metric);
@@ -33,6 +83,7 @@ export function HparamsTab({ trials, searcher }: { trials: Trial[]; searcher: Se
       };
     });
   }, [trials, searcher]);
+  const [brushes, setBrushes] = useState<Record<string, Brush>>({});
   const metricName = `best ${searcher.metric ?? "metric"}`;
   const goodness = (metric: number) => {
     const values = points.map((p) => p.metric);
@@ -43,35 +94,125 @@ export function HparamsTab({ trials, searcher }: { trials: Trial[]; searcher: Se
   };
 
   if (names.length === 0) return <p className="muted">This experiment has no hyperparameters.</p>;
+  const constantList =
+    constants.length > 0 ? (
+      <p className="muted" data-testid="hp-constants">
+        Constant:{" "}
+        {constants.map(({ name, value }, i) => (
+          <span key={name}>
+            {i > 0 ? ", " : null}
+            <code>{name}</code> = {valueText(value)}
+          </span>
+        ))}
+      </p>
+    ) : null;
   if (points.length === 0)
-    return <p className="muted">No trial has reported {searcher.metric ?? "its searcher metric"} yet.</p>;
+    return (
+      <div>
+        {constantList}
+        <p className="muted">No trial has reported {searcher.metric ?? "its searcher metric"} yet.</p>
+      </div>
+    );
+  if (varying.length === 0)
+    return (
+      <div>
+        {constantList}
+        <p className="muted">Every hyperparameter has the same value in every trial.</p>
+      </div>
+    );
   const metricAxis = makeAxis(
     metricName,
     points.map((p) => p.metric),
     { continuous: true },
   );
   const axes = [
-    ...names.map((name) =>
+    ...varying.map((name) =>
       makeAxis(
         name,
         points.map((p) => p.hparams[name]),
+        { scale: SCALES[types.get(name) ?? "unknown"] },
       ),
     ),
     metricAxis,
   ];
+  const rows = points.map((p) => ({ ...p, values: [...varying.map((n) => p.hparams[n]), p.metric] }));
+  const passes = (row: ParallelRow) =>
+    axes.every((axis, i) => {
+      const brush = brushes[axis.name];
+      if (!brush) return true;
+      const at = axis.position(row.values[i]);
+      return at !== null && at >= brush[0] && at <= brush[1];
+    });
+  const selected = rows.filter(passes);
+  const brushed = Object.keys(brushes).length > 0;
 
   return (
     <div>
+      {constantList}
+      <Importance experimentId={experimentId} scored={points.length} />
       <p className="muted">
         {points.length} trials with a {searcher.metric ?? "searcher metric"} value; green is better, red is
-        worse.
+        worse. Drag along an axis to keep only the trials in that range; click it to clear.
       </p>
       <Parallel
         axes={axes}
-        rows={points.map((p) => ({ ...p, values: [...names.map((n) => p.hparams[n]), p.metric] }))}
+        rows={rows}
+        brushes={brushes}
+        passes={passes}
+        onBrush={(name, brush) =>
+          setBrushes((current) => {
+            const next = { ...current };
+            if (brush) next[name] = brush;
+            else delete next[name];
+            return next;
+          })
+        }
       />
+      <div className="toolbar">
+        <span className="muted" data-testid="hp-selected">
+          {brushed
+            ? `${selected.length} of ${rows.length} trials in the brushed ranges`
+            : `${rows.length} trials`}
+        </span>
+        <button
+          type="button"
+          disabled={!brushed}
+          onClick={() => setBrushes({})}
+          data-testid="hp-clear-brushes"
+        >
+          Clear filters
+        </button>
+      </div>
+      <div className="scroll">
+        <table data-testid="hp-trials">
+          <thead>
+            <tr>
+              <th>Trial</th>
+              <th title={metricName}>{metricName}</th>
+              {varying.map((name) => (
+                <th key={name} title={name}>
+                  {name}
+                </th>
+              ))}
+            </tr>
+          </thead>
+          <tbody>
+            {selected.map((row) => (
+              <tr key={row.trialId} data-testid="hp-trial-row" data-trial={row.trialId}>
+                <td>
+                  <a href={`#/trials/${row.trialId}`}>{row.trialId}</a>
+                </td>
+                <td>{formatNumber(row.metric)}</td>
+                {varying.map((name) => (
+                  <td key={name}>{valueText(row.hparams[name])}</td>
+                ))}
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      </div>
       <div className="scatters">
-        {names.map((name, i) => (
+        {varying.map((name, i) => (
           <Scatter
             key={name}
             xAxis={axes[i]}
@@ -80,12 +221,12 @@ export function HparamsTab({ trials, searcher }: { trials: Trial[]; searcher: Se
           />
         ))}
       </div>
-      {names.length > 1 ? (
+      {varying.length > 1 ? (
         <>
           <h3>Mean {searcher.metric ?? "metric"} by pairs of hyperparameters</h3>
           <div className="scatters">
-            {names.slice(0, HEATMAP_NAMES).flatMap((yName, j) =>
-              names.slice(0, j).map((xName, i) => (
+            {varying.slice(0, HEATMAP_NAMES).flatMap((yName, j) =>
+              varying.slice(0, j).map((xName, i) => (
                 <Heatmap
                   key={`${xName}|${yName}`}
                   xAxis={axes[i]}
@@ -106,16 +247,73 @@ export function HparamsTab({ trials, searcher }: { trials: Trial[]; searcher: Se
   );
 }
 
+/** Each hyperparameter's importance for the searcher's metric, as the master computes it. */
+function Importance({ experimentId, scored }: { experimentId: number; scored: number }) {
+  // Computed again when more trials have reported.
+  const answer = useData(() => api.importance(experimentId), `importance:${experimentId}:${scored}`);
+  if (!answer.data)
+    return answer.error ? <ErrorBox error={answer.error} /> : <p className="muted">Computing importance…</p>;
+  const { importances, evaluator, metric, note } = answer.data;
+  if (importances.length === 0)
+    return (
+      <p className="muted" data-testid="hp-importance-note">
+        Importance: {note}
+      </p>
+    );
+  return (
+    <figure className="importance">
+      <figcaption>
+        Importance for {metric}{" "}
+        <span className="legend">({evaluator === "fanova" ? "fANOVA" : "PED-ANOVA"})</span>
+      </figcaption>
+      <ol data-testid="hp-importance">
+        {importances.map(({ name, importance }) => (
+          <li key={name} data-testid="importance-bar" data-hparam={name} data-importance={importance}>
+            <span className="importance-name" title={name}>
+              {name}
+            </span>
+            <span className="importance-track">
+              <span className="importance-fill" style={{ width: `${importance * 100}%` }} />
+            </span>
+            <span className="importance-value">{formatPercent(importance)}</span>
+          </li>
+        ))}
+      </ol>
+    </figure>
+  );
+}
+
 type ParallelRow = Point & { values: unknown[] };
 
-function Parallel({ axes, rows }: { axes: Axis[]; rows: ParallelRow[] }) {
+type ParallelProps = {
+  axes: Axis[];
+  rows: ParallelRow[];
+  brushes: Record<string, Brush>;
+  passes: (row: ParallelRow) => boolean;
+  onBrush: (name: string, brush: Brush | null) => void;
+};
+
+function Parallel({ axes, rows, brushes, passes, onBrush }: ParallelProps) {
   const width = Math.max(640, axes.length * 150);
   const height = 320;
-  const x = (i: number) => PAD + (i * (width - 2 * PAD)) / Math.max(1, axes.length - 1);
+  const spacing = (width - 2 * PAD) / Math.max(1, axes.length - 1);
+  const titleChars = Math.max(6, Math.floor(spacing / CHAR_PX));
+  const x = (i: number) => PAD + i * spacing;
   const y = (at: number) => height - PAD - at * (height - 2 * PAD);
+  const svg = useRef<SVGSVGElement>(null);
+  const [drag, setDrag] = useState<{ axis: number; from: number; to: number } | null>(null);
+  const positionAt = (clientY: number) => {
+    const top = svg.current?.getBoundingClientRect().top ?? 0;
+    return Math.min(1, Math.max(0, (height - PAD - (clientY - top)) / (height - 2 * PAD)));
+  };
+  const shown = (i: number): Brush | null => {
+    if (drag && drag.axis === i) return [Math.min(drag.from, drag.to), Math.max(drag.from, drag.to)];
+    return brushes[axes[i].name] ?? null;
+  };
   return (
     <div className="scroll">
       <svg
+        ref={svg}
         data-testid="hp-parallel"
         width={width}
         height={height}
@@ -128,14 +326,16 @@ function Parallel({ axes, rows }: { axes: Axis[]; rows: ParallelRow[] }) {
             return at === null ? null : `${x(i)},${y(at)}`;
           });
           if (coords.includes(null)) return null;
+          const kept = passes(row);
           return (
             <polyline
               key={row.trialId}
               points={coords.join(" ")}
               fill="none"
-              stroke={row.color}
-              strokeOpacity={0.6}
+              stroke={kept ? row.color : "var(--muted)"}
+              strokeOpacity={kept ? 0.7 : 0.15}
               data-trial={row.trialId}
+              data-kept={kept}
             >
               <title>
                 trial {row.trialId}: {formatNumber(row.metric)}
@@ -143,19 +343,58 @@ function Parallel({ axes, rows }: { axes: Axis[]; rows: ParallelRow[] }) {
             </polyline>
           );
         })}
-        {axes.map((axis, i) => (
-          <g key={axis.name}>
-            <line x1={x(i)} x2={x(i)} y1={y(0)} y2={y(1)} stroke="#333" />
-            <text x={x(i)} y={PAD - 16} textAnchor="middle" className="axis-title">
-              {axis.name}
-            </text>
-            {axis.ticks.map((tick) => (
-              <text key={`${tick.label}@${tick.at}`} x={x(i) + 4} y={y(tick.at) + 4} className="tick">
-                {tick.label}
+        {axes.map((axis, i) => {
+          const brush = shown(i);
+          return (
+            <g key={axis.name} data-testid="hp-axis" data-axis={axis.name}>
+              <line x1={x(i)} x2={x(i)} y1={y(0)} y2={y(1)} stroke="var(--fg)" />
+              <text x={x(i)} y={PAD - 20} textAnchor="middle" className="axis-title">
+                <title>{axis.name}</title>
+                {shortened(axis.name, titleChars)}
               </text>
-            ))}
-          </g>
-        ))}
+              {axis.ticks.map((tick) => (
+                <text key={`${tick.label}@${tick.at}`} x={x(i) + 4} y={y(tick.at) + 4} className="tick">
+                  {tick.label}
+                </text>
+              ))}
+              {brush ? (
+                <rect
+                  className="brush"
+                  x={x(i) - 6}
+                  width={12}
+                  y={y(brush[1])}
+                  height={Math.max(2, y(brush[0]) - y(brush[1]))}
+                />
+              ) : null}
+              <rect
+                data-testid="hp-brush-area"
+                x={x(i) - 12}
+                width={24}
+                y={y(1) - 4}
+                height={y(0) - y(1) + 8}
+                fill="transparent"
+                style={{ cursor: "crosshair", touchAction: "none" }}
+                onPointerDown={(event) => {
+                  event.currentTarget.setPointerCapture(event.pointerId);
+                  const at = positionAt(event.clientY);
+                  setDrag({ axis: i, from: at, to: at });
+                }}
+                onPointerMove={(event) => {
+                  if (drag && drag.axis === i) setDrag({ ...drag, to: positionAt(event.clientY) });
+                }}
+                onPointerUp={() => {
+                  if (!drag || drag.axis !== i) return;
+                  const lo = Math.min(drag.from, drag.to);
+                  const hi = Math.max(drag.from, drag.to);
+                  onBrush(axis.name, hi - lo < 0.01 ? null : [lo, hi]);
+                  setDrag(null);
+                }}
+              >
+                <title>Drag to keep the trials in a range of {axis.name}; click to clear</title>
+              </rect>
+            </g>
+          );
+        })}
       </svg>
     </div>
   );

@@ -1,5 +1,6 @@
 import { useMemo, useState } from "react";
 import type { Checkpoint, Trial } from "../../api";
+import { COMPARE_MIN, compareTrialsPath } from "../../compare";
 import { SortHeader } from "../../components/SortHeader";
 import { DASH, formatNumber, formatValue } from "../../format";
 import {
@@ -9,6 +10,7 @@ import {
   latestValidation,
   type SearcherInfo,
 } from "../../hparams";
+import { navigate } from "../../router";
 import { useSorted } from "../../sorting";
 import { stateClass } from "../../states";
 
@@ -38,6 +40,15 @@ function sortValue(row: Row, key: string): unknown {
 
 export function TrialsTab({ trials, checkpoints, searcher }: Props) {
   const [stateFilter, setStateFilter] = useState("");
+  const [selected, setSelected] = useState<Set<number>>(new Set());
+  const toggleRow = (id: number) =>
+    setSelected((current) => {
+      const next = new Set(current);
+      if (next.has(id)) next.delete(id);
+      else next.add(id);
+      return next;
+    });
+  const chosen = trials.filter((t) => selected.has(t.id)).map((t) => t.id);
   const names = useMemo(() => hparamNames(trials), [trials]);
   const rows = useMemo(() => {
     const best = bestCheckpoints(checkpoints, searcher.smallerIsBetter);
@@ -76,11 +87,21 @@ export function TrialsTab({ trials, checkpoints, searcher }: Props) {
         <span className="muted">
           {sorted.length} of {trials.length} trials
         </span>
+        <button
+          type="button"
+          disabled={chosen.length < COMPARE_MIN}
+          title={`Select at least ${COMPARE_MIN} trials`}
+          onClick={() => navigate(compareTrialsPath(chosen))}
+          data-testid="compare-trials"
+        >
+          Compare trials{chosen.length ? ` (${chosen.length})` : ""}
+        </button>
       </div>
       <div className="scroll">
         <table className="grid" data-testid="trials-table">
           <thead>
             <tr>
+              <th />
               {header("ID", "id")}
               {header("State", "state")}
               {header("Batches", "total_batches")}
@@ -96,6 +117,15 @@ export function TrialsTab({ trials, checkpoints, searcher }: Props) {
           <tbody>
             {sorted.map(({ trial, best, latest, checkpoint, hparams }) => (
               <tr key={trial.id} data-testid="trial-row" data-id={trial.id}>
+                <td>
+                  <input
+                    type="checkbox"
+                    checked={selected.has(trial.id)}
+                    onChange={() => toggleRow(trial.id)}
+                    aria-label={`Select trial ${trial.id}`}
+                    data-testid="select-trial"
+                  />
+                </td>
                 <td>
                   <a href={`#/trials/${trial.id}`}>{trial.id}</a>
                 </td>

@@ -1,0 +1,263 @@
+"""Workspaces and projects (Determined's ``det workspace``, ``det project``, ``det e move``).
+
+A workspace holds projects; a project holds experiments and its Markdown notes. They only group:
+who may read or change an experiment is still decided on its DAG (master/authz.py), so a project's
+list of experiments shows each caller the experiments they may read. Creating a workspace is for
+admins; creating a project or editing one needs the right to create DAG runs (what creating an
+experiment needs); moving an experiment is for its owner or an admin.
+
+An experiment whose config names no workspace and project lives in the Uncategorized project of the
+Uncategorized workspace, as in Determined; one that names a project that does not exist is refused,
+as Determined does. ``det_experiments.project_id`` is None for the Uncategorized project, so the
+experiments stored before projects existed are already in it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Connection, Row, func, select
+
+from det_airflow.errors import DetError
+from det_airflow.master import experiments, schema, serialize
+from det_airflow.master.authz import Caller, PermissionDenied, check_change, readable
+from det_airflow.master.lifecycle import NotFound, now
+from det_airflow.states import ExperimentState
+
+MAX_NAME = 256
+_NAME = re.compile(r"[^\x00-\x1f\x7f]+")
+_ACTIVE = (ExperimentState.ACTIVE, ExperimentState.PAUSED)
+
+
+class ProjectError(DetError):
+    """A workspace or project name, or a placement, that the master refuses (HTTP 400)."""
+
+
+def check_name(kind: str, name: str) -> str:
+    if len(name) > MAX_NAME or not _NAME.fullmatch(name) or name != name.strip():
+        raise ProjectError(
+            f"{kind} name {name!r}: 1 to {MAX_NAME} characters, no control characters or spaces at either end"
+        )
+    return name
+
+
+def get_workspace(conn: Connection, workspace_id: int) -> Row:
+    row = conn.execute(select(schema.workspaces).where(schema.workspaces.c.id == workspace_id)).first()
+    if row is None:
+        raise NotFound(f"workspace {workspace_id} not found")
+    return row
+
+
+def get_project(conn: Connection, project_id: int) -> Row:
+    row = conn.execute(select(schema.projects).where(schema.projects.c.id == project_id)).first()
+    if row is None:
+        raise NotFound(f"project {project_id} not found")
+    return row
+
+
+def _workspace_named(conn: Connection, name: str) -> Row | None:
+    return conn.execute(select(schema.workspaces).where(schema.workspaces.c.name == name)).first()
+
+
+def _project_named(conn: Connection, workspace_id: int, name: str) -> Row | None:
+    p = schema.projects.c
+    return conn.execute(select(schema.projects).where(p.workspace_id == workspace_id, p.name == name)).first()
+
+
+def find_project(conn: Connection, workspace: str, project: str) -> Row:
+    """Project ``project`` of workspace ``workspace``, or an error saying how to make the one missing."""
+    found = _workspace_named(conn, workspace)
+    if found is None:
+        raise ProjectError(
+            f"workspace '{workspace}' not found; an admin creates it with `det workspace create {workspace}`"
+        )
+    row = _project_named(conn, found.id, project)
+    if row is None:
+        raise ProjectError(
+            f"project '{project}' not found in workspace '{workspace}'; "
+            f"create it with `det project create {workspace} {project}`"
+        )
+    return row
+
+
+def _uncategorized_id(conn: Connection) -> int:
+    w, p = schema.workspaces.c, schema.projects.c
+    project_id = conn.execute(
+        select(p.id)
+        .join(schema.workspaces, w.id == p.workspace_id)
+        .where(w.name == schema.UNCATEGORIZED, p.name == schema.UNCATEGORIZED)
+    ).scalar()
+    if project_id is None:  # a bug: the tables are made with it
+        raise NotFound("the Uncategorized project is missing")
+    return int(project_id)
+
+
+def project_id_for(conn: Connection, workspace: str | None, project: str | None) -> int | None:
+    """The ``project_id`` an experiment whose config names ``workspace`` and ``project`` is stored
+    with; None (the Uncategorized project) when it names neither."""
+    if workspace is None or project is None:
+        return None
+    row = find_project(conn, workspace, project)
+    return None if row.id == _uncategorized_id(conn) else int(row.id)
+
+
+def _stored_id(conn: Connection, project: Row) -> int | None:
+    return None if project.id == _uncategorized_id(conn) else int(project.id)
+
+
+def _in_project(conn: Connection, project: Row) -> Any:
+    """A WHERE clause that keeps the experiments of ``project``."""
+    column = schema.experiments.c.project_id
+    return column.is_(None) if _stored_id(conn, project) is None else column == project.id
+
+
+# --- workspaces -----------------------------------------------------------------------------------
+
+
+def list_workspaces(conn: Connection, *, name: str | None = None) -> list[Row]:
+    query = select(schema.workspaces).order_by(schema.workspaces.c.id)
+    if name is not None:
+        query = query.where(schema.workspaces.c.name == name)
+    return list(conn.execute(query).all())
+
+
+def describe_workspaces(conn: Connection, rows: Sequence[Row]) -> list[dict[str, Any]]:
+    p = schema.projects.c
+    query = select(p.workspace_id, func.count()).group_by(p.workspace_id)
+    counts: dict[int, int] = {workspace_id: count for workspace_id, count in conn.execute(query)}
+    return [
+        {
+            "id": row.id,
+            "name": row.name,
+            "created_by": row.created_by,
+            "created_at": serialize.iso(row.created_at),
+            "archived": row.archived,
+            "num_projects": counts.get(row.id, 0),
+        }
+        for row in rows
+    ]
+
+
+def create_workspace(conn: Connection, caller: Caller, name: str) -> Row:
+    check_name("workspace", name)
+    if not caller.is_admin:
+        raise PermissionDenied(f"user '{caller.name}' may not create workspace '{name}': only admins may")
+    if _workspace_named(conn, name) is not None:
+        raise ProjectError(f"a workspace named '{name}' already exists")
+    result = conn.execute(
+        schema.workspaces.insert().values(name=name, created_by=caller.name, created_at=now(), archived=False)
+    )
+    return get_workspace(conn, int(result.inserted_primary_key[0]))  # type: ignore[index]
+
+
+# --- projects -------------------------------------------------------------------------------------
+
+
+def list_projects(conn: Connection, workspace: Row, *, name: str | None = None) -> list[Row]:
+    p = schema.projects.c
+    query = select(schema.projects).where(p.workspace_id == workspace.id).order_by(p.id)
+    if name is not None:
+        query = query.where(p.name == name)
+    return list(conn.execute(query).all())
+
+
+def describe_projects(conn: Connection, rows: Sequence[Row]) -> list[dict[str, Any]]:
+    """The projects with their workspace's name and how many experiments (and active ones) they hold."""
+    e = schema.experiments.c
+    uncategorized = _uncategorized_id(conn)
+    counts: dict[int, list[int]] = {}
+    query = (
+        select(e.project_id, e.state, func.count())
+        .where(experiments.not_a_task())
+        .group_by(e.project_id, e.state)
+    )
+    for project_id, state, count in conn.execute(query):
+        tally = counts.setdefault(uncategorized if project_id is None else project_id, [0, 0])
+        tally[0] += count
+        tally[1] += count if state in _ACTIVE else 0
+    names = dict(conn.execute(select(schema.workspaces.c.id, schema.workspaces.c.name)).all())
+    return [
+        {
+            "id": row.id,
+            "name": row.name,
+            "workspace_id": row.workspace_id,
+            "workspace_name": names.get(row.workspace_id, ""),
+            "description": row.description,
+            "notes": row.notes,
+            "created_by": row.created_by,
+            "created_at": serialize.iso(row.created_at),
+            "archived": row.archived,
+            "num_experiments": counts.get(row.id, [0, 0])[0],
+            "num_active_experiments": counts.get(row.id, [0, 0])[1],
+        }
+        for row in rows
+    ]
+
+
+def describe_project(conn: Connection, row: Row) -> dict[str, Any]:
+    return describe_projects(conn, [row])[0]
+
+
+def _check_may_edit(caller: Caller, what: str) -> None:
+    if not caller.may_create_runs():
+        raise PermissionDenied(f"user '{caller.name}' may not {what}: needs the right to create DAG runs")
+
+
+def create_project(conn: Connection, caller: Caller, workspace: Row, fields: dict[str, Any]) -> Row:
+    name = check_name("project", fields["name"])
+    _check_may_edit(caller, f"create project '{name}'")
+    if _project_named(conn, workspace.id, name) is not None:
+        raise ProjectError(f"a project named '{name}' already exists in workspace '{workspace.name}'")
+    result = conn.execute(
+        schema.projects.insert().values(
+            workspace_id=workspace.id,
+            name=name,
+            description=fields.get("description") or "",
+            notes=fields.get("notes") or "",
+            created_by=caller.name,
+            created_at=now(),
+            archived=False,
+        )
+    )
+    return get_project(conn, int(result.inserted_primary_key[0]))  # type: ignore[index]
+
+
+def update_project(conn: Connection, caller: Caller, project_id: int, changes: dict[str, Any]) -> Row:
+    """Change ``description`` and ``notes`` (those given)."""
+    row = get_project(conn, project_id)
+    _check_may_edit(caller, f"edit project '{row.name}'")
+    if changes:
+        conn.execute(schema.projects.update().where(schema.projects.c.id == row.id).values(**changes))
+    return get_project(conn, project_id)
+
+
+def project_experiments(conn: Connection, caller: Caller, project: Row, *, archived: bool) -> list[Row]:
+    """The project's experiments the caller may read, archived ones only when ``archived``."""
+    e = schema.experiments
+    query = select(e).where(_in_project(conn, project), experiments.not_a_task()).order_by(e.c.id)
+    if not archived:
+        query = query.where(e.c.archived.is_(False))
+    return readable(caller, conn.execute(query).all())
+
+
+def move_experiment(
+    conn: Connection, caller: Caller, experiment_id: int, workspace: str, project: str
+) -> Row:
+    """Put the experiment in ``project`` of ``workspace``; answers the project."""
+    row = experiments.get_experiment(conn, experiment_id, lock=True)
+    if experiments.task_ids(conn, [experiment_id]):
+        raise NotFound(f"experiment {experiment_id} not found")
+    check_change(caller, row, "move")
+    target = find_project(conn, workspace, project)
+    if target.archived:
+        raise ProjectError(f"project '{project}' of workspace '{workspace}' is archived")
+    if row.state in (ExperimentState.DELETING, ExperimentState.DELETED):
+        raise ProjectError(f"experiment {experiment_id} is being deleted")
+    conn.execute(
+        schema.experiments.update()
+        .where(schema.experiments.c.id == experiment_id)
+        .values(project_id=_stored_id(conn, target))
+    )
+    return target

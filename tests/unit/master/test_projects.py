@@ -1,0 +1,145 @@
+"""Workspaces and projects on the master's routes: who may make them, where experiments land,
+moving them, and that a project shows each caller only the experiments they may read."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.unit.master.creating import CONFIG, Creator
+from tests.unit.master.people_app import People
+
+
+def _workspace(people: People, name: str = "research") -> dict[str, Any]:
+    answer = people.call("admin", "POST", "/workspaces", json={"name": name})
+    assert answer.status_code == 200, answer.text
+    return answer.json()["workspace"]
+
+
+def _project(people: People, workspace_id: int, name: str = "vision", user: str = "alice") -> dict[str, Any]:
+    answer = people.call(user, "POST", f"/workspaces/{workspace_id}/projects", json={"name": name})
+    assert answer.status_code == 200, answer.text
+    return answer.json()["project"]
+
+
+def _experiment_ids(people: People, user: str, project_id: int) -> list[int]:
+    answer = people.call(user, "GET", f"/projects/{project_id}/experiments")
+    assert answer.status_code == 200, answer.text
+    return [e["id"] for e in answer.json()["experiments"]]
+
+
+def test_uncategorized_exists_and_holds_experiments_that_name_no_project(people: People) -> None:
+    first = people.add_experiment(owner="alice")
+    listed = people.call("viewer", "GET", "/workspaces").json()["workspaces"]
+    assert [(w["name"], w["num_projects"]) for w in listed] == [("Uncategorized", 1)]
+    projects = people.call("viewer", "GET", f"/workspaces/{listed[0]['id']}/projects").json()["projects"]
+    assert [(p["name"], p["num_experiments"], p["num_active_experiments"]) for p in projects] == [
+        ("Uncategorized", 1, 1)
+    ]
+    assert _experiment_ids(people, "alice", projects[0]["id"]) == [first]
+
+
+def test_admins_create_workspaces_and_creators_create_projects(people: People) -> None:
+    refused = people.call("alice", "POST", "/workspaces", json={"name": "research"})
+    assert refused.status_code == 403
+    assert refused.json()["detail"] == "user 'alice' may not create workspace 'research': only admins may"
+    workspace = _workspace(people)
+    assert (workspace["name"], workspace["created_by"], workspace["num_projects"]) == ("research", "admin", 0)
+    viewer = people.call("viewer", "POST", f"/workspaces/{workspace['id']}/projects", json={"name": "vision"})
+    assert viewer.status_code == 403 and "needs the right to create DAG runs" in viewer.json()["detail"]
+    project = _project(people, workspace["id"])
+    assert (project["workspace_name"], project["created_by"], project["notes"]) == ("research", "alice", "")
+    named = people.call("viewer", "GET", f"/workspaces/{workspace['id']}/projects", params={"name": "vision"})
+    assert [p["id"] for p in named.json()["projects"]] == [project["id"]]
+
+
+def test_bad_and_duplicate_names_are_refused_with_one_clear_line(people: People) -> None:
+    workspace = _workspace(people)
+    again = people.call("admin", "POST", "/workspaces", json={"name": "research"})
+    assert (again.status_code, again.json()["detail"]) == (400, "a workspace named 'research' already exists")
+    _project(people, workspace["id"])
+    dup = people.call("bob", "POST", f"/workspaces/{workspace['id']}/projects", json={"name": "vision"})
+    assert dup.json()["detail"] == "a project named 'vision' already exists in workspace 'research'"
+    blank = people.call("admin", "POST", "/workspaces", json={"name": " padded"})
+    assert (
+        blank.status_code == 400 and "no control characters or spaces at either end" in blank.json()["detail"]
+    )
+    missing = people.call("alice", "POST", "/workspaces/99/projects", json={"name": "x"})
+    assert (missing.status_code, missing.json()["detail"]) == (404, "workspace 99 not found")
+    assert people.call("alice", "GET", "/projects/99").status_code == 404
+
+
+def test_notes_are_saved_and_read_back(people: People) -> None:
+    project = _project(people, _workspace(people)["id"])
+    notes = "# Plan\n\n- try a *bigger* batch\n"
+    saved = people.call("bob", "PATCH", f"/projects/{project['id']}", json={"notes": notes})
+    assert saved.status_code == 200 and saved.json()["project"]["notes"] == notes
+    again = people.call("viewer", "GET", f"/projects/{project['id']}").json()["project"]
+    assert (again["notes"], again["description"]) == (notes, "")
+    refused = people.call("viewer", "PATCH", f"/projects/{project['id']}", json={"notes": "mine"})
+    assert refused.status_code == 403
+    assert people.call("viewer", "GET", f"/projects/{project['id']}").json()["project"]["notes"] == notes
+
+
+def test_an_experiment_is_moved_by_its_owner_or_an_admin(people: People) -> None:
+    experiment_id = people.add_experiment(owner="alice")
+    project = _project(people, _workspace(people)["id"])
+    body = {"workspace": "research", "project": "vision"}
+    other = people.call("bob", "POST", f"/experiments/{experiment_id}/move", json=body)
+    assert other.status_code == 403 and "it belongs to 'alice'" in other.json()["detail"]
+    moved = people.call("alice", "POST", f"/experiments/{experiment_id}/move", json=body)
+    assert moved.status_code == 200 and moved.json()["project"]["num_experiments"] == 1
+    assert _experiment_ids(people, "alice", project["id"]) == [experiment_id]
+    assert _experiment_ids(people, "alice", 1) == []
+    back = {"workspace": "Uncategorized", "project": "Uncategorized"}
+    assert people.call("admin", "POST", f"/experiments/{experiment_id}/move", json=back).status_code == 200
+    assert _experiment_ids(people, "alice", 1) == [experiment_id]
+
+
+def test_moving_to_a_project_that_does_not_exist_says_how_to_make_it(people: People) -> None:
+    experiment_id = people.add_experiment(owner="alice")
+    _workspace(people)
+    answer = people.call(
+        "alice",
+        "POST",
+        f"/experiments/{experiment_id}/move",
+        json={"workspace": "research", "project": "nlp"},
+    )
+    assert answer.status_code == 400
+    assert answer.json()["detail"] == (
+        "project 'nlp' not found in workspace 'research'; create it with `det project create research nlp`"
+    )
+    missing = people.call("alice", "POST", "/experiments/99/move", json={"workspace": "a", "project": "b"})
+    assert missing.status_code == 404
+
+
+def test_a_project_lists_only_the_experiments_the_caller_may_read(people: People) -> None:
+    project = _project(people, _workspace(people)["id"])
+    ids = [people.add_experiment(owner="alice") for _ in range(2)]  # DAGs det_1 and det_2
+    for experiment_id in ids:
+        answer = people.call(
+            "alice",
+            "POST",
+            f"/experiments/{experiment_id}/move",
+            json={"workspace": "research", "project": "vision"},
+        )
+        assert answer.status_code == 200
+    assert _experiment_ids(people, "alice", project["id"]) == ids
+    assert _experiment_ids(people, "carol", project["id"]) == [ids[0]]  # carol reads det_1 only
+    assert _experiment_ids(people, "dave", project["id"]) == [ids[1]]  # dave may not read det_1
+
+
+def test_a_config_naming_a_project_lands_there_and_an_unknown_one_is_refused(creator: Creator) -> None:
+    people = creator.people
+    project = _project(people, _workspace(people)["id"])
+    placed = CONFIG + "workspace: research\nproject: vision\n"
+    created = creator.create(config=placed)
+    assert created.status_code == 200, created.text
+    assert _experiment_ids(people, "alice", project["id"]) == [created.json()["experiment"]["id"]]
+    unknown = creator.create(config=CONFIG + "workspace: research\nproject: nlp\n")
+    assert unknown.status_code == 400
+    assert "project 'nlp' not found in workspace 'research'" in unknown.json()["detail"]
+    nowhere = creator.create(config=CONFIG + "workspace: lab\nproject: nlp\n")
+    assert nowhere.json()["detail"] == (
+        "workspace 'lab' not found; an admin creates it with `det workspace create lab`"
+    )
+    assert creator.count() == 1
