@@ -29,10 +29,21 @@ def hostfile_text(where: Containers) -> str:
 
 
 def deepspeed_command(
-    tool: str, where: Containers, overrides: Sequence[str], script: Sequence[str], hostfile: Path | None
+    tool: str,
+    where: Containers,
+    overrides: Sequence[str],
+    script: Sequence[str],
+    hostfile: Path | None,
+    visible_devices: str | None = None,
 ) -> list[str]:
+    """``visible_devices``: the CUDA_VISIBLE_DEVICES of the trial's leased GPUs. deepspeed ignores
+    that variable once told how many GPUs to use and numbers them from 0 itself, so the leased ones
+    are named to it instead (``--include localhost:3,5``): a slot's GPU 3 never becomes GPU 0."""
     if hostfile is None:  # one container: a local launch on loopback
-        placement = ["--num_nodes", "1", "--num_gpus", str(where.slots), "--master_addr", where.addrs[0]]
+        if visible_devices:
+            placement = ["--include", f"localhost:{visible_devices}", "--master_addr", where.addrs[0]]
+        else:
+            placement = ["--num_nodes", "1", "--num_gpus", str(where.slots), "--master_addr", where.addrs[0]]
         port = free_port()
     else:
         placement = ["--hostfile", str(hostfile), "--master_addr", where.addrs[0], "--no_ssh_check"]
@@ -64,7 +75,8 @@ def build(
     if len(where.addrs) > 1:
         hostfile = Path(tempfile.mkdtemp(prefix="det-deepspeed-")) / "hostfile"
         hostfile.write_text(hostfile_text(where))
-    return deepspeed_command(tool, where, overrides, script, hostfile), env
+    visible = env.get("CUDA_VISIBLE_DEVICES", "").strip() or None
+    return deepspeed_command(tool, where, overrides, script, hostfile, visible), env
 
 
 def main(argv: Sequence[str] | None = None) -> int:

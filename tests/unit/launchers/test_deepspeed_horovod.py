@@ -92,6 +92,16 @@ def test_deepspeed_on_one_container_needs_no_hostfile() -> None:
     ]
 
 
+def test_deepspeed_on_leased_gpus_names_them_rather_than_counting_from_zero() -> None:
+    """deepspeed ignores CUDA_VISIBLE_DEVICES when given --num_gpus and would put the worker on GPU
+    0; a slot that leased GPUs 3 and 5 names them."""
+    command = deepspeed.deepspeed_command(
+        "/bin/ds", Containers(("127.0.0.1",), 2, 0), [], SCRIPT, None, visible_devices="3,5"
+    )
+    assert command[:5] == ["/bin/ds", "--include", "localhost:3,5", "--master_addr", "127.0.0.1"]
+    assert "--num_gpus" not in command
+
+
 def test_deepspeed_across_containers_uses_a_hostfile(tmp_path: Path) -> None:
     where = Containers(("10.0.0.5", "10.0.0.6"), 4, 0)
     assert deepspeed.hostfile_text(where) == "10.0.0.5 slots=4\n10.0.0.6 slots=4\n"
