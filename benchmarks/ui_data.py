@@ -15,7 +15,11 @@ Printed: the median wall time (and the fastest run), this process's CPU time, wh
 goes (reading the points, LTTB, JSON encoding), the answer sizes, and how long the upgrade to schema
 version 5 takes to backfill the numbers of that many stored metric rows (once).
 
+With ``--postgres``, the same again on a throwaway PostgreSQL server of this machine (started as the
+integration tests start theirs), then the ratios of its wall times to SQLite's of the same run.
+
     .venv/bin/python benchmarks/ui_data.py [--trials 1000] [--reports 1000] [--repeat 5] [--db URL]
+        [--postgres]
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ sys.path.insert(0, str(REPO))
 import pydantic_core  # noqa: E402
 from sqlalchemy import select  # noqa: E402
 
+from det_airflow._pgcluster import PgCluster, find_bindir  # noqa: E402
 from det_airflow.master import curves, metric_points, migrations, schema  # noqa: E402
 from det_airflow.master.db import Database  # noqa: E402
 from det_airflow.master.downsample import lttb_many  # noqa: E402
@@ -154,60 +159,56 @@ def median_ms(fn: Callable[[], object], repeat: int, name: str = "") -> float:
     return statistics.median(times) * 1000
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--trials", type=int, default=1000)
-    parser.add_argument("--reports", type=int, default=1000)
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--db", help="SQLAlchemy URL of an empty database (default: a new SQLite file)")
-    parser.add_argument("--changed", type=int, default=20, help="trials reporting between two refreshes")
-    args = parser.parse_args()
+def measure(url: str, args: argparse.Namespace) -> dict[str, float]:
+    """Build the experiment in the database at ``url``, print its figures, and answer the medians."""
+    FASTEST.clear()
+    CPU.clear()
+    db = Database(url)
+    db.migrate()
+    t0 = time.perf_counter()
+    exp_id = build(db, args.trials, args.reports)
+    print(f"built {args.trials} trials × {args.reports} reports in {time.perf_counter() - t0:.1f} s")
+    query = curves.CurveQuery(exp_id, "validation", None, "batches", 400)
+    with db.read() as conn:
+        exp = conn.execute(select(schema.experiments).where(schema.experiments.c.id == exp_id)).one()
 
-    with tempfile.TemporaryDirectory() as tmp:
-        db = Database(args.db or f"sqlite:///{tmp}/bench.db")
-        db.migrate()
-        t0 = time.perf_counter()
-        exp_id = build(db, args.trials, args.reports)
-        print(f"built {args.trials} trials × {args.reports} reports in {time.perf_counter() - t0:.1f} s")
-        query = curves.CurveQuery(exp_id, "validation", None, "batches", 400)
-        with db.read() as conn:
-            exp = conn.execute(select(schema.experiments).where(schema.experiments.c.id == exp_id)).one()
+        def answer(downsample: bool, cold: bool, q: curves.CurveQuery = query) -> bytes:
+            if cold:
+                curves.fragments.clear()
+            return curves.curves_json(conn, exp, q, downsample=downsample)
 
-            def answer(downsample: bool, cold: bool, q: curves.CurveQuery = query) -> bytes:
-                if cold:
-                    curves.fragments.clear()
-                return curves.curves_json(conn, exp, q, downsample=downsample)
-
-            full = answer(downsample=False, cold=True)
-            thin = answer(downsample=True, cold=True)
-            baseline = median_ms(lambda: answer(False, True), args.repeat, "baseline")
-            cold = median_ms(lambda: answer(True, True), args.repeat, "cold")
-            warm = median_ms(lambda: answer(True, False), args.repeat, "warm")
-            time_q = curves.CurveQuery(exp_id, "validation", None, "time", 400)
-            cold_time = median_ms(lambda: answer(True, True, time_q), args.repeat, "cold_time")
-            trial_rows = list(
-                conn.execute(select(schema.trials).where(schema.trials.c.experiment_id == exp_id))
-            )
-            median_ms(lambda: curves._series(conn, trial_rows, query, "loss"), args.repeat, "sql")
-            series, _ = curves._series(conn, trial_rows, query, "loss")
-            answer(True, True)  # what the live refreshes below start from
-            print(f"database: {conn.dialect.name}")
-        items = list(series.values())
-        median_ms(lambda: lttb_many(items, 400), args.repeat, "lttb")
-        served = lttb_many(items, 400)
-        median_ms(
-            lambda: [pydantic_core.to_json({"x": x.tolist(), "y": y.tolist()}) for x, y in served],
-            args.repeat,
-            "json",
+        full = answer(downsample=False, cold=True)
+        thin = answer(downsample=True, cold=True)
+        baseline = median_ms(lambda: answer(False, True), args.repeat, "baseline")
+        cold = median_ms(lambda: answer(True, True), args.repeat, "cold")
+        warm = median_ms(lambda: answer(True, False), args.repeat, "warm")
+        time_q = curves.CurveQuery(exp_id, "validation", None, "time", 400)
+        cold_time = median_ms(lambda: answer(True, True, time_q), args.repeat, "cold_time")
+        trial_rows = list(conn.execute(select(schema.trials).where(schema.trials.c.experiment_id == exp_id)))
+        median_ms(lambda: curves._series(conn, trial_rows, query, "loss"), args.repeat, "sql")
+        sql_wall = statistics.median(
+            [_wall(lambda: curves._series(conn, trial_rows, query, "loss")) for _ in range(args.repeat)]
         )
-        answer_dict = json.loads(thin)
-        drawn = sum(len(s["x"]) for s in answer_dict["series"])
-        total = sum(s["points"] for s in answer_dict["series"])
-        live = median_ms(lambda: report_and_answer(db, exp_id, query, args.changed), args.repeat, "live")
-        t0, c0 = time.perf_counter(), time.process_time()
-        with db.begin() as conn:
-            migrations.backfill_metric_chunks(conn)
-        backfill = (time.perf_counter() - t0, time.process_time() - c0)
+        series, _ = curves._series(conn, trial_rows, query, "loss")
+        answer(True, True)  # what the live refreshes below start from
+        print(f"database: {conn.dialect.name} ({conn.dialect.driver})")
+    items = list(series.values())
+    median_ms(lambda: lttb_many(items, 400), args.repeat, "lttb")
+    served = lttb_many(items, 400)
+    median_ms(
+        lambda: [pydantic_core.to_json({"x": x.tolist(), "y": y.tolist()}) for x, y in served],
+        args.repeat,
+        "json",
+    )
+    answer_dict = json.loads(thin)
+    drawn = sum(len(s["x"]) for s in answer_dict["series"])
+    total = sum(s["points"] for s in answer_dict["series"])
+    live = median_ms(lambda: report_and_answer(db, exp_id, query, args.changed), args.repeat, "live")
+    t0, c0 = time.perf_counter(), time.process_time()
+    with db.begin() as conn:
+        migrations.backfill_metric_chunks(conn)
+    backfill = (time.perf_counter() - t0, time.process_time() - c0)
+    db.engine.dispose()
 
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; {args.repeat} runs each")
     print(f"points: {total:,} stored, {drawn:,} served downsampled")
@@ -226,13 +227,61 @@ def main() -> None:
         f"{args.changed} trials reported once more:     {live:7.0f} ms ({f['live']:.0f})   {c['live']:7.0f} ms  (row writes included)"
     )
     print(
-        f"  of cold (CPU): reading the points {CPU['sql']:.0f} ms, LTTB {CPU['lttb']:.0f} ms, "
-        f"JSON {CPU['json']:.0f} ms"
+        f"  of cold: reading the points {sql_wall * 1000:.0f} ms wall, {CPU['sql']:.0f} ms CPU; "
+        f"LTTB {CPU['lttb']:.0f} ms, JSON {CPU['json']:.0f} ms (CPU)"
     )
     print(
         f"upgrade to schema 5, backfill of {total:,} stored points: {backfill[0]:.1f} s wall, "
         f"{backfill[1]:.1f} s CPU"
     )
+    return {"baseline": baseline, "cold": cold, "cold_time": cold_time, "warm": warm, "live": live}
+
+
+def _wall(fn: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--trials", type=int, default=1000)
+    parser.add_argument("--reports", type=int, default=1000)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--db", help="SQLAlchemy URL of an empty database (default: a new SQLite file)")
+    parser.add_argument(
+        "--postgres",
+        action="store_true",
+        help="after SQLite, the same on a throwaway local PostgreSQL server (as the integration tests "
+        "start one), and the ratios of its times to SQLite's",
+    )
+    parser.add_argument("--changed", type=int, default=20, help="trials reporting between two refreshes")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        sqlite = measure(args.db or f"sqlite:///{tmp}/bench.db", args)
+    if not args.postgres:
+        return
+    bindir = find_bindir()
+    if bindir is None:
+        sys.exit("--postgres: no PostgreSQL server binaries (apt-get install postgresql)")
+    cluster = PgCluster.start_throwaway(bindir)
+    try:
+        print()
+        postgres = measure(cluster.url, args)
+    finally:
+        cluster.stop()
+    print("\nPostgreSQL / SQLite, wall medians of this run:")
+    for name, label in [
+        ("cold", "downsampled, cold, x=batches"),
+        ("cold_time", "downsampled, cold, x=time"),
+        ("baseline", "baseline, every point (cold)"),
+        ("warm", "downsampled, warm"),
+        ("live", f"{args.changed} trials reported once more"),
+    ]:
+        print(
+            f"  {label + ':':34s} {postgres[name]:6.0f} / {sqlite[name]:6.0f} ms = {postgres[name] / sqlite[name]:.2f}×"
+        )
 
 
 if __name__ == "__main__":

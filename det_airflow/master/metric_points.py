@@ -10,7 +10,9 @@ packed, the same million points are about 4,000 rows that numpy reads without a 
 
 from __future__ import annotations
 
+import io
 import math
+import struct
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -31,6 +33,7 @@ MAX_NAME = 256  # longer names are not charted (det_metric_chunks.name)
 _CHUNK_BYTES = CHUNK_POINTS * FIELDS * RECORD.itemsize
 
 Points = npt.NDArray[np.float64]  # shape (n, FIELDS)
+Blob = bytes | memoryview
 
 
 def _number(value: Any) -> float | None:
@@ -109,9 +112,27 @@ def store(
 
 def read(conn: Connection, trial_ids: Sequence[int], group: str, name: str) -> dict[int, Points]:
     """Each trial's points of one metric, ordered by steps completed, then as reported."""
+    blobs: dict[int, list[Blob]] = defaultdict(list)
+    for trial_id, blob in _chunks(conn, trial_ids, group, name):
+        blobs[trial_id].append(blob)
+    series = {}
+    for trial_id, parts in blobs.items():
+        points = np.frombuffer(b"".join(parts), dtype=RECORD).reshape(-1, FIELDS)
+        steps = points[:, STEPS]
+        if len(steps) > 1 and not np.all(steps[1:] >= steps[:-1]):
+            # A restarted run reports again from its checkpoint's step count on.
+            points = points[np.argsort(steps, kind="stable")]
+        series[trial_id] = points
+    return series
+
+
+def _chunks(conn: Connection, trial_ids: Sequence[int], group: str, name: str) -> Iterable[tuple[int, Blob]]:
+    """(trial id, packed points) of the series' rows, by trial and then in stored order."""
+    if conn.dialect.name == "postgresql" and conn.dialect.driver in _COPY_DRIVERS:
+        return _copied_chunks(conn, trial_ids, group, name)
     table = schema.metric_chunks
-    blobs: dict[int, list[bytes]] = defaultdict(list)  # memoryviews from PostgreSQL's driver
-    for start in range(0, len(trial_ids), 500):
+    rows: list[tuple[int, Blob]] = []
+    for start in range(0, len(trial_ids), 500):  # SQLite's limit on bound parameters
         result = conn.execute(
             select(table.c.trial_id, table.c.points)
             .where(
@@ -124,17 +145,48 @@ def read(conn: Connection, trial_ids: Sequence[int], group: str, name: str) -> d
         # The driver's own rows: there is nothing to convert, and SQLAlchemy's would cost as much as
         # the read.
         try:
-            rows = result.cursor.fetchall()
+            rows.extend(result.cursor.fetchall())
         finally:
             result.close()
-        for trial_id, points in rows:
-            blobs[trial_id].append(points)
-    series = {}
-    for trial_id, parts in blobs.items():
-        points = np.frombuffer(b"".join(parts), dtype=RECORD).reshape(-1, FIELDS)
-        steps = points[:, STEPS]
-        if len(steps) > 1 and not np.all(steps[1:] >= steps[:-1]):
-            # A restarted run reports again from its checkpoint's step count on.
-            points = points[np.argsort(steps, kind="stable")]
-        series[trial_id] = points
-    return series
+    return rows
+
+
+_COPY_DRIVERS = ("psycopg2", "psycopg")
+_COPY_HEADER = struct.Struct(">11sii")
+_COPY_FIELDS = struct.Struct(">h")
+_COPY_ROW = struct.Struct(">hiii")  # field count; trial_id's length and value; points' length
+
+
+def _copied_chunks(
+    conn: Connection, trial_ids: Sequence[int], group: str, name: str
+) -> list[tuple[int, Blob]]:
+    """The rows as ``COPY ... (FORMAT binary)`` sends them: PostgreSQL's drivers receive a query's
+    ``bytea`` as hex text, twice the bytes to encode, send and decode; a binary copy is the bytes
+    themselves, in one answer, and takes a third of the time for a whole experiment."""
+    table = schema.metric_chunks
+    sql = (
+        f'COPY (SELECT trial_id, points FROM {table.name} WHERE trial_id = ANY(%(ids)s) AND "group" = '
+        "%(group)s AND name = %(name)s ORDER BY trial_id, id) TO STDOUT (FORMAT binary)"
+    )
+    params = {"ids": list(trial_ids), "group": group, "name": name}
+    driver = conn.connection.driver_connection
+    cursor = driver.cursor()  # type: ignore[union-attr]
+    try:
+        if conn.dialect.driver == "psycopg2":
+            out = io.BytesIO()
+            cursor.copy_expert(cursor.mogrify(sql, params), out)
+            data = out.getbuffer()
+        else:
+            with cursor.copy(sql, params) as copy:
+                data = memoryview(b"".join(copy))
+    finally:
+        cursor.close()
+    # The header: a signature, flags, and the length of an extension area to skip.
+    pos = _COPY_HEADER.size + _COPY_HEADER.unpack_from(data)[2]
+    rows: list[tuple[int, Blob]] = []
+    while _COPY_FIELDS.unpack_from(data, pos)[0] != -1:  # -1 fields: the trailer
+        _fields, _id_length, trial_id, length = _COPY_ROW.unpack_from(data, pos)
+        pos += _COPY_ROW.size
+        rows.append((trial_id, data[pos : pos + length]))
+        pos += length
+    return rows
