@@ -137,6 +137,34 @@ def test_compare_trials_chosen_on_the_trials_tab(
     expect(page.get_by_test_id("compare-trial-row")).to_have_count(2)
 
 
+def test_trials_chosen_on_two_experiments_tabs_are_compared_together(
+    page: Page, airflow: LocalAirflow, compared: list[dict[str, Any]]
+) -> None:
+    a, b = compared
+    page.goto(ui(airflow, f"experiments/{a['experiment']['id']}"))
+    page.get_by_test_id("trials-table").get_by_test_id("select-trial").nth(0).check()
+    expect(page.get_by_test_id("compare-trials")).to_have_text("Compare trials (1)")
+
+    # On another experiment's Trials tab the choice is still there, and says where it was made.
+    page.goto(ui(airflow, f"experiments/{b['experiment']['id']}"))
+    expect(page.get_by_test_id("chosen-elsewhere")).to_have_text("1 chosen on other experiments")
+    page.get_by_test_id("trials-table").get_by_test_id("select-trial").nth(0).check()
+    page.get_by_test_id("compare-trials").click()
+
+    first_a = min(t["id"] for t in a["trials"])
+    first_b = min(t["id"] for t in b["trials"])
+    expect(page).to_have_url(
+        re.compile(rf"#/compare\?trials={min(first_a, first_b)},{max(first_a, first_b)}$")
+    )
+    expect(page.get_by_test_id("compare-curves")).to_have_attribute("data-series", "2")
+    expect(page.get_by_test_id("compare-trial-row")).to_have_count(2)
+
+    page.goto(ui(airflow, f"experiments/{b['experiment']['id']}"))
+    page.get_by_test_id("clear-chosen-trials").click()
+    expect(page.get_by_test_id("compare-trials")).to_have_text("Compare trials")
+    expect(page.get_by_test_id("chosen-elsewhere")).to_have_count(0)
+
+
 def test_a_link_with_one_experiment_says_what_is_wrong(page: Page, airflow: LocalAirflow) -> None:
     page.goto(ui(airflow, "compare?experiments=1"))
     expect(page.get_by_test_id("error")).to_have_text(

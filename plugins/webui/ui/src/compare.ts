@@ -1,4 +1,7 @@
-// The Compare page's pure parts: what its URL holds, and the side-by-side config table.
+// The Compare page's parts: what its URL holds, the trials chosen for it across experiments, and
+// the side-by-side config table.
+
+import { useState } from "react";
 
 /** How many experiments (or trials) one Compare page takes. */
 export const COMPARE_MIN = 2;
@@ -12,6 +15,38 @@ export function compareExperimentsPath(ids: number[]): string {
 /** The Compare page of these trials, of one experiment or several. */
 export function compareTrialsPath(ids: number[]): string {
   return `/compare?trials=${ids.join(",")}`;
+}
+
+// Trials ticked on any experiment's Trials tab stay chosen while the person moves to another
+// experiment's (for this browser tab's session), so one Compare page can take trials of several.
+const CHOSEN_TRIALS = "det-compare-trials";
+
+function storedTrials(): Set<number> {
+  try {
+    const stored: unknown = JSON.parse(window.sessionStorage.getItem(CHOSEN_TRIALS) ?? "[]");
+    return new Set(Array.isArray(stored) ? stored.filter((id) => Number.isInteger(id)) : []);
+  } catch {
+    return new Set();
+  }
+}
+
+/** The trials chosen for comparison, across experiments: the set, a toggle and a clear. */
+export function useChosenTrials(): { chosen: Set<number>; toggle: (id: number) => void; clear: () => void } {
+  const [chosen, setChosen] = useState<Set<number>>(storedTrials);
+  const keep = (next: Set<number>) => {
+    window.sessionStorage.setItem(CHOSEN_TRIALS, JSON.stringify([...next]));
+    setChosen(next);
+  };
+  return {
+    chosen,
+    toggle: (id) => {
+      const next = new Set(storedTrials());
+      if (next.has(id)) next.delete(id);
+      else next.add(id);
+      keep(next);
+    },
+    clear: () => keep(new Set()),
+  };
 }
 
 /**

@@ -101,7 +101,7 @@ export function HparamsTab({
         {constants.map(({ name, value }, i) => (
           <span key={name}>
             {i > 0 ? ", " : null}
-            <code>{name}</code> = {valueText(value)}
+            <code>{name}</code> = {typeof value === "number" ? String(value) : valueText(value)}
           </span>
         ))}
       </p>

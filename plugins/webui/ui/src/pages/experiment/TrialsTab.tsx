@@ -1,6 +1,6 @@
 import { useMemo, useState } from "react";
 import type { Checkpoint, Trial } from "../../api";
-import { COMPARE_MIN, compareTrialsPath } from "../../compare";
+import { COMPARE_MIN, compareTrialsPath, useChosenTrials } from "../../compare";
 import { SortHeader } from "../../components/SortHeader";
 import { DASH, formatNumber, formatValue } from "../../format";
 import {
@@ -40,15 +40,9 @@ function sortValue(row: Row, key: string): unknown {
 
 export function TrialsTab({ trials, checkpoints, searcher }: Props) {
   const [stateFilter, setStateFilter] = useState("");
-  const [selected, setSelected] = useState<Set<number>>(new Set());
-  const toggleRow = (id: number) =>
-    setSelected((current) => {
-      const next = new Set(current);
-      if (next.has(id)) next.delete(id);
-      else next.add(id);
-      return next;
-    });
-  const chosen = trials.filter((t) => selected.has(t.id)).map((t) => t.id);
+  const { chosen: selected, toggle: toggleRow, clear } = useChosenTrials();
+  const chosen = [...selected].sort((a, b) => a - b);
+  const elsewhere = chosen.filter((id) => !trials.some((t) => t.id === id)).length;
   const names = useMemo(() => hparamNames(trials), [trials]);
   const rows = useMemo(() => {
     const best = bestCheckpoints(checkpoints, searcher.smallerIsBetter);
@@ -95,6 +89,19 @@ export function TrialsTab({ trials, checkpoints, searcher }: Props) {
           data-testid="compare-trials"
         >
           Compare trials{chosen.length ? ` (${chosen.length})` : ""}
+        </button>
+        {elsewhere ? (
+          <span className="muted" data-testid="chosen-elsewhere">
+            {elsewhere} chosen on other experiments
+          </span>
+        ) : null}
+        <button
+          type="button"
+          disabled={chosen.length === 0}
+          onClick={clear}
+          data-testid="clear-chosen-trials"
+        >
+          Clear choice
         </button>
       </div>
       <div className="scroll">
