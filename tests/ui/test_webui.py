@@ -394,6 +394,17 @@ def test_experiment_page_draws_one_curve_per_trial(
     page.get_by_test_id("hp-clear-brushes").click()
     expect(rows).to_have_count(3)
 
+    # The same from the keyboard: an axis takes focus, the arrow keys brush it, Escape clears.
+    area_element = axes.nth(0).get_by_test_id("hp-brush-area")
+    area_element.focus()
+    expect(area_element).to_be_focused()
+    page.keyboard.press("ArrowUp")
+    expect(page.get_by_test_id("hp-selected")).to_contain_text("trials in the brushed ranges")
+    expect(axes.nth(0).locator("rect.brush")).to_have_count(1)
+    page.keyboard.press("Escape")
+    expect(page.get_by_test_id("hp-selected")).to_have_text("3 trials")
+    expect(rows).to_have_count(3)
+
     page.get_by_role("tab", name="Config").click()
     expect(page.get_by_test_id("config")).to_contain_text("validation_loss")
 

@@ -374,6 +374,26 @@ function Parallel({ axes, rows, brushes, passes, onBrush }: ParallelProps) {
                 height={y(0) - y(1) + 8}
                 fill="transparent"
                 style={{ cursor: "crosshair", touchAction: "none" }}
+                tabIndex={0}
+                role="button"
+                aria-label={`Filter trials by ${axis.name}: arrow keys move a quarter-axis range, Escape clears`}
+                onKeyDown={(event) => {
+                  const current = brushes[axis.name];
+                  const step = 0.125;
+                  let next: Brush | null | undefined;
+                  if (event.key === "ArrowUp" || event.key === "ArrowDown") {
+                    const [lo, hi] = current ?? [0.375, 0.625];
+                    const shift = current ? (event.key === "ArrowUp" ? step : -step) : 0;
+                    const moved = Math.min(1 - (hi - lo), Math.max(0, lo + shift));
+                    next = [moved, moved + (hi - lo)];
+                  } else if (event.key === "Escape" || event.key === "Delete" || event.key === "Backspace") {
+                    next = null;
+                  }
+                  if (next !== undefined) {
+                    event.preventDefault();
+                    onBrush(axis.name, next);
+                  }
+                }}
                 onPointerDown={(event) => {
                   event.currentTarget.setPointerCapture(event.pointerId);
                   const at = positionAt(event.clientY);
@@ -390,7 +410,10 @@ function Parallel({ axes, rows, brushes, passes, onBrush }: ParallelProps) {
                   setDrag(null);
                 }}
               >
-                <title>Drag to keep the trials in a range of {axis.name}; click to clear</title>
+                <title>
+                  Drag to keep the trials in a range of {axis.name}; click to clear (keyboard: arrow keys,
+                  Escape)
+                </title>
               </rect>
             </g>
           );
