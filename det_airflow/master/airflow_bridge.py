@@ -6,6 +6,7 @@ The non-public Airflow names used here come from `det_airflow.airflow_compat`, w
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,12 @@ from det_airflow.errors import DetError
 # The file Airflow parses; every experiment YAML becomes a DAG through it.
 FACTORY_FILE = "det_experiments.py"
 DEFAULT_BUNDLE = "dags-folder"
+# Every experiment DAG is written as a DAG of the one factory file: two submissions writing theirs
+# at the same moment race in Airflow's sync of that file's DAGs (one run was seen made without its
+# DAG's version and ended at once). They take turns: in this process by a lock, across API server
+# processes on PostgreSQL by a transaction-scoped advisory lock (the key spells "det-dags").
+_PUBLISHING = threading.Lock()
+_PUBLISH_LOCK_KEY = 0x6465742D64616773
 
 
 def dags_folder() -> Path:
@@ -101,7 +108,11 @@ def publish_experiment_dag(experiment_id: int, source: Path | None = None) -> bo
         dag.validate()
         bag = DagBag(dag_folder=factory, collect_dags=False, bundle_path=folder, bundle_name=DEFAULT_BUNDLE)
         bag.bag_dag(dag)  # cycle check and the cluster's DAG and task policies, as on a parse
-        with create_session() as session:
+        with _PUBLISHING, create_session() as session:
+            if session.get_bind().dialect.name == "postgresql":
+                from sqlalchemy import text
+
+                session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PUBLISH_LOCK_KEY})
             sync_bag_to_db(bag, DEFAULT_BUNDLE, None, session=session)
         forget_cached_logins()  # under FAB the owner's role now edits the DAG: holds at once
     except Exception:  # noqa: BLE001 - the parse does the same work a moment later

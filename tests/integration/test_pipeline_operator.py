@@ -44,15 +44,16 @@ with DAG("{dag_id}", schedule=None, is_paused_upon_creation=False, catchup=False
         print("evaluating checkpoint", outcome["best_checkpoint_uuid"], flush=True)
         return outcome["best_checkpoint_uuid"]
 
-    evaluate(train.output)
+    evaluated = evaluate(train.output)
 
     @task
     def train_inline():
         return run_experiment({inline!r}, context_dir="pipeline_code", experiment_owner="bob", poll_interval=1)
 
-    train_inline()
+    evaluated >> train_inline()
 """
-# Run by run_experiment() in a @task: a dict config, its context named relative to the DAG file.
+# Run by run_experiment() in a @task after the operator's: a dict config, its context named
+# relative to the DAG file.
 INLINE = {
     "name": "pipeline-inline",
     "entrypoint": "python3 train.py",
