@@ -1,9 +1,13 @@
 """Suite-wide rules: in CI (``CI=true``) a skipped test fails the run unless its reason is one the
-suite expects on a machine without that hardware or cluster."""
+suite expects on a machine without that hardware or cluster; and a test that imports Determined's
+names in-process (``import determined``, from det-airflow's alias folder, as user code does) does
+not leave them imported for the tests after it."""
 
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -36,3 +40,12 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.write_sep("-", "unexpected skips" + (" (fail the run in CI)" if strict else ""))
         for line in _unexpected:
             terminalreporter.write_line(line)
+
+
+@pytest.fixture(autouse=True)
+def _forget_determined() -> Iterator[None]:
+    before = "determined" in sys.modules
+    yield
+    if not before:
+        for name in [n for n in sys.modules if n == "determined" or n.startswith("determined.")]:
+            del sys.modules[name]

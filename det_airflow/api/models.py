@@ -446,7 +446,9 @@ class CheckpointAnswer(_Answer):
 
 class Me(_Answer):
     username: str
-    admin: bool = Field(description="whether Airflow's auth manager gives the caller admin rights")
+    admin: bool = Field(
+        default=False, description="whether Airflow's auth manager gives the caller admin rights"
+    )
 
 
 # --- the web UI's own reads ---------------------------------------------------------------------

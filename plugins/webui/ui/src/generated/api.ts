@@ -2196,8 +2196,9 @@ export interface components {
             /**
              * Admin
              * @description whether Airflow's auth manager gives the caller admin rights
+             * @default false
              */
-            admin: boolean;
+            admin?: boolean;
             /** Username */
             username: string;
         };
