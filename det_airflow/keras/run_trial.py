@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import logging
 import math
 import os
@@ -20,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from det_airflow.errors import DetError
+from det_airflow.legacy_trial import hparams_and_seed, import_trial_class
 
 TF_CONFIG = "TF_CONFIG"
 DEFAULT_VERBOSE = 2
@@ -30,20 +30,7 @@ def load_trial_class(spec: str) -> type:
     """The TFKerasTrial subclass named by ``module:Class``, imported from the working folder."""
     from det_airflow.keras import TFKerasTrial
 
-    module_name, sep, class_name = spec.partition(":")
-    if not sep or not module_name or not class_name:
-        raise DetError(f"expected a trial as module:Class (e.g. model_def:MyTrial), got {spec!r}")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name != module_name:
-            raise  # the trial's module exists but imports something missing: show the real error
-        raise DetError(f"trial module {module_name!r} not found in {os.getcwd()}") from None
-    trial_class = getattr(module, class_name, None)
-    if trial_class is None:
-        raise DetError(f"module {module_name!r} has no class {class_name!r}")
+    trial_class = import_trial_class(spec)
     if not (isinstance(trial_class, type) and issubclass(trial_class, TFKerasTrial)):
         raise DetError(f"{spec} is not a det.keras.TFKerasTrial subclass")
     return trial_class
@@ -83,7 +70,7 @@ def _train(
     distributed = DistributedContext.from_tf_config() if os.environ.get(TF_CONFIG) else None
     with core.init(distributed=distributed, config=exp_conf) as core_context:
         config = dict(info.trial.config) if info and info.trial.config else dict(exp_conf or {})
-        trial_hparams, seed = _hparams_and_seed(info, hparams, config)
+        trial_hparams, seed = hparams_and_seed(info, hparams, config)
         keras.utils.set_random_seed(seed)
         context = TFKerasTrialContext(core_context, hparams=trial_hparams, exp_conf=config, trial_seed=seed)
         trial = trial_class(context)
@@ -180,34 +167,6 @@ def _batches_per_epoch(x: Any, batch_size: int | None) -> int | None:
         len(next(iter(x.values()))) if isinstance(x, Mapping) else len(x[0] if isinstance(x, list) else x)
     )
     return max(1, math.ceil(records / batch_size))
-
-
-def _hparams_and_seed(
-    info: Any, hparams: Mapping[str, Any] | None, config: Mapping[str, Any]
-) -> tuple[dict[str, Any], int]:
-    if info is not None and info.trial.hparams:
-        return dict(info.trial.hparams), info.trial.trial_seed
-    chosen = dict(hparams) if hparams is not None else _constant_hparams(config.get("hyperparameters"))
-    if info is not None:
-        return chosen, info.trial.trial_seed
-    reproducibility = config.get("reproducibility")
-    seed = reproducibility.get("experiment_seed") if isinstance(reproducibility, Mapping) else None
-    return chosen, seed if isinstance(seed, int) and not isinstance(seed, bool) else 0
-
-
-def _constant_hparams(section: Any) -> dict[str, Any]:
-    """The hyperparameters of a config section that have one value (searched ones are left out)."""
-    if not isinstance(section, Mapping):
-        return {}
-    out: dict[str, Any] = {}
-    for name, spec in section.items():
-        if not isinstance(spec, Mapping):
-            out[name] = spec
-        elif spec.get("type") == "const":
-            out[name] = spec.get("val")
-        elif "type" not in spec:
-            out[name] = _constant_hparams(spec)
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:

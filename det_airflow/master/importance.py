@@ -12,8 +12,12 @@ metric, else the latest value reported of the one asked for (validation first, t
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import threading
 import warnings
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +34,14 @@ FANOVA = "fanova"
 PED_ANOVA = "ped_anova"
 # Optuna's categorical choices must be None, bool, int, float or str.
 _PLAIN = (type(None), bool, int, float, str)
+
+
+# fANOVA fits a forest (seconds for a thousand trials), and every reader's Hyperparameters tab asks
+# again: answers are kept per (experiment, metric, evaluator, the exact points), so only new reports
+# cost a new fit.
+_CACHED = 64
+_cache: OrderedDict[tuple[int, str, str, str], list[tuple[str, float]]] = OrderedDict()
+_cache_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -170,5 +182,18 @@ def experiment_importance(
     if len({value for _, value in points}) == 1:
         note = f"{metric!r} is the same in every trial: no hyperparameter explains a difference"
         return Importance(metric, evaluator, len(points), [], constants, note)
-    found = evaluate(searched, points, evaluator=evaluator)
-    return Importance(metric, evaluator, len(points), found, constants)
+    digest = hashlib.sha256(
+        json.dumps([[{k: h[k] for k in sorted(searched)}, v] for h, v in points], default=repr).encode()
+    ).hexdigest()
+    key = (int(experiment.id), metric, evaluator, digest)
+    with _cache_lock:
+        found = _cache.get(key)
+        if found is not None:
+            _cache.move_to_end(key)
+    if found is None:
+        found = evaluate(searched, points, evaluator=evaluator)
+        with _cache_lock:
+            _cache[key] = found
+            while len(_cache) > _CACHED:
+                _cache.popitem(last=False)
+    return Importance(metric, evaluator, len(points), list(found), constants)

@@ -16,6 +16,7 @@ from det_airflow.cluster_info import ClusterInfo, get_cluster_info
 from det_airflow.core import DistributedContext
 from det_airflow.errors import DetError
 from det_airflow.launchers.torch_distributed import USE_TORCH_DISTRIBUTED
+from det_airflow.legacy_trial import hparams_and_seed
 from det_airflow.pytorch._context import PyTorchTrialContext
 
 logger = logging.getLogger("det_airflow.pytorch")
@@ -114,31 +115,9 @@ def _init_nccl() -> bool:
 def _hparams_and_seed(
     info: ClusterInfo | None, hparams: Mapping[str, Any] | None, config: Mapping[str, Any]
 ) -> tuple[dict[str, Any], int]:
-    if info is not None and info.trial.hparams:
-        if hparams is not None:
-            logger.warning("det.pytorch.init(hparams=...) is ignored on a trial; the trial's are used")
-        return dict(info.trial.hparams), info.trial.trial_seed
-    chosen = dict(hparams) if hparams is not None else _constant_hparams(config.get("hyperparameters"))
-    if info is not None:
-        return chosen, info.trial.trial_seed
-    reproducibility = config.get("reproducibility")
-    seed = reproducibility.get("experiment_seed") if isinstance(reproducibility, Mapping) else None
-    return chosen, int(seed) if isinstance(seed, int) and not isinstance(seed, bool) else 0
-
-
-def _constant_hparams(section: Any) -> dict[str, Any]:
-    """The hyperparameters of a config section that have one value (searched ones are left out)."""
-    if not isinstance(section, Mapping):
-        return {}
-    out: dict[str, Any] = {}
-    for name, spec in section.items():
-        if not isinstance(spec, Mapping):
-            out[name] = spec
-        elif spec.get("type") == "const":
-            out[name] = spec.get("val")
-        elif "type" not in spec:
-            out[name] = _constant_hparams(spec)
-    return out
+    if info is not None and info.trial.hparams and hparams is not None:
+        logger.warning("det.pytorch.init(hparams=...) is ignored on a trial; the trial's are used")
+    return hparams_and_seed(info, hparams, config)
 
 
 def _device(dist: DistributedContext) -> torch.device:

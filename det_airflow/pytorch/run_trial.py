@@ -9,16 +9,17 @@ config's defaults, the DeepSpeed Trainer for a DeepSpeedTrial, Keras's ``fit`` f
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import os
 import sys
 
 from det_airflow.errors import DetError
+from det_airflow.legacy_trial import import_trial_class
 
 # The trial classes a legacy entrypoint may name: where each is defined, and its name. A trial class
-# subclasses one, so its module is loaded once the trial's module is; none of the frameworks is
-# imported here before then (a Keras trial never imports torch).
+# subclasses one, so its module is loaded once the trial's module is: the check imports none of the
+# frameworks itself. (This runner lives in det_airflow.pytorch, whose package imports torch: a Keras
+# trial started through it needs torch installed; `det_airflow.keras.run_trial` does not.)
 TRIAL_BASES = (
     ("det_airflow.pytorch.deepspeed._trial", "DeepSpeedTrial"),
     ("det_airflow.pytorch._trial", "PyTorchTrial"),
@@ -40,20 +41,7 @@ def trial_kind(trial_class: object) -> str | None:
 
 def load_trial_class(spec: str) -> type:
     """The trial class named by ``module:Class``, imported from the working folder."""
-    module_name, sep, class_name = spec.partition(":")
-    if not sep or not module_name or not class_name:
-        raise DetError(f"expected a trial as module:Class (e.g. model_def:MyTrial), got {spec!r}")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name != module_name:
-            raise  # the trial's module exists but imports something missing: show the real error
-        raise DetError(f"trial module {module_name!r} not found in {os.getcwd()}") from None
-    trial_class = getattr(module, class_name, None)
-    if trial_class is None:
-        raise DetError(f"module {module_name!r} has no class {class_name!r}")
+    trial_class = import_trial_class(spec)
     if trial_kind(trial_class) is None:
         raise DetError(f"{spec} is not a {_NAMES} subclass")
     assert isinstance(trial_class, type)
