@@ -78,7 +78,9 @@ def init(
                 core_context, hparams=trial_hparams, exp_conf=config, trial_seed=seed, device=device
             )
     finally:
-        if own_group and torch.distributed.is_initialized():
+        # Only after every worker met at the core context's final barrier (DistributedContext.close):
+        # a worker ending on an error leaves the group alone, as det.pytorch.init() does.
+        if own_group and distributed.ended_cleanly and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
 
 
