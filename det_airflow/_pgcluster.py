@@ -23,6 +23,8 @@ from det_airflow.errors import DetError
 #: The database created for Airflow in every cluster.
 DATABASE = "airflow"
 #: A throwaway cluster trades durability for speed: its data is gone after the run anyway.
+#: The server's ``max_connections``: room for each component's pool at its fullest.
+MAX_CONNECTIONS = 300
 _NOT_DURABLE = "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
 
 
@@ -153,7 +155,9 @@ class PgCluster:
 
     def start(self) -> None:
         """Start the server (sockets in ``base``, TCP on loopback) and wait until it accepts connections."""
-        options = f"-p {self.port} -k {self.base} -c listen_addresses=127.0.0.1"
+        # Every Airflow component keeps a connection pool, and the API server's grows with the tasks
+        # starting at once (see localairflow.write_config): more than the default 100 connections.
+        options = f"-p {self.port} -k {self.base} -c listen_addresses=127.0.0.1 -c max_connections={MAX_CONNECTIONS}"
         if self.throwaway:
             options = f"{options} {_NOT_DURABLE}"
         self.run(

@@ -171,6 +171,18 @@ class CeleryLayout:
     def broker_url(self) -> str:
         return f"redis://127.0.0.1:{self.redis_port}/0"
 
+    def worker_concurrency(self, parallelism: int) -> int:
+        """Task processes per worker: ``parallelism``, and at least twice the host's slots. Besides
+        the tasks running its trials, a worker runs the trial slots that only start to defer
+        (waiting for the job queue) or to move to their trial's host."""
+        return max(parallelism, 2 * max(w.host_slots for w in self.workers))
+
+    def parallelism(self, parallelism: int) -> int:
+        """``[core] parallelism`` of the Celery mode: every worker's task processes. The executor
+        counts a task until its worker reports the end, so a lower figure keeps a slot of one
+        host waiting while another host's tasks end."""
+        return self.worker_concurrency(parallelism) * len(self.workers)
+
     def sections(self, sql_alchemy_conn: str, parallelism: int) -> dict[str, dict[str, str]]:
         """The airflow.cfg sections of the Celery mode, the layout's own record included."""
         layout = {
@@ -186,7 +198,7 @@ class CeleryLayout:
                 "broker_url": self.broker_url,
                 "result_backend": f"db+{sql_alchemy_conn}",
                 "celery_config_options": "det_airflow.celery_config.DET_CELERY_CONFIG",
-                "worker_concurrency": str(parallelism),
+                "worker_concurrency": str(self.worker_concurrency(parallelism)),
             },
             "celery_broker_transport_options": {"visibility_timeout": str(VISIBILITY_TIMEOUT_S)},
             LAYOUT_SECTION: layout,
@@ -405,7 +417,8 @@ def write_config(
         return old.get(section, key, fallback=None) or new
 
     password = _write_password(home / PASSWORDS_FILE, admin_password)
-    parallelism = parallelism or default_parallelism()
+    per_worker = parallelism or default_parallelism()
+    parallelism = celery.parallelism(per_worker) if celery else per_worker
     url = f"http://127.0.0.1:{port}"
     sections: dict[str, dict[str, str]] = {
         "core": {
@@ -425,7 +438,13 @@ def write_config(
             # An edited DAG file shows up within seconds instead of 30 s.
             "min_serialized_dag_update_interval": "5",
         },
-        "database": {"sql_alchemy_conn": sql_alchemy_conn},
+        "database": {
+            "sql_alchemy_conn": sql_alchemy_conn,
+            # Each task starting at once holds connections of the API server's pool (the task
+            # execution API): a burst of them beyond its default 15 waited 30 s and failed every
+            # request meanwhile. Room for two per task slot (PostgreSQL; SQLite has no pool).
+            "sql_alchemy_max_overflow": str(max(10, 2 * parallelism)),
+        },
         "api": {
             "host": "127.0.0.1",
             "port": str(port),
@@ -434,16 +453,23 @@ def write_config(
             "secret_key": keep("api", "secret_key", secrets.token_urlsafe(32)),
         },
         "api_auth": {"jwt_secret": keep("api_auth", "jwt_secret", secrets.token_urlsafe(32))},
-        # A task's supervisor heartbeats to the API server every 5 s and by default kills the task
-        # after 3 failures (about 40 s): an API server away for a minute would kill every running
-        # trial. 24 rides out about 5 minutes; the trials themselves retry the master for 3.
-        "workers": {"max_failed_heartbeats": "24"},
+        "workers": {
+            # A task's supervisor waits for its task process's events at most this long, and can
+            # miss the exit of a process that closed its pipes just before: it then notices the end
+            # only after this wait, holding the executor's slot meanwhile (default 5 s per task end).
+            # So it also heartbeats to the API server every second rather than every 5 s.
+            "min_heartbeat_interval": "1",
+            # By default it kills the task after 3 failed heartbeats: an API server away for a
+            # minute would kill every running trial. 36 (each failure is retried for about 7 s)
+            # rides out about 5 minutes; the trials themselves retry the master for 3.
+            "max_failed_heartbeats": "36",
+        },
         "dag_processor": {
             # New .py files are found within 5 s (default 300), edited ones re-parsed every 2 s.
             "refresh_interval": "5",
             "min_file_process_interval": "2",
             "stale_dag_threshold": "30",
-            "parsing_processes": str(min(2, parallelism)),
+            "parsing_processes": str(min(2, per_worker)),
         },
         "scheduler": {
             "scheduler_heartbeat_sec": "2",
@@ -457,7 +483,7 @@ def write_config(
         },
     }
     if celery is not None:
-        sections.update(celery.sections(sql_alchemy_conn, parallelism))
+        sections.update(celery.sections(sql_alchemy_conn, per_worker))
     for section, values in (extra or {}).items():
         sections.setdefault(section, {}).update(values)
 

@@ -7,6 +7,7 @@ The non-public Airflow names used here come from `det_airflow.airflow_compat`, w
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -260,6 +261,20 @@ def existing_dag_runs(runs: list[tuple[str, str]]) -> set[tuple[str, str]]:
 #: The task ids of an experiment DAG's trial slots and of their multi-node runs' other nodes.
 TRIAL_TASK, NODE_TASK = "trial", "trial_node"
 
+#: Added to the ``priority_weight`` (at most 99 from a priority) of a trial slot the master starts
+#: for a trial the job queue has admitted: Airflow's pool then gives the slots it frees to that task
+#: before the slots of other experiments that would start only to defer again.
+ADMITTED_WEIGHT = 1000
+
+
+def _admitted(weight: Any) -> Any:
+    """The ``priority_weight`` of an admitted trial's slot, from its own (a column or a number)."""
+    from sqlalchemy import case
+
+    if isinstance(weight, int):
+        return weight if weight >= ADMITTED_WEIGHT else weight + ADMITTED_WEIGHT
+    return case((weight >= ADMITTED_WEIGHT, weight), else_=weight + ADMITTED_WEIGHT)
+
 
 def _update_trial_task_instances(
     where: list[Any], values: dict[str, object], what: str, task_ids: tuple[str, ...] = (TRIAL_TASK,)
@@ -299,12 +314,17 @@ def update_waiting_trials(
     """Rewrite Airflow's view of an experiment's trial task instances that have not started:
     ``priority_weight = 100 - priority`` and the pool; returns how many were changed."""
     from airflow.utils.state import TaskInstanceState
+    from sqlalchemy import case
 
     from det_airflow.airflow_compat import TaskInstance
 
     values: dict[str, object] = {}
     if priority is not None:
-        values["priority_weight"] = priority_weight(priority)
+        weight = priority_weight(priority)
+        # A slot started for an admitted trial keeps going first (ADMITTED_WEIGHT).
+        values["priority_weight"] = case(
+            (TaskInstance.priority_weight >= ADMITTED_WEIGHT, weight + ADMITTED_WEIGHT), else_=weight
+        )
     if pool is not None:
         values["pool"] = pool
     if not values:
@@ -339,31 +359,103 @@ def route_slot(dag_id: str, run_id: str, map_index: int, queue: str, task_id: st
     return bool(_update_trial_task_instances(where, {"queue": queue}, what, (task_id,)))
 
 
-def slots_waiting_for_a_trial(dag_id: str, run_id: str) -> list[int]:
-    """The map indexes of a DAG run's trial slots whose task is deferred waiting for a trial (not
-    watching a trial's pods)."""
+@dataclass(frozen=True)
+class WaitingSlots:
+    """A DAG run's trial slots that may be given a trial: ``deferred``, waiting for one (not
+    watching a trial's pods), and ``unstarted``, whose task has not started yet (most often
+    waiting for a slot of its Airflow pool). Map indexes, ascending."""
+
+    deferred: list[int] = field(default_factory=list)
+    unstarted: list[int] = field(default_factory=list)
+
+
+def slots_waiting_for_a_trial(dag_id: str, run_id: str) -> WaitingSlots:
+    """The trial slots of a DAG run that wait for a trial (see :class:`WaitingSlots`)."""
     from airflow.utils.state import TaskInstanceState
-    from sqlalchemy import select
+    from sqlalchemy import and_, or_, select
     from sqlalchemy.exc import SQLAlchemyError
 
     from det_airflow.airflow_compat import TaskInstance, create_session
 
+    deferred = and_(TaskInstance.state == TaskInstanceState.DEFERRED, TaskInstance.next_method == "resume")
     try:
         with create_session() as session:
-            found = session.scalars(
-                select(TaskInstance.map_index).where(
+            found = session.execute(
+                select(TaskInstance.map_index, TaskInstance.state).where(
                     TaskInstance.dag_id == dag_id,
                     TaskInstance.run_id == run_id,
-                    TaskInstance.task_id == "trial",
-                    TaskInstance.state == TaskInstanceState.DEFERRED,
-                    TaskInstance.next_method == "resume",
+                    TaskInstance.task_id == TRIAL_TASK,
+                    or_(deferred, _not_started(TaskInstanceState.SCHEDULED)),
                 )
-            )
-            return sorted(int(index) for index in found)
+            ).all()
     except SQLAlchemyError as exc:
         raise AirflowRecordError(
             f"Airflow task instances of DAG run '{run_id}' of DAG '{dag_id}': {exc}"
         ) from None
+    return WaitingSlots(
+        deferred=sorted(int(index) for index, state in found if state == TaskInstanceState.DEFERRED),
+        unstarted=sorted(int(index) for index, state in found if state != TaskInstanceState.DEFERRED),
+    )
+
+
+def sole_dag_run(dag_id: str) -> str | None:
+    """The run id of a DAG's one unfinished run (a `det experiment create` DAG runs once); None
+    when it has none yet, or several."""
+    from airflow.utils.state import DagRunState
+    from sqlalchemy import select
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from det_airflow.airflow_compat import DagRun, create_session
+
+    query = (
+        select(DagRun.run_id)
+        .where(DagRun.dag_id == dag_id, DagRun.state.in_([DagRunState.QUEUED, DagRunState.RUNNING]))
+        .limit(2)
+    )
+    try:
+        with create_session() as session:
+            runs = list(session.scalars(query))
+    except SQLAlchemyError as exc:
+        raise AirflowRecordError(f"Airflow's DAG runs of DAG '{dag_id}': {exc}") from None
+    return runs[0] if len(runs) == 1 else None
+
+
+def route_unstarted_slots(dag_id: str, run_id: str, queues: dict[int, str]) -> list[int]:
+    """Send trial slots whose task has not started yet to the queue of the host their trial is
+    placed on (map index -> queue), going first in their Airflow pool (:data:`ADMITTED_WEIGHT`);
+    answers the map indexes sent (not those the scheduler queued meanwhile: they move when they
+    ask for their trial)."""
+    if not queues:
+        return []
+    from airflow.utils.state import TaskInstanceState
+    from sqlalchemy import update
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from det_airflow.airflow_compat import TaskInstance, create_session
+
+    routed = []
+    try:
+        with create_session() as session:
+            for map_index, queue in sorted(queues.items()):
+                result = session.execute(
+                    update(TaskInstance)
+                    .where(
+                        TaskInstance.dag_id == dag_id,
+                        TaskInstance.run_id == run_id,
+                        TaskInstance.task_id == TRIAL_TASK,
+                        TaskInstance.map_index == map_index,
+                        _not_started(TaskInstanceState.SCHEDULED),
+                    )
+                    .values(queue=queue, priority_weight=_admitted(TaskInstance.priority_weight))
+                    .execution_options(synchronize_session=False)
+                )
+                if result.rowcount:  # type: ignore[attr-defined]
+                    routed.append(map_index)
+    except SQLAlchemyError as exc:
+        raise AirflowRecordError(
+            f"Airflow task instances of DAG run '{run_id}' of DAG '{dag_id}': {exc}"
+        ) from None
+    return routed
 
 
 def requeue_trial_tasks(live_queues: set[str], prefix: str) -> int:
@@ -484,6 +576,7 @@ def _start_anew(
             for ti in tis:
                 if ti.map_index in queues:
                     ti.queue = queues[ti.map_index]
+                ti.priority_weight = _admitted(int(ti.priority_weight or 0))
             return sorted(int(ti.map_index) for ti in tis)
     except SQLAlchemyError as exc:
         raise AirflowRecordError(f"Airflow {what} of DAG run '{run_id}' of DAG '{dag_id}': {exc}") from None

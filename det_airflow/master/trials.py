@@ -331,11 +331,18 @@ def start_placed_slots(db: Database) -> list[int]:
 
 def start_waiting_slots(db: Database) -> list[int]:
     """While worker hosts report: admit the waiting trials the job queue and the hosts have room
-    for, each into a slot whose task is deferred waiting for a trial, and start that slot at once on
-    the host the trial is placed on (a new try of its task, as an activation does), rather than
-    when its trigger next looks and wherever Celery sends it. Slots that a trial's end frees are
-    taken again within moments, and the trial starts where it was placed, without a move.
-    Answers the trials started this way."""
+    for, each into a slot of its experiment that waits for a trial, and send that slot at once to
+    the host the trial is placed on, rather than when its trigger next looks and wherever Celery
+    sends it:
+
+    - a slot whose task has not started yet (most often waiting for its Airflow pool behind the
+      tasks of trials ending) is sent to the host's queue; it starts there and runs the trial,
+      instead of starting only to defer;
+    - a slot whose task is deferred is started in a new try on the host's queue, as an activation
+      does.
+
+    Slots that a trial's end frees are taken again within moments, and the trial starts where it
+    was placed, without a move. Answers the trials sent this way."""
     from det_airflow.master import airflow_bridge
 
     trials, exps = schema.trials, schema.experiments
@@ -350,35 +357,36 @@ def start_waiting_slots(db: Database) -> list[int]:
             return []
         waiting = conn.execute(
             select(exps.c.id, exps.c.dag_id, exps.c.dag_run_id)
-            .where(
-                exps.c.state == ExperimentState.ACTIVE,
-                exps.c.dag_run_id.is_not(None),
-                exists().where(unheld),
-            )
+            .where(exps.c.state == ExperimentState.ACTIVE, exps.c.dag_id.is_not(None), exists().where(unheld))
             .order_by(exps.c.id)
         ).all()
     started: list[int] = []
     for experiment_id, dag_id, run_id in waiting:
         try:
-            deferred = airflow_bridge.slots_waiting_for_a_trial(dag_id, run_id)
-            if not deferred:
+            # Before any of its slots asked, a `det experiment create` run is its DAG's only one.
+            run_id = run_id or airflow_bridge.sole_dag_run(dag_id)
+            if run_id is None:
                 continue
+            slots = airflow_bridge.slots_waiting_for_a_trial(dag_id, run_id)
+            # Slots that will start anyway go first: a deferred one needs a new try.
             with db.begin() as conn:
-                placed = _place_in_deferred_slots(conn, experiment_id, deferred)
+                placed = _place_in_slots(conn, experiment_id, [*slots.unstarted, *slots.deferred])
             if placed:
                 queues = {slot: queue_name for slot, (_, queue_name) in placed.items()}
-                done = airflow_bridge.start_deferred_slots_anew(dag_id, run_id, sorted(placed), queues)
+                done = airflow_bridge.route_unstarted_slots(
+                    dag_id, run_id, {slot: queues[slot] for slot in slots.unstarted if slot in queues}
+                )
+                deferred = sorted(slot for slot in placed if slot in slots.deferred)
+                done += airflow_bridge.start_deferred_slots_anew(dag_id, run_id, deferred, queues)
                 started += [placed[slot][0] for slot in done]
         except airflow_bridge.AirflowRecordError as exc:
-            # A slot given its trial but not started asks for it when its trigger fires.
+            # A slot given its trial but not sent asks for it when it starts or its trigger fires.
             logging.getLogger(__name__).warning("%s; waiting slots start when their triggers look", exc)
     return started
 
 
-def _place_in_deferred_slots(
-    conn: Connection, experiment_id: int, deferred: list[int]
-) -> dict[int, tuple[int, str]]:
-    """Give each deferred slot holding no trial the experiment's next waiting trial, while the job
+def _place_in_slots(conn: Connection, experiment_id: int, slots: list[int]) -> dict[int, tuple[int, str]]:
+    """Give each of ``slots`` holding no trial the experiment's next waiting trial, while the job
     queue admits it onto a host: slot -> (trial id, the queue of its host)."""
     trials = schema.trials
     exp = experiments.get_experiment(conn, experiment_id, lock=True)
@@ -392,7 +400,7 @@ def _place_in_deferred_slots(
         ).scalars()
     )
     placed: dict[int, tuple[int, str]] = {}
-    for slot in (s for s in deferred if s not in held):
+    for slot in (s for s in slots if s not in held):
         trial = conn.execute(
             select(trials)
             .where(

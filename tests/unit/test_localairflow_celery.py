@@ -69,8 +69,14 @@ def test_the_celery_config_names_executor_broker_result_backend_and_det_options(
         "broker_url": "redis://127.0.0.1:6390/0",
         "result_backend": f"db+{PG_URL}",
         "celery_config_options": "det_airflow.celery_config.DET_CELERY_CONFIG",
-        "worker_concurrency": "4",
+        # Twice the host's 3 slots, above the given 4: slots that start only to defer need room.
+        "worker_concurrency": "6",
     }
+    # The executor's limit is every worker's processes, and a task's end is noticed within 1 s.
+    assert cfg.get("core", "parallelism") == "12"
+    assert cfg.get("workers", "min_heartbeat_interval") == "1"
+    # The API server's pool has room for the tasks of every slot starting at once.
+    assert cfg.get("database", "sql_alchemy_max_overflow") == "24"
     assert cfg.get("database", "sql_alchemy_conn") == PG_URL
     # the host settings go to each worker alone, never into the file every component reads
     assert not cfg.has_option("det", "host_id")

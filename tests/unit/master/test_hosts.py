@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
-from det_airflow.master import hosts, schema, trials
+from det_airflow.master import airflow_bridge, hosts, schema, trials
 from det_airflow.master.lifecycle import now
 from tests.unit.master.creating import Creator
 from tests.unit.master.people_app import People
@@ -204,3 +204,85 @@ def test_a_trial_placed_on_a_host_that_went_away_is_placed_again(people: People,
     # The task, sent back to the default queue, lands on b: the trial is placed there and runs.
     assert ask(people, e, 0, "b")["status"] == "run"
     assert trial_of(people, e).hosts == ["b"]
+
+
+# --- slots sent to their trial's host before their task starts (housekeeping `start waiting slots`) ---
+
+
+class Bridge:
+    """What `start waiting slots` tells Airflow, with the slots Airflow has: a run whose slots 0 and
+    2 have not started (waiting for their pool) and whose slot 1 is deferred."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, *, routable: tuple[int, ...] = (0, 2)) -> None:
+        self.routed: dict[int, str] = {}
+        self.started: dict[int, str] = {}
+        monkeypatch.setattr(airflow_bridge, "sole_dag_run", lambda dag_id: "the-run")
+        monkeypatch.setattr(
+            airflow_bridge,
+            "slots_waiting_for_a_trial",
+            lambda dag_id, run_id: airflow_bridge.WaitingSlots(deferred=[1], unstarted=[0, 2]),
+        )
+
+        def route(dag_id: str, run_id: str, queues: dict[int, str]) -> list[int]:
+            assert run_id == "the-run"
+            sent = {slot: queue for slot, queue in queues.items() if slot in routable}
+            self.routed.update(sent)
+            return sorted(sent)
+
+        def start(dag_id: str, run_id: str, slots: list[int], queues: dict[int, str]) -> list[int]:
+            self.started.update({slot: queues[slot] for slot in slots})
+            return slots
+
+        monkeypatch.setattr(airflow_bridge, "route_unstarted_slots", route)
+        monkeypatch.setattr(airflow_bridge, "start_deferred_slots_anew", start)
+
+
+def slot_trials(people: People, e: int) -> dict[int, tuple[int, str | None]]:
+    with people.db.read() as conn:
+        rows = conn.execute(schema.trials.select().where(schema.trials.c.experiment_id == e)).all()
+    return {row.slot: (row.id, row.host) for row in rows if row.slot is not None}
+
+
+def with_dag(people: People, e: int) -> None:
+    with people.db.begin() as conn:
+        conn.execute(update(schema.experiments).where(schema.experiments.c.id == e).values(dag_id=f"det_{e}"))
+
+
+def test_unstarted_slots_are_given_trials_first_and_sent_to_their_hosts(
+    people: People, creator: Creator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    set_pool_slots(64)
+    report(people, "a", 2)
+    report(people, "b", 1)
+    e = experiment(people, trials_=3)
+    with_dag(people, e)  # its run not linked yet: no slot has asked
+    bridge = Bridge(monkeypatch)
+
+    started = trials.start_waiting_slots(people.db)
+
+    held = slot_trials(people, e)
+    # Best fit: the 1-slot host first, then the other; the deferred slot only once the unstarted
+    # ones hold trials (it needs a new try of its task, they start anyway).
+    assert [held[slot][1] for slot in (0, 2, 1)] == ["b", "a", "a"]
+    assert bridge.routed == {0: "det-host-b", 2: "det-host-a"}
+    assert bridge.started == {1: "det-host-a"}
+    assert sorted(started) == sorted(trial for trial, _ in held.values())
+
+
+def test_a_slot_the_scheduler_sent_meanwhile_keeps_its_trial_and_moves_when_it_asks(
+    people: People, creator: Creator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    set_pool_slots(64)
+    report(people, "a", 2)
+    report(people, "b", 1)
+    e = experiment(people, trials_=1)
+    with_dag(people, e)
+    bridge = Bridge(monkeypatch, routable=())  # slot 0 was queued on Airflow's default queue
+
+    assert trials.start_waiting_slots(people.db) == []
+
+    assert bridge.routed == {} and bridge.started == {}
+    assert slot_trials(people, e)[0][1] == "b"
+    # Its task lands on host a: it is told to move to b, where its trial is placed.
+    assert ask(people, e, 0, "a") == {"status": "wait", "host": "b", "queue": "det-host-b"}
+    assert ask(people, e, 0, "b")["status"] == "run"

@@ -1,0 +1,162 @@
+"""What the master reads and writes of Airflow's task instances when it sends trial slots to the
+hosts their trials are placed on: on Airflow's own tables (SQLite), with a real run of a published
+experiment DAG."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from airflow import settings
+from airflow.models.dagrun import DagRun
+from airflow.models.serialized_dag import SerializedDagModel
+from airflow.models.taskinstance import TaskInstance
+from airflow.models.tasklog import LogTemplate
+from airflow.utils.state import DagRunState, TaskInstanceState
+from airflow.utils.types import DagRunTriggeredByType, DagRunType
+from sqlalchemy import select, update
+
+from det_airflow.dagfactory import experiment_dag_id
+from det_airflow.master import airflow_bridge
+from tests.unit.master.creating import CONFIG, Creator
+from tests.unit.master.test_publish_dag import airflow_db  # noqa: F401  (fixture)
+
+RUN = "scheduled__2026-11-27T00:00:00+00:00"
+
+
+def start_run(creator: Creator) -> str:
+    """Submit an experiment (3 trial slots: its max_concurrent_trials) and start its DAG's run as
+    the scheduler would; answers the DAG id."""
+    config = CONFIG.replace("name: single", "name: random\n  max_trials: 3\n  max_concurrent_trials: 3")
+    answer = creator.create(config=config)
+    assert answer.status_code == 200, answer.text
+    dag_id = experiment_dag_id(answer.json()["experiment"]["id"])
+    with settings.Session() as session:  # type: ignore[misc]
+        if session.scalar(select(LogTemplate.id)) is None:  # `airflow db migrate` writes one
+            session.add(LogTemplate(filename="{{ ti.task_id }}.log", elasticsearch_id="{{ ti.task_id }}"))
+            session.commit()
+        dag = SerializedDagModel.get_dag(dag_id, session=session)
+        assert dag is not None
+        now = datetime.now(UTC)
+        dag.create_dagrun(
+            run_id=RUN,
+            logical_date=now,
+            data_interval=(now, now),
+            run_after=now,
+            run_type=DagRunType.SCHEDULED,
+            triggered_by=DagRunTriggeredByType.TIMETABLE,
+            state=DagRunState.RUNNING,
+            session=session,
+        )
+        session.commit()
+    return dag_id
+
+
+def slots(dag_id: str) -> dict[int, tuple[str | None, str, int]]:
+    """map index -> (state, queue, priority_weight) of the run's trial slots."""
+    with settings.Session() as session:  # type: ignore[misc]
+        rows = session.execute(
+            select(
+                TaskInstance.map_index, TaskInstance.state, TaskInstance.queue, TaskInstance.priority_weight
+            )
+            .where(TaskInstance.dag_id == dag_id, TaskInstance.task_id == "trial")
+            .order_by(TaskInstance.map_index)
+        ).all()
+    return {index: (state, queue, weight) for index, state, queue, weight in rows}
+
+
+def set_slot(dag_id: str, map_index: int, **values: object) -> None:
+    with settings.Session() as session:  # type: ignore[misc]
+        session.execute(
+            update(TaskInstance)
+            .where(
+                TaskInstance.dag_id == dag_id,
+                TaskInstance.task_id == "trial",
+                TaskInstance.map_index == map_index,
+            )
+            .values(**values)
+        )
+        session.commit()
+
+
+@pytest.fixture
+def run(airflow_db: Creator) -> str:  # noqa: F811
+    return start_run(airflow_db)
+
+
+def test_a_new_run_is_its_dags_only_one_and_its_slots_are_unstarted(run: str) -> None:
+    assert airflow_bridge.sole_dag_run(run) == RUN
+    assert airflow_bridge.sole_dag_run("det_no_such_dag") is None
+    waiting = airflow_bridge.slots_waiting_for_a_trial(run, RUN)
+    assert waiting == airflow_bridge.WaitingSlots(deferred=[], unstarted=[0, 1, 2])
+
+
+def test_a_dag_with_two_runs_going_has_no_sole_run(run: str) -> None:
+    with settings.Session() as session:  # type: ignore[misc]
+        first = session.scalar(select(DagRun).where(DagRun.dag_id == run))
+        assert first is not None
+        session.add(
+            DagRun(
+                dag_id=run,
+                run_id="manual__again",
+                run_type=DagRunType.MANUAL,
+                state=DagRunState.RUNNING,
+                run_after=datetime.now(UTC),
+                logical_date=None,
+            )
+        )
+        session.commit()
+    assert airflow_bridge.sole_dag_run(run) is None
+
+
+def test_slots_deferred_waiting_for_a_trial_are_told_from_unstarted_and_running_ones(run: str) -> None:
+    set_slot(run, 0, state=TaskInstanceState.DEFERRED, next_method="resume")
+    set_slot(run, 1, state=TaskInstanceState.RUNNING)
+    set_slot(run, 2, state=TaskInstanceState.SCHEDULED)
+
+    assert airflow_bridge.slots_waiting_for_a_trial(run, RUN) == airflow_bridge.WaitingSlots(
+        deferred=[0], unstarted=[2]
+    )
+    # A slot watching a trial's pods waits for them, not for a trial.
+    set_slot(run, 0, next_method="resume_kubernetes")
+    assert airflow_bridge.slots_waiting_for_a_trial(run, RUN).deferred == []
+
+
+def test_unstarted_slots_go_to_their_hosts_queue_and_first_in_their_pool(run: str) -> None:
+    weight = slots(run)[0][2]
+    assert weight < airflow_bridge.ADMITTED_WEIGHT
+    set_slot(run, 1, state=TaskInstanceState.SCHEDULED)
+    set_slot(run, 2, state=TaskInstanceState.QUEUED)  # the scheduler sent it meanwhile
+
+    routed = airflow_bridge.route_unstarted_slots(
+        run, RUN, {0: "det-host-a", 1: "det-host-b", 2: "det-host-a"}
+    )
+
+    assert routed == [0, 1]
+    after = slots(run)
+    assert after[0][1:] == ("det-host-a", weight + airflow_bridge.ADMITTED_WEIGHT)
+    assert after[1][1:] == ("det-host-b", weight + airflow_bridge.ADMITTED_WEIGHT)
+    assert after[2][1:] == ("default", weight)  # it moves once it asks for its trial
+    # Sent again (a later pass): the weight is not raised twice.
+    assert airflow_bridge.route_unstarted_slots(run, RUN, {0: "det-host-a"}) == [0]
+    assert slots(run)[0][2] == weight + airflow_bridge.ADMITTED_WEIGHT
+
+
+def test_a_deferred_slot_started_anew_goes_first_in_its_pool(run: str) -> None:
+    weight = slots(run)[1][2]
+    set_slot(run, 1, state=TaskInstanceState.DEFERRED, next_method="resume", try_number=1)
+
+    assert airflow_bridge.start_deferred_slots_anew(run, RUN, [1], {1: "det-host-b"}) == [1]
+
+    state, queue, new_weight = slots(run)[1]
+    assert state is None  # cleared: the scheduler starts its next try
+    assert (queue, new_weight) == ("det-host-b", weight + airflow_bridge.ADMITTED_WEIGHT)
+
+
+def test_a_new_priority_keeps_admitted_slots_first(run: str) -> None:
+    airflow_bridge.route_unstarted_slots(run, RUN, {0: "det-host-a"})
+
+    airflow_bridge.update_waiting_trials(run, RUN, priority=10)
+
+    weights = {index: weight for index, (_, _, weight) in slots(run).items()}
+    assert weights == {0: 90 + airflow_bridge.ADMITTED_WEIGHT, 1: 90, 2: 90}
