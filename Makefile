@@ -30,7 +30,7 @@ venv: $(VENV)/.installed ui test-servers
 # Re-installs when pyproject.toml changes; `pip install torch==2.13.0` takes the CPU wheel on disk.
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -e '.[airflow,torch,dev,s3,gcs,azure,stores,celery,tasks,transformers,deepspeed,keras,openlineage]'
+	$(PY) -m pip install -e '.[airflow,torch,dev,s3,azure,stores,celery,tasks,transformers,deepspeed,keras,openlineage]'
 	touch $@
 
 # Servers the tests start that come from npm: Azurite, the Azure Blob Storage emulator.
