@@ -37,6 +37,12 @@ NON_PUBLIC: dict[str, tuple[str, str]] = {
     "DagModel": ("airflow.models.dag", "DagModel"),
     "DagRun": ("airflow.models.dagrun", "DagRun"),
     "TaskInstance": ("airflow.models.taskinstance", "TaskInstance"),
+    # Start a `det experiment create` DAG's one (`@once`) run as the scheduler would, in the
+    # transaction that writes the DAG: REST `POST /api/v2/dags/{dag_id}/dagRuns` makes manual runs
+    # only (the scheduler would then make the `@once` run too), and the self-credential again.
+    "SerializedDagModel": ("airflow.models.serialized_dag", "SerializedDagModel"),
+    "DagRunType": ("airflow.utils.types", "DagRunType"),
+    "DagRunTriggeredByType": ("airflow.utils.types", "DagRunTriggeredByType"),
     "clear_task_instances": ("airflow.models.taskinstance", "clear_task_instances"),
     # Ask for a parse now: REST `PUT /api/v2/parseDagFile/{file_token}` does the same through HTTP.
     "DagPriorityParsingRequest": ("airflow.models.dagbag", "DagPriorityParsingRequest"),
@@ -78,6 +84,7 @@ if TYPE_CHECKING:  # the same names, for type checkers; kept equal to NON_PUBLIC
     from airflow.models.dagbag import DagPriorityParsingRequest as DagPriorityParsingRequest
     from airflow.models.dagrun import DagRun as DagRun
     from airflow.models.pool import Pool as Pool
+    from airflow.models.serialized_dag import SerializedDagModel as SerializedDagModel
     from airflow.models.taskinstance import TaskInstance as TaskInstance
     from airflow.models.taskinstance import clear_task_instances as clear_task_instances
     from airflow.providers.fab.auth_manager.fab_auth_manager import FabAuthManager as FabAuthManager
@@ -86,6 +93,8 @@ if TYPE_CHECKING:  # the same names, for type checkers; kept equal to NON_PUBLIC
     )
     from airflow.utils.session import create_session as create_session
     from airflow.utils.sqlalchemy import with_row_locks as with_row_locks
+    from airflow.utils.types import DagRunTriggeredByType as DagRunTriggeredByType
+    from airflow.utils.types import DagRunType as DagRunType
 
 
 def __getattr__(name: str) -> Any:

@@ -82,15 +82,19 @@ def request_reparse() -> None:
         )
 
 
-def publish_experiment_dag(experiment_id: int, source: Path | None = None) -> bool:
+def publish_experiment_dag(
+    experiment_id: int, source: Path | None = None, queues: dict[int, str] | None = None
+) -> bool:
     """Write a submitted experiment's DAG into Airflow's tables now, as the DAG processor writes it
-    when it next parses the factory, so the scheduler can start its run at its next loop.
+    when it next parses the factory, and start its one run, as the scheduler starts it at its next
+    loop (:func:`_start_once_run`).
 
     The DAG processor would find it within about two of its one-second loops, plus the parse; this
     takes a few hundredths of a second. Its later parse writes the same DAG, so no second DAG
     version is made. Best effort, after the experiment is committed: on any failure it logs why and
     answers False, and the caller asks for a parse (which reports a config it cannot build, as for
     every YAML). ``source``: the experiment's staged file, not yet where parses look.
+    ``queues``: see :func:`_start_once_run`.
     """
     import logging
 
@@ -115,6 +119,7 @@ def publish_experiment_dag(experiment_id: int, source: Path | None = None) -> bo
 
                 session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PUBLISH_LOCK_KEY})
             sync_bag_to_db(bag, DEFAULT_BUNDLE, None, session=session)
+            _start_once_run(session, dag.dag_id, queues or {})
         forget_cached_logins()  # under FAB the owner's role now edits the DAG: holds at once
     except Exception:  # noqa: BLE001 - the parse does the same work a moment later
         logging.getLogger(__name__).warning(
@@ -124,6 +129,58 @@ def publish_experiment_dag(experiment_id: int, source: Path | None = None) -> bo
         )
         return False
     return True
+
+
+def _start_once_run(session: Any, dag_id: str, queues: dict[int, str]) -> None:
+    """Start the one (``@once``) run of a just-written `det experiment create` DAG as Airflow's
+    scheduler would at its next loop, in the transaction that writes the DAG: the scheduler finds
+    the run made and the DAG's next run none (a later parse computes the same).
+
+    Before the scheduler can see the run, each trial slot that ``queues`` names (map index -> the
+    queue of the host its first trial is placed on) is sent to that queue: the first tries start
+    where their trials run instead of wherever Celery sends them, only to move.
+
+    Best effort, in a savepoint: on a failure the DAG is still written and the scheduler starts the
+    run (slots given trials then move to their hosts when they ask)."""
+    import logging
+
+    from airflow.utils.state import DagRunState
+
+    from det_airflow.airflow_compat import DagModel, DagRunTriggeredByType, DagRunType, SerializedDagModel
+
+    try:
+        with session.begin_nested():
+            dag = SerializedDagModel.get_dag(dag_id, session=session)
+            dag_model = session.get(DagModel, dag_id)
+            if dag is None or dag_model is None or dag_model.next_dagrun_create_after is None:
+                return
+            due = dag.timetable.next_run_info_from_dag_model(dag_model=dag_model)
+            if due is None:
+                return
+            run = dag.create_dagrun(
+                run_id=dag.timetable.generate_run_id(
+                    run_type=DagRunType.SCHEDULED,
+                    run_after=due.run_after,
+                    data_interval=due.data_interval,
+                    partition_key=due.partition_key,
+                ),
+                logical_date=due.logical_date,
+                data_interval=due.data_interval,
+                run_after=due.run_after,
+                run_type=DagRunType.SCHEDULED,
+                triggered_by=DagRunTriggeredByType.TIMETABLE,
+                state=DagRunState.QUEUED,
+                partition_key=due.partition_key,
+                partition_date=due.partition_date,
+                session=session,
+            )
+            dag_model.calculate_dagrun_date_fields(dag=dag, reference_run=run)
+            session.flush()
+            route_unstarted_slots(dag_id, run.run_id, queues, session=session)
+    except Exception:  # noqa: BLE001 - the scheduler starts the run at its next loop anyway
+        logging.getLogger(__name__).warning(
+            "could not start DAG %s's run now; Airflow's scheduler will", dag_id, exc_info=True
+        )
 
 
 class AirflowRecordError(DetError):
@@ -277,24 +334,31 @@ def _admitted(weight: Any) -> Any:
 
 
 def _update_trial_task_instances(
-    where: list[Any], values: dict[str, object], what: str, task_ids: tuple[str, ...] = (TRIAL_TASK,)
+    where: list[Any],
+    values: dict[str, object],
+    what: str,
+    task_ids: tuple[str, ...] = (TRIAL_TASK,),
+    session: Any = None,
 ) -> int:
     """Write ``values`` into the trial task instances (of ``task_ids``) ``where`` selects, in one
-    UPDATE; answers how many were changed. ``what`` names them in the error."""
+    UPDATE, in ``session``'s transaction or else in a transaction of its own; answers how many were
+    changed. ``what`` names them in the error."""
+    from contextlib import nullcontext
+
     from sqlalchemy import update
     from sqlalchemy.exc import SQLAlchemyError
 
     from det_airflow.airflow_compat import TaskInstance, create_session
 
     try:
-        with create_session() as session:
-            result = session.execute(
+        with nullcontext(session) if session is not None else create_session() as writing:
+            result = writing.execute(
                 update(TaskInstance)
                 .where(TaskInstance.task_id.in_(task_ids), *where)
                 .values(**values)
                 .execution_options(synchronize_session=False)
             )
-            return int(result.rowcount or 0)  # type: ignore[attr-defined]
+            return int(result.rowcount or 0)  # type: ignore[union-attr]
     except SQLAlchemyError as exc:
         raise AirflowRecordError(f"{what}: {exc}") from None
 
@@ -323,7 +387,7 @@ def update_waiting_trials(
         weight = priority_weight(priority)
         # A slot started for an admitted trial keeps going first (ADMITTED_WEIGHT).
         values["priority_weight"] = case(
-            (TaskInstance.priority_weight >= ADMITTED_WEIGHT, weight + ADMITTED_WEIGHT), else_=weight
+            (TaskInstance.priority_weight >= ADMITTED_WEIGHT, _admitted(weight)), else_=weight
         )
     if pool is not None:
         values["pool"] = pool
@@ -420,42 +484,27 @@ def sole_dag_run(dag_id: str) -> str | None:
     return runs[0] if len(runs) == 1 else None
 
 
-def route_unstarted_slots(dag_id: str, run_id: str, queues: dict[int, str]) -> list[int]:
+def route_unstarted_slots(dag_id: str, run_id: str, queues: dict[int, str], session: Any = None) -> list[int]:
     """Send trial slots whose task has not started yet to the queue of the host their trial is
     placed on (map index -> queue), going first in their Airflow pool (:data:`ADMITTED_WEIGHT`);
     answers the map indexes sent (not those the scheduler queued meanwhile: they move when they
-    ask for their trial)."""
-    if not queues:
-        return []
+    ask for their trial). In ``session``'s transaction when given."""
     from airflow.utils.state import TaskInstanceState
-    from sqlalchemy import update
-    from sqlalchemy.exc import SQLAlchemyError
 
-    from det_airflow.airflow_compat import TaskInstance, create_session
+    from det_airflow.airflow_compat import TaskInstance
 
-    routed = []
-    try:
-        with create_session() as session:
-            for map_index, queue in sorted(queues.items()):
-                result = session.execute(
-                    update(TaskInstance)
-                    .where(
-                        TaskInstance.dag_id == dag_id,
-                        TaskInstance.run_id == run_id,
-                        TaskInstance.task_id == TRIAL_TASK,
-                        TaskInstance.map_index == map_index,
-                        _not_started(TaskInstanceState.SCHEDULED),
-                    )
-                    .values(queue=queue, priority_weight=_admitted(TaskInstance.priority_weight))
-                    .execution_options(synchronize_session=False)
-                )
-                if result.rowcount:  # type: ignore[attr-defined]
-                    routed.append(map_index)
-    except SQLAlchemyError as exc:
-        raise AirflowRecordError(
-            f"Airflow task instances of DAG run '{run_id}' of DAG '{dag_id}': {exc}"
-        ) from None
-    return routed
+    def route(map_index: int, queue: str) -> bool:
+        where = [
+            TaskInstance.dag_id == dag_id,
+            TaskInstance.run_id == run_id,
+            TaskInstance.map_index == map_index,
+            _not_started(TaskInstanceState.SCHEDULED),
+        ]
+        values = {"queue": queue, "priority_weight": _admitted(TaskInstance.priority_weight)}
+        what = f"Airflow task instance {TRIAL_TASK} {map_index} of DAG run '{run_id}' of DAG '{dag_id}'"
+        return bool(_update_trial_task_instances(where, values, what, session=session))
+
+    return [map_index for map_index, queue in sorted(queues.items()) if route(map_index, queue)]
 
 
 def requeue_trial_tasks(live_queues: set[str], prefix: str) -> int:

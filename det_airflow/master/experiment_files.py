@@ -46,13 +46,14 @@ def publish_left_staged() -> list[int]:
     return published
 
 
-def publish_submitted(experiment_id: int) -> None:
-    """Once a created experiment is committed: its DAG into Airflow's tables, then its staged file
+def publish_submitted(experiment_id: int, queues: dict[int, str] | None = None) -> None:
+    """Once a created experiment is committed: its DAG into Airflow's tables with its run started
+    (``queues``: the hosts' queues of the slots given their first trials), then its staged file
     where parses find it. In that order, the DAG processor only ever updates the DAG the master
     wrote; the two never race to insert it (a lost race stops Airflow's DAG processor)."""
     folder = airflow_bridge.dags_folder()
     staged = staged_experiment_file(folder, experiment_id)
-    published = airflow_bridge.publish_experiment_dag(experiment_id, staged)
+    published = airflow_bridge.publish_experiment_dag(experiment_id, staged, queues)
     os.replace(staged, experiment_file(folder, experiment_id))
     if not published:
         airflow_bridge.request_reparse()

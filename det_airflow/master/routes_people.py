@@ -125,6 +125,7 @@ def create_experiment(body: CreateExperiment, caller: CallerDep) -> dict:
             request_id=body.request_id,
             check_source=lambda source: check_read(caller, source, "warm-start from"),
             check_pool=lambda pool: check_pool(caller, pool),
+            first_trials=trials.place_first_trials,
         )
     # Fields accepted but not acted on: one line the CLI prints, never silently dropped.
     warnings = list(experiments.experiment_config(row).warnings)

@@ -34,6 +34,7 @@ def submit_experiment(body: SubmitExperiment) -> dict:
         context=body.context,
         owner=body.owner,
         request_id=body.request_id,
+        first_trials=trials.place_first_trials,
     )
     if created:
         trials.make_room_for_submitted(db, row.id, row.resource_pool)

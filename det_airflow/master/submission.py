@@ -107,6 +107,7 @@ def create_once(
     check_source: Callable[[Row], None] | None = None,
     after_create: Callable[[Connection, int], None] | None = None,
     check_pool: Callable[[str], None] | None = None,
+    first_trials: Callable[[Database, int, int], dict[int, str]] | None = None,
 ) -> tuple[Row, bool]:
     """Validate and store a submitted experiment; returns it and whether it is new.
 
@@ -115,7 +116,9 @@ def create_once(
     ``check_source`` is given the experiment a warm start reads from (``searcher.source_trial_id``
     or ``source_checkpoint_uuid``) and raises when the submitter may not read it: its trials will.
     ``after_create`` stores what goes with the experiment (a task's row) in its transaction;
-    ``check_pool`` raises when the submitter may not use the experiment's pool.
+    ``check_pool`` raises when the submitter may not use the experiment's pool; ``first_trials``
+    (``trials.place_first_trials``) gives the trial slots of the run the master starts their first
+    trials.
     """
     if request_id is not None and (existing := _created_for(db, request_id, owner)) is not None:
         return existing, False
@@ -151,7 +154,8 @@ def create_once(
             raise
         return existing, False
     if row.dag_id is not None:
-        experiment_files.publish_submitted(experiment_id)
+        queues = first_trials(db, experiment_id, trial_slots(cfg)) if first_trials is not None else None
+        experiment_files.publish_submitted(experiment_id, queues)
     return row, True
 
 

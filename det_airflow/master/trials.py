@@ -385,6 +385,21 @@ def start_waiting_slots(db: Database) -> list[int]:
     return started
 
 
+def place_first_trials(db: Database, experiment_id: int, slots: int) -> dict[int, str]:
+    """While worker hosts report: give a `det experiment create` experiment's trial slots (map
+    indexes ``0 .. slots - 1``) its first trials that the job queue admits onto hosts, before its
+    run exists; answers the queue of each one's host by slot, where the master sends the slot's
+    task as it starts the run (``airflow_bridge.publish_experiment_dag``). The first tries then
+    start where their trials run, as later slots do (:func:`start_waiting_slots`). Nothing while no
+    host reports (the LocalExecutor's one machine): slots ask for their trials when they start."""
+    with db.read() as conn:
+        if not hosts.live_hosts(conn):
+            return {}
+    with db.begin() as conn:
+        placed = _place_in_slots(conn, experiment_id, list(range(slots)))
+    return {slot: queue_name for slot, (_, queue_name) in placed.items()}
+
+
 def _place_in_slots(conn: Connection, experiment_id: int, slots: list[int]) -> dict[int, tuple[int, str]]:
     """Give each of ``slots`` holding no trial the experiment's next waiting trial, while the job
     queue admits it onto a host: slot -> (trial id, the queue of its host)."""

@@ -197,12 +197,15 @@ EXPECTED_NON_PUBLIC = {
     "airflow.models.dagbag.DagPriorityParsingRequest",
     "airflow.models.dagrun.DagRun",
     "airflow.models.pool.Pool",
+    "airflow.models.serialized_dag.SerializedDagModel",
     "airflow.models.taskinstance.TaskInstance",
     "airflow.models.taskinstance.clear_task_instances",
     "airflow.providers.fab.auth_manager.fab_auth_manager.FabAuthManager",
     "airflow.providers.fab.www.security_appless.ApplessAirflowSecurityManager",
     "airflow.utils.session.create_session",
     "airflow.utils.sqlalchemy.with_row_locks",
+    "airflow.utils.types.DagRunTriggeredByType",
+    "airflow.utils.types.DagRunType",
 }
 
 

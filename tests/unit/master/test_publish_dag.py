@@ -18,7 +18,8 @@ from airflow.models.dag import DagModel
 from airflow.models.dag_version import DagVersion
 from airflow.models.dagbundle import DagBundleModel
 from airflow.models.serialized_dag import SerializedDagModel
-from sqlalchemy import func, select
+from airflow.models.tasklog import LogTemplate
+from sqlalchemy import delete, func, select
 
 from det_airflow.dagfactory import experiment_dag_id
 from det_airflow.master import airflow_bridge
@@ -34,6 +35,8 @@ def airflow_db(creator: Creator) -> Iterator[Creator]:
     Base.metadata.create_all(settings.engine)
     with settings.Session() as session:  # type: ignore[misc]
         session.add(DagBundleModel(name=airflow_bridge.DEFAULT_BUNDLE))
+        # `airflow db migrate` writes the first log template; every DAG run names it.
+        session.add(LogTemplate(filename="{{ ti.task_id }}.log", elasticsearch_id="{{ ti.task_id }}"))
         session.commit()
     folder = airflow_bridge.dags_folder()
     folder.mkdir(parents=True, exist_ok=True)
@@ -66,10 +69,10 @@ def test_the_dag_is_in_airflow_when_the_create_answers_without_a_parse(airflow_d
         assert model is not None
         # Unpaused, named for the factory file, as the DAG processor writes it.
         assert (model.is_paused, model.relative_fileloc) == (False, airflow_bridge.FACTORY_FILE)
-        # Its one run is due at once: the scheduler's own query for DAGs needing a run lists it
-        # now, not only from the next whole second on (SQLite's now() has no fraction).
+        # Its one run is made with it: the scheduler's own query for DAGs needing a run does not
+        # list it (test_the_run_starts_with_the_dag_as_the_scheduler_would_start_it).
         due, _ = DagModel.dags_needing_dagruns(session)
-        assert dag_id in {m.dag_id for m in due}
+        assert dag_id not in {m.dag_id for m in due}
     assert airflow_db.parse_requests() == 0
 
 
@@ -127,9 +130,9 @@ def test_no_parse_sees_a_new_experiment_before_its_dag_is_written(
     seen_while_publishing: list[set[str]] = []
     publish = airflow_bridge.publish_experiment_dag
 
-    def watched(experiment_id: int, source: Path | None = None) -> bool:
+    def watched(experiment_id: int, source: Path | None = None, place_slots: object = None) -> bool:
         seen_while_publishing.append(set(build_dags(airflow_bridge.dags_folder())))
-        return publish(experiment_id, source)
+        return publish(experiment_id, source, place_slots)  # type: ignore[arg-type]
 
     monkeypatch.setattr(airflow_bridge, "publish_experiment_dag", watched)
     answer = airflow_db.create()
@@ -163,3 +166,47 @@ def test_a_staged_file_left_by_a_stopped_api_server_is_published_by_housekeeping
     assert housekeeping.run_job("publish left-staged experiments")
     assert experiment_file(folder, first).is_file()
     assert not staged_experiment_file(folder, first).exists()
+
+
+def test_the_run_starts_with_the_dag_as_the_scheduler_would_start_it(airflow_db: Creator) -> None:
+    """The master starts a `det experiment create` DAG's one run as it writes the DAG, as Airflow's
+    scheduler would at its next loop; the scheduler then has no run of its own left to make."""
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.state import DagRunState
+    from airflow.utils.types import DagRunType
+
+    answer = airflow_db.create()
+    assert answer.status_code == 200, answer.text
+    dag_id = experiment_dag_id(answer.json()["experiment"]["id"])
+    with settings.Session() as session:  # type: ignore[misc]
+        runs = session.execute(select(DagRun.run_type, DagRun.state).where(DagRun.dag_id == dag_id)).all()
+        dag_model = session.get(DagModel, dag_id)
+        assert dag_model is not None
+        assert dag_model.next_dagrun_create_after is None
+    assert runs == [(DagRunType.SCHEDULED, DagRunState.QUEUED)]
+    assert airflow_bridge.slots_waiting_for_a_trial(
+        dag_id, airflow_bridge.sole_dag_run(dag_id) or ""
+    ).unstarted == [0]
+
+
+def test_a_run_that_cannot_start_now_is_left_to_the_scheduler(
+    airflow_db: Creator, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No log template (a database `airflow db migrate` did not write): the run cannot be made; the
+    DAG is written all the same and the scheduler makes the run."""
+    from airflow.models.dagrun import DagRun
+
+    with settings.Session() as session:  # type: ignore[misc]
+        session.execute(delete(LogTemplate))
+        session.commit()
+    with caplog.at_level(logging.WARNING, logger="det_airflow.master.airflow_bridge"):
+        answer = airflow_db.create()
+    assert answer.status_code == 200, answer.text
+    dag_id = experiment_dag_id(answer.json()["experiment"]["id"])
+    assert f"could not start DAG {dag_id}'s run now; Airflow's scheduler will" in caplog.text
+    assert _serialized(dag_id) is not None
+    with settings.Session() as session:  # type: ignore[misc]
+        assert session.scalars(select(DagRun).where(DagRun.dag_id == dag_id)).all() == []
+        dag_model = session.get(DagModel, dag_id)
+        assert dag_model is not None
+        assert dag_model.next_dagrun_create_after is not None

@@ -5,51 +5,38 @@ experiment DAG."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import NamedTuple
 
 import pytest
 from airflow import settings
 from airflow.models.dagrun import DagRun
-from airflow.models.serialized_dag import SerializedDagModel
 from airflow.models.taskinstance import TaskInstance
-from airflow.models.tasklog import LogTemplate
 from airflow.utils.state import DagRunState, TaskInstanceState
-from airflow.utils.types import DagRunTriggeredByType, DagRunType
+from airflow.utils.types import DagRunType
 from sqlalchemy import select, update
 
 from det_airflow.dagfactory import experiment_dag_id
-from det_airflow.master import airflow_bridge
+from det_airflow.master import airflow_bridge, hosts, schema
 from tests.unit.master.creating import CONFIG, Creator
 from tests.unit.master.test_publish_dag import airflow_db  # noqa: F401  (fixture)
 
-RUN = "scheduled__2026-11-27T00:00:00+00:00"
+
+class Run(NamedTuple):
+    dag: str
+    id: str
 
 
-def start_run(creator: Creator) -> str:
-    """Submit an experiment (3 trial slots: its max_concurrent_trials) and start its DAG's run as
-    the scheduler would; answers the DAG id."""
+def start_run(creator: Creator) -> Run:
+    """Submit an experiment (3 trial slots: its max_concurrent_trials): the master writes its DAG and
+    starts its one run as Airflow's scheduler would."""
     config = CONFIG.replace("name: single", "name: random\n  max_trials: 3\n  max_concurrent_trials: 3")
     answer = creator.create(config=config)
     assert answer.status_code == 200, answer.text
     dag_id = experiment_dag_id(answer.json()["experiment"]["id"])
     with settings.Session() as session:  # type: ignore[misc]
-        if session.scalar(select(LogTemplate.id)) is None:  # `airflow db migrate` writes one
-            session.add(LogTemplate(filename="{{ ti.task_id }}.log", elasticsearch_id="{{ ti.task_id }}"))
-            session.commit()
-        dag = SerializedDagModel.get_dag(dag_id, session=session)
-        assert dag is not None
-        now = datetime.now(UTC)
-        dag.create_dagrun(
-            run_id=RUN,
-            logical_date=now,
-            data_interval=(now, now),
-            run_after=now,
-            run_type=DagRunType.SCHEDULED,
-            triggered_by=DagRunTriggeredByType.TIMETABLE,
-            state=DagRunState.RUNNING,
-            session=session,
-        )
-        session.commit()
-    return dag_id
+        runs = session.execute(select(DagRun.run_id, DagRun.run_type).where(DagRun.dag_id == dag_id)).all()
+    assert [run_type for _, run_type in runs] == [DagRunType.SCHEDULED]
+    return Run(dag_id, runs[0][0])
 
 
 def slots(dag_id: str) -> dict[int, tuple[str | None, str, int]]:
@@ -80,24 +67,24 @@ def set_slot(dag_id: str, map_index: int, **values: object) -> None:
 
 
 @pytest.fixture
-def run(airflow_db: Creator) -> str:  # noqa: F811
+def run(airflow_db: Creator) -> Run:  # noqa: F811
     return start_run(airflow_db)
 
 
-def test_a_new_run_is_its_dags_only_one_and_its_slots_are_unstarted(run: str) -> None:
-    assert airflow_bridge.sole_dag_run(run) == RUN
+def test_a_new_run_is_its_dags_only_one_and_its_slots_are_unstarted(run: Run) -> None:
+    assert airflow_bridge.sole_dag_run(run.dag) == run.id
     assert airflow_bridge.sole_dag_run("det_no_such_dag") is None
-    waiting = airflow_bridge.slots_waiting_for_a_trial(run, RUN)
+    waiting = airflow_bridge.slots_waiting_for_a_trial(run.dag, run.id)
     assert waiting == airflow_bridge.WaitingSlots(deferred=[], unstarted=[0, 1, 2])
 
 
-def test_a_dag_with_two_runs_going_has_no_sole_run(run: str) -> None:
+def test_a_dag_with_two_runs_going_has_no_sole_run(run: Run) -> None:
     with settings.Session() as session:  # type: ignore[misc]
-        first = session.scalar(select(DagRun).where(DagRun.dag_id == run))
+        first = session.scalar(select(DagRun).where(DagRun.dag_id == run.dag))
         assert first is not None
         session.add(
             DagRun(
-                dag_id=run,
+                dag_id=run.dag,
                 run_id="manual__again",
                 run_type=DagRunType.MANUAL,
                 state=DagRunState.RUNNING,
@@ -106,57 +93,82 @@ def test_a_dag_with_two_runs_going_has_no_sole_run(run: str) -> None:
             )
         )
         session.commit()
-    assert airflow_bridge.sole_dag_run(run) is None
+    assert airflow_bridge.sole_dag_run(run.dag) is None
 
 
-def test_slots_deferred_waiting_for_a_trial_are_told_from_unstarted_and_running_ones(run: str) -> None:
-    set_slot(run, 0, state=TaskInstanceState.DEFERRED, next_method="resume")
-    set_slot(run, 1, state=TaskInstanceState.RUNNING)
-    set_slot(run, 2, state=TaskInstanceState.SCHEDULED)
+def test_slots_deferred_waiting_for_a_trial_are_told_from_unstarted_and_running_ones(run: Run) -> None:
+    set_slot(run.dag, 0, state=TaskInstanceState.DEFERRED, next_method="resume")
+    set_slot(run.dag, 1, state=TaskInstanceState.RUNNING)
+    set_slot(run.dag, 2, state=TaskInstanceState.SCHEDULED)
 
-    assert airflow_bridge.slots_waiting_for_a_trial(run, RUN) == airflow_bridge.WaitingSlots(
+    assert airflow_bridge.slots_waiting_for_a_trial(run.dag, run.id) == airflow_bridge.WaitingSlots(
         deferred=[0], unstarted=[2]
     )
     # A slot watching a trial's pods waits for them, not for a trial.
-    set_slot(run, 0, next_method="resume_kubernetes")
-    assert airflow_bridge.slots_waiting_for_a_trial(run, RUN).deferred == []
+    set_slot(run.dag, 0, next_method="resume_kubernetes")
+    assert airflow_bridge.slots_waiting_for_a_trial(run.dag, run.id).deferred == []
 
 
-def test_unstarted_slots_go_to_their_hosts_queue_and_first_in_their_pool(run: str) -> None:
-    weight = slots(run)[0][2]
+def test_unstarted_slots_go_to_their_hosts_queue_and_first_in_their_pool(run: Run) -> None:
+    weight = slots(run.dag)[0][2]
     assert weight < airflow_bridge.ADMITTED_WEIGHT
-    set_slot(run, 1, state=TaskInstanceState.SCHEDULED)
-    set_slot(run, 2, state=TaskInstanceState.QUEUED)  # the scheduler sent it meanwhile
+    set_slot(run.dag, 1, state=TaskInstanceState.SCHEDULED)
+    set_slot(run.dag, 2, state=TaskInstanceState.QUEUED)  # the scheduler sent it meanwhile
 
     routed = airflow_bridge.route_unstarted_slots(
-        run, RUN, {0: "det-host-a", 1: "det-host-b", 2: "det-host-a"}
+        run.dag, run.id, {0: "det-host-a", 1: "det-host-b", 2: "det-host-a"}
     )
 
     assert routed == [0, 1]
-    after = slots(run)
+    after = slots(run.dag)
     assert after[0][1:] == ("det-host-a", weight + airflow_bridge.ADMITTED_WEIGHT)
     assert after[1][1:] == ("det-host-b", weight + airflow_bridge.ADMITTED_WEIGHT)
     assert after[2][1:] == ("default", weight)  # it moves once it asks for its trial
     # Sent again (a later pass): the weight is not raised twice.
-    assert airflow_bridge.route_unstarted_slots(run, RUN, {0: "det-host-a"}) == [0]
-    assert slots(run)[0][2] == weight + airflow_bridge.ADMITTED_WEIGHT
+    assert airflow_bridge.route_unstarted_slots(run.dag, run.id, {0: "det-host-a"}) == [0]
+    assert slots(run.dag)[0][2] == weight + airflow_bridge.ADMITTED_WEIGHT
 
 
-def test_a_deferred_slot_started_anew_goes_first_in_its_pool(run: str) -> None:
-    weight = slots(run)[1][2]
-    set_slot(run, 1, state=TaskInstanceState.DEFERRED, next_method="resume", try_number=1)
+def test_a_deferred_slot_started_anew_goes_first_in_its_pool(run: Run) -> None:
+    weight = slots(run.dag)[1][2]
+    set_slot(run.dag, 1, state=TaskInstanceState.DEFERRED, next_method="resume", try_number=1)
 
-    assert airflow_bridge.start_deferred_slots_anew(run, RUN, [1], {1: "det-host-b"}) == [1]
+    assert airflow_bridge.start_deferred_slots_anew(run.dag, run.id, [1], {1: "det-host-b"}) == [1]
 
-    state, queue, new_weight = slots(run)[1]
+    state, queue, new_weight = slots(run.dag)[1]
     assert state is None  # cleared: the scheduler starts its next try
     assert (queue, new_weight) == ("det-host-b", weight + airflow_bridge.ADMITTED_WEIGHT)
 
 
-def test_a_new_priority_keeps_admitted_slots_first(run: str) -> None:
-    airflow_bridge.route_unstarted_slots(run, RUN, {0: "det-host-a"})
+def test_a_new_priority_keeps_admitted_slots_first(run: Run) -> None:
+    airflow_bridge.route_unstarted_slots(run.dag, run.id, {0: "det-host-a"})
 
-    airflow_bridge.update_waiting_trials(run, RUN, priority=10)
+    airflow_bridge.update_waiting_trials(run.dag, run.id, priority=10)
 
-    weights = {index: weight for index, (_, _, weight) in slots(run).items()}
+    weights = {index: weight for index, (_, _, weight) in slots(run.dag).items()}
     assert weights == {0: 90 + airflow_bridge.ADMITTED_WEIGHT, 1: 90, 2: 90}
+
+
+def test_a_created_experiments_first_slots_start_on_their_trials_hosts(airflow_db: Creator) -> None:  # noqa: F811
+    """With worker hosts reporting, the run the master starts has its first trials in its slots and
+    each slot on its trial's host's queue before Airflow's scheduler sees it: no first try starts
+    wherever Celery sends it only to move. Best fit: the 1-slot host first, then the 2-slot one."""
+    for host_id, free in (("a", 2), ("b", 1)):
+        inventory = {"slot_type": "cpu", "slots": free, "devices": [], "queue": f"det-host-{host_id}"}
+        with airflow_db.people.db.begin() as conn:
+            hosts.report(conn, host_id, {**inventory, "address": host_id})
+
+    run = start_run(airflow_db)
+
+    after = slots(run.dag)
+    assert {index: queue for index, (_, queue, _) in after.items()} == {
+        0: "det-host-b",
+        1: "det-host-a",
+        2: "det-host-a",
+    }
+    assert all(weight >= airflow_bridge.ADMITTED_WEIGHT for _, _, weight in after.values())
+    with airflow_db.people.db.read() as conn:
+        held = conn.execute(
+            select(schema.trials.c.slot, schema.trials.c.host).order_by(schema.trials.c.slot)
+        ).all()
+    assert [tuple(row) for row in held] == [(0, "b"), (1, "a"), (2, "a")]
