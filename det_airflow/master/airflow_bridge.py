@@ -423,7 +423,7 @@ def route_slot(dag_id: str, run_id: str, map_index: int, queue: str, task_id: st
     return bool(_update_trial_task_instances(where, {"queue": queue}, what, (task_id,)))
 
 
-@dataclass(frozen=True)
+@dataclass
 class WaitingSlots:
     """A DAG run's trial slots that may be given a trial: ``deferred``, waiting for one (not
     watching a trial's pods), and ``unstarted``, whose task has not started yet (most often
@@ -433,55 +433,43 @@ class WaitingSlots:
     unstarted: list[int] = field(default_factory=list)
 
 
-def slots_waiting_for_a_trial(dag_id: str, run_id: str) -> WaitingSlots:
-    """The trial slots of a DAG run that wait for a trial (see :class:`WaitingSlots`)."""
-    from airflow.utils.state import TaskInstanceState
+def slots_waiting_for_trials(runs: dict[str, str | None]) -> dict[str, tuple[str, WaitingSlots]]:
+    """The trial slots that wait for a trial (see :class:`WaitingSlots`) in the unfinished run of
+    each DAG of ``runs`` (DAG id -> its run id, or None before a slot linked it: a `det experiment
+    create` DAG's one run), in one query for them all: DAG id -> (run id, slots). A DAG none of whose
+    slots waits is left out, and so is an unlinked one whose waiting slots are in several runs."""
+    if not runs:
+        return {}
+    from airflow.utils.state import DagRunState, TaskInstanceState
     from sqlalchemy import and_, or_, select
     from sqlalchemy.exc import SQLAlchemyError
 
-    from det_airflow.airflow_compat import TaskInstance, create_session
+    from det_airflow.airflow_compat import DagRun, TaskInstance, create_session
 
     deferred = and_(TaskInstance.state == TaskInstanceState.DEFERRED, TaskInstance.next_method == "resume")
-    try:
-        with create_session() as session:
-            found = session.execute(
-                select(TaskInstance.map_index, TaskInstance.state).where(
-                    TaskInstance.dag_id == dag_id,
-                    TaskInstance.run_id == run_id,
-                    TaskInstance.task_id == TRIAL_TASK,
-                    or_(deferred, _not_started(TaskInstanceState.SCHEDULED)),
-                )
-            ).all()
-    except SQLAlchemyError as exc:
-        raise AirflowRecordError(
-            f"Airflow task instances of DAG run '{run_id}' of DAG '{dag_id}': {exc}"
-        ) from None
-    return WaitingSlots(
-        deferred=sorted(int(index) for index, state in found if state == TaskInstanceState.DEFERRED),
-        unstarted=sorted(int(index) for index, state in found if state != TaskInstanceState.DEFERRED),
-    )
-
-
-def sole_dag_run(dag_id: str) -> str | None:
-    """The run id of a DAG's one unfinished run (a `det experiment create` DAG runs once); None
-    when it has none yet, or several."""
-    from airflow.utils.state import DagRunState
-    from sqlalchemy import select
-    from sqlalchemy.exc import SQLAlchemyError
-
-    from det_airflow.airflow_compat import DagRun, create_session
-
     query = (
-        select(DagRun.run_id)
-        .where(DagRun.dag_id == dag_id, DagRun.state.in_([DagRunState.QUEUED, DagRunState.RUNNING]))
-        .limit(2)
+        select(TaskInstance.dag_id, TaskInstance.run_id, TaskInstance.map_index, TaskInstance.state)
+        .join(DagRun, and_(DagRun.dag_id == TaskInstance.dag_id, DagRun.run_id == TaskInstance.run_id))
+        .where(
+            TaskInstance.dag_id.in_(list(runs)),
+            TaskInstance.task_id == TRIAL_TASK,
+            DagRun.state.in_([DagRunState.QUEUED, DagRunState.RUNNING]),
+            or_(deferred, _not_started(TaskInstanceState.SCHEDULED)),
+        )
+        .order_by(TaskInstance.map_index)
     )
     try:
         with create_session() as session:
-            runs = list(session.scalars(query))
+            found = session.execute(query).all()
     except SQLAlchemyError as exc:
-        raise AirflowRecordError(f"Airflow's DAG runs of DAG '{dag_id}': {exc}") from None
-    return runs[0] if len(runs) == 1 else None
+        raise AirflowRecordError(f"Airflow task instances of DAGs {', '.join(sorted(runs))}: {exc}") from None
+    by_run: dict[str, dict[str, WaitingSlots]] = {}
+    for dag_id, run_id, map_index, state in found:
+        if runs[dag_id] not in (None, run_id):
+            continue
+        slots = by_run.setdefault(dag_id, {}).setdefault(run_id, WaitingSlots())
+        (slots.deferred if state == TaskInstanceState.DEFERRED else slots.unstarted).append(int(map_index))
+    return {dag_id: next(iter(waiting.items())) for dag_id, waiting in by_run.items() if len(waiting) == 1}
 
 
 def route_unstarted_slots(dag_id: str, run_id: str, queues: dict[int, str], session: Any = None) -> list[int]:

@@ -361,13 +361,17 @@ def start_waiting_slots(db: Database) -> list[int]:
             .order_by(exps.c.id)
         ).all()
     started: list[int] = []
-    for experiment_id, dag_id, run_id in waiting:
+    try:
+        # Before any of its slots asked, a `det experiment create` run is its DAG's only one.
+        runs = airflow_bridge.slots_waiting_for_trials({dag_id: run_id for _, dag_id, run_id in waiting})
+    except airflow_bridge.AirflowRecordError as exc:
+        logging.getLogger(__name__).warning("%s; waiting slots start when their triggers look", exc)
+        return []
+    for experiment_id, dag_id, _ in waiting:
+        if dag_id not in runs:
+            continue
+        run_id, slots = runs[dag_id]
         try:
-            # Before any of its slots asked, a `det experiment create` run is its DAG's only one.
-            run_id = run_id or airflow_bridge.sole_dag_run(dag_id)
-            if run_id is None:
-                continue
-            slots = airflow_bridge.slots_waiting_for_a_trial(dag_id, run_id)
             # Slots that will start anyway go first: a deferred one needs a new try.
             with db.begin() as conn:
                 placed = _place_in_slots(conn, experiment_id, [*slots.unstarted, *slots.deferred])

@@ -216,11 +216,13 @@ class Bridge:
     def __init__(self, monkeypatch: pytest.MonkeyPatch, *, routable: tuple[int, ...] = (0, 2)) -> None:
         self.routed: dict[int, str] = {}
         self.started: dict[int, str] = {}
-        monkeypatch.setattr(airflow_bridge, "sole_dag_run", lambda dag_id: "the-run")
         monkeypatch.setattr(
             airflow_bridge,
-            "slots_waiting_for_a_trial",
-            lambda dag_id, run_id: airflow_bridge.WaitingSlots(deferred=[1], unstarted=[0, 2]),
+            "slots_waiting_for_trials",
+            lambda runs: {
+                dag_id: ("the-run", airflow_bridge.WaitingSlots(deferred=[1], unstarted=[0, 2]))
+                for dag_id in runs
+            },
         )
 
         def route(dag_id: str, run_id: str, queues: dict[int, str]) -> list[int]:
@@ -248,12 +250,17 @@ def with_dag(people: People, e: int) -> None:
         conn.execute(update(schema.experiments).where(schema.experiments.c.id == e).values(dag_id=f"det_{e}"))
 
 
-def test_unstarted_slots_are_given_trials_first_and_sent_to_their_hosts(
-    people: People, creator: Creator, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def two_hosts(people: People, creator: Creator) -> None:
+    """Hosts a (2 slots) and b (1 slot) in a pool with room."""
     set_pool_slots(64)
     report(people, "a", 2)
     report(people, "b", 1)
+
+
+def test_unstarted_slots_are_given_trials_first_and_sent_to_their_hosts(
+    people: People, two_hosts: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     e = experiment(people, trials_=3)
     with_dag(people, e)  # its run not linked yet: no slot has asked
     bridge = Bridge(monkeypatch)
@@ -270,11 +277,8 @@ def test_unstarted_slots_are_given_trials_first_and_sent_to_their_hosts(
 
 
 def test_a_slot_the_scheduler_sent_meanwhile_keeps_its_trial_and_moves_when_it_asks(
-    people: People, creator: Creator, monkeypatch: pytest.MonkeyPatch
+    people: People, two_hosts: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    set_pool_slots(64)
-    report(people, "a", 2)
-    report(people, "b", 1)
     e = experiment(people, trials_=1)
     with_dag(people, e)
     bridge = Bridge(monkeypatch, routable=())  # slot 0 was queued on Airflow's default queue

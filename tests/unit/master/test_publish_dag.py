@@ -184,9 +184,8 @@ def test_the_run_starts_with_the_dag_as_the_scheduler_would_start_it(airflow_db:
         assert dag_model is not None
         assert dag_model.next_dagrun_create_after is None
     assert runs == [(DagRunType.SCHEDULED, DagRunState.QUEUED)]
-    assert airflow_bridge.slots_waiting_for_a_trial(
-        dag_id, airflow_bridge.sole_dag_run(dag_id) or ""
-    ).unstarted == [0]
+    waiting = airflow_bridge.slots_waiting_for_trials({dag_id: None})
+    assert waiting[dag_id][1] == airflow_bridge.WaitingSlots(unstarted=[0])
 
 
 def test_a_run_that_cannot_start_now_is_left_to_the_scheduler(

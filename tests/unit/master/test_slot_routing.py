@@ -10,9 +10,10 @@ from typing import NamedTuple
 import pytest
 from airflow import settings
 from airflow.models.dagrun import DagRun
+from airflow.models.serialized_dag import SerializedDagModel
 from airflow.models.taskinstance import TaskInstance
 from airflow.utils.state import DagRunState, TaskInstanceState
-from airflow.utils.types import DagRunType
+from airflow.utils.types import DagRunTriggeredByType, DagRunType
 from sqlalchemy import select, update
 
 from det_airflow.dagfactory import experiment_dag_id
@@ -72,28 +73,32 @@ def run(airflow_db: Creator) -> Run:  # noqa: F811
 
 
 def test_a_new_run_is_its_dags_only_one_and_its_slots_are_unstarted(run: Run) -> None:
-    assert airflow_bridge.sole_dag_run(run.dag) == run.id
-    assert airflow_bridge.sole_dag_run("det_no_such_dag") is None
-    waiting = airflow_bridge.slots_waiting_for_a_trial(run.dag, run.id)
-    assert waiting == airflow_bridge.WaitingSlots(deferred=[], unstarted=[0, 1, 2])
+    unstarted = (run.id, airflow_bridge.WaitingSlots(deferred=[], unstarted=[0, 1, 2]))
+    # Not linked yet (no slot asked): its DAG's one run; linked: that run.
+    assert airflow_bridge.slots_waiting_for_trials({run.dag: None, "det_no_such_dag": None}) == {
+        run.dag: unstarted
+    }
+    assert airflow_bridge.slots_waiting_for_trials({run.dag: run.id}) == {run.dag: unstarted}
+    assert airflow_bridge.slots_waiting_for_trials({run.dag: "another-run"}) == {}
 
 
-def test_a_dag_with_two_runs_going_has_no_sole_run(run: Run) -> None:
+def test_an_unlinked_dag_with_two_runs_waiting_has_no_sole_run(run: Run) -> None:
     with settings.Session() as session:  # type: ignore[misc]
-        first = session.scalar(select(DagRun).where(DagRun.dag_id == run.dag))
-        assert first is not None
-        session.add(
-            DagRun(
-                dag_id=run.dag,
-                run_id="manual__again",
-                run_type=DagRunType.MANUAL,
-                state=DagRunState.RUNNING,
-                run_after=datetime.now(UTC),
-                logical_date=None,
-            )
+        dag = SerializedDagModel.get_dag(run.dag, session=session)
+        assert dag is not None
+        now = datetime.now(UTC)
+        dag.create_dagrun(
+            run_id="manual__again",
+            run_after=now,
+            run_type=DagRunType.MANUAL,
+            triggered_by=DagRunTriggeredByType.TEST,
+            state=DagRunState.RUNNING,
+            session=session,
         )
         session.commit()
-    assert airflow_bridge.sole_dag_run(run.dag) is None
+    assert airflow_bridge.slots_waiting_for_trials({run.dag: None}) == {}
+    # Linked, it is that run's.
+    assert airflow_bridge.slots_waiting_for_trials({run.dag: run.id})[run.dag][0] == run.id
 
 
 def test_slots_deferred_waiting_for_a_trial_are_told_from_unstarted_and_running_ones(run: Run) -> None:
@@ -101,12 +106,12 @@ def test_slots_deferred_waiting_for_a_trial_are_told_from_unstarted_and_running_
     set_slot(run.dag, 1, state=TaskInstanceState.RUNNING)
     set_slot(run.dag, 2, state=TaskInstanceState.SCHEDULED)
 
-    assert airflow_bridge.slots_waiting_for_a_trial(run.dag, run.id) == airflow_bridge.WaitingSlots(
-        deferred=[0], unstarted=[2]
-    )
+    assert airflow_bridge.slots_waiting_for_trials({run.dag: run.id})[run.dag][
+        1
+    ] == airflow_bridge.WaitingSlots(deferred=[0], unstarted=[2])
     # A slot watching a trial's pods waits for them, not for a trial.
     set_slot(run.dag, 0, next_method="resume_kubernetes")
-    assert airflow_bridge.slots_waiting_for_a_trial(run.dag, run.id).deferred == []
+    assert airflow_bridge.slots_waiting_for_trials({run.dag: run.id})[run.dag][1].deferred == []
 
 
 def test_unstarted_slots_go_to_their_hosts_queue_and_first_in_their_pool(run: Run) -> None:
