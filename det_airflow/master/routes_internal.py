@@ -137,6 +137,7 @@ def node_exit(trial_id: int, rank: int, body: NodeExit) -> dict:
 def trial_exit(trial_id: int, body: TrialExit) -> dict:
     with get_database().begin() as conn:
         trial, retry = trials.exit_run(conn, trial_id, body.exit_code)
+        trials.give_slot_its_next_trial(conn, trial)
     housekeeping.run_soon(WAITING_SLOTS)  # the slots it held may start a waiting trial at once
     if TrialState(trial.state).is_terminal:
         _collect_checkpoints(trial.experiment_id)

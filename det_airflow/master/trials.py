@@ -404,9 +404,23 @@ def place_first_trials(db: Database, experiment_id: int, slots: int) -> dict[int
     return {slot: queue_name for slot, (_, queue_name) in placed.items()}
 
 
-def _place_in_slots(conn: Connection, experiment_id: int, slots: list[int]) -> dict[int, tuple[int, str]]:
+def give_slot_its_next_trial(conn: Connection, trial: Row) -> None:
+    """A trial placed on a worker host ended in its slot: in the same transaction, the slot is given
+    its experiment's next waiting trial, when the job queue admits it, placed on that host between
+    equally good ones. Otherwise another slot asking in between could be placed on the host's
+    freed slots (best fit), this slot's next trial elsewhere, and both tasks would move (when trials
+    end together, as a search's first trials do, their slots swapped hosts)."""
+    if trial.slot is None or trial.host is None or not TrialState(trial.state).is_terminal:
+        return
+    _place_in_slots(conn, trial.experiment_id, [trial.slot], prefer_host=trial.host)
+
+
+def _place_in_slots(
+    conn: Connection, experiment_id: int, slots: list[int], prefer_host: str | None = None
+) -> dict[int, tuple[int, str]]:
     """Give each of ``slots`` holding no trial the experiment's next waiting trial, while the job
-    queue admits it onto a host: slot -> (trial id, the queue of its host)."""
+    queue admits it onto a host (``prefer_host`` between equally good ones): slot -> (trial id, the
+    queue of its host)."""
     trials = schema.trials
     exp = experiments.get_experiment(conn, experiment_id, lock=True)
     if exp.state != ExperimentState.ACTIVE:
@@ -431,7 +445,7 @@ def _place_in_slots(conn: Connection, experiment_id: int, slots: list[int]) -> d
             .order_by(trials.c.id)
             .limit(1)
         ).first()
-        if trial is None or not queue.admit(conn, exp, trial):
+        if trial is None or not queue.admit(conn, exp, trial, prefer_host):
             break
         host = conn.execute(select(trials.c.host).where(trials.c.id == trial.id)).scalar()
         queue_name = hosts.queue_of(conn, host) if host is not None else None

@@ -290,3 +290,38 @@ def test_a_slot_the_scheduler_sent_meanwhile_keeps_its_trial_and_moves_when_it_a
     # Its task lands on host a: it is told to move to b, where its trial is placed.
     assert ask(people, e, 0, "a") == {"status": "wait", "host": "b", "queue": "det-host-b"}
     assert ask(people, e, 0, "b")["status"] == "run"
+
+
+def test_a_slot_whose_trial_ended_keeps_its_host_for_the_next_trial(
+    people: People, creator: Creator, service_headers: dict[str, str]
+) -> None:
+    """Trials of four slots on two hosts end together. Each slot is given its next trial on its own
+    host as its trial's exit is recorded, so a slot asking in between is not placed on the host
+    another slot just freed (best fit would prefer its one free slot) and no task moves."""
+    set_pool_slots(64)
+    report(people, "a", 2)
+    report(people, "b", 2)
+    e = experiment(people, trials_=8)
+    running = {
+        slot: ask_run(people, e, slot, host) for slot, host in ((0, "a"), (1, "a"), (2, "b"), (3, "b"))
+    }
+
+    for slot in (0, 3, 2, 1):
+        exited = people.client.post(
+            f"/api/v1/internal/trials/{running[slot]}/exit", json={"exit_code": 0}, headers=service_headers
+        )
+        assert exited.status_code == 200, exited.text
+
+    nexts = {slot: ask(people, e, slot, host) for slot, host in ((2, "b"), (0, "a"), (3, "b"), (1, "a"))}
+    assert nexts == {slot: {"status": "run"} for slot in range(4)}
+    held = slot_trials(people, e)
+    assert {slot: held[slot][1] for slot in range(4)} == {0: "a", 1: "a", 2: "b", 3: "b"}
+    assert {held[slot][0] for slot in range(4)}.isdisjoint(running.values())
+
+
+def ask_run(people: People, e: int, slot: int, host: str) -> int:
+    """The trial the slot on ``host`` runs now."""
+    with people.db.begin() as conn:
+        answer = trials.acquire(conn, e, slot, {**TASK, "map_index": slot, "host": host}, dry_run=False)
+    assert answer["status"] == "run", answer
+    return int(answer["trial"].id)
