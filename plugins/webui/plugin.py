@@ -16,6 +16,25 @@ import det_airflow.dagfactory  # noqa: F401, E402
 import det_airflow.operators  # noqa: F401, E402
 
 
+def _load_asset_uri_handlers() -> None:
+    """Every experiment DAG's finalize task updates a ``det://`` Asset. Airflow normalizes an Asset's
+    URI by its scheme's handler, and at the first one it looks the handlers up in every installed
+    provider, importing their modules (the amazon provider's S3 hook and boto3: 0.15-0.18 s of a
+    task's parse of its DAG). Done once here, the tasks forked from this process find them loaded.
+    A failure here is left for the parse, which raises it where Airflow reports DAG errors."""
+    from airflow.sdk import Asset
+
+    from det_airflow.lineage import experiment_asset_uri
+
+    try:
+        Asset(experiment_asset_uri("det_plugin_load"), group="det")
+    except Exception:  # noqa: BLE001 - only a head start; the parse builds the real Assets
+        pass
+
+
+_load_asset_uri_handlers()
+
+
 @functools.cache
 def _master_apps() -> list[dict[str, Any]]:
     from det_airflow.master.app import create_app
