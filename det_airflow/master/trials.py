@@ -395,12 +395,22 @@ def place_first_trials(db: Database, experiment_id: int, slots: int) -> dict[int
     run exists; answers the queue of each one's host by slot, where the master sends the slot's
     task as it starts the run (``airflow_bridge.publish_experiment_dag``). The first tries then
     start where their trials run, as later slots do (:func:`start_waiting_slots`). Nothing while no
-    host reports (the LocalExecutor's one machine): slots ask for their trials when they start."""
-    with db.read() as conn:
-        if not hosts.live_hosts(conn):
-            return {}
-    with db.begin() as conn:
-        placed = _place_in_slots(conn, experiment_id, list(range(slots)))
+    host reports (the LocalExecutor's one machine): slots ask for their trials when they start.
+    Best effort, after the experiment is committed: on a database error it logs why and gives none
+    (each slot asks for its trial when it starts, wherever Celery sends it)."""
+    try:
+        with db.read() as conn:
+            if not hosts.live_hosts(conn):
+                return {}
+        with db.begin() as conn:
+            placed = _place_in_slots(conn, experiment_id, list(range(slots)))
+    except SQLAlchemyError:
+        logging.getLogger(__name__).warning(
+            "could not give experiment %d's slots their first trials now; they ask when they start",
+            experiment_id,
+            exc_info=True,
+        )
+        return {}
     return {slot: queue_name for slot, (_, queue_name) in placed.items()}
 
 

@@ -177,3 +177,29 @@ def test_a_created_experiments_first_slots_start_on_their_trials_hosts(airflow_d
             select(schema.trials.c.slot, schema.trials.c.host).order_by(schema.trials.c.slot)
         ).all()
     assert [tuple(row) for row in held] == [(0, "b"), (1, "a"), (2, "a")]
+
+
+def test_first_trials_that_cannot_be_placed_now_are_asked_for_by_their_slots(
+    airflow_db: Creator,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A database error while placing the first trials: the experiment is created all the same, its
+    run starts, and its slots ask for their trials when they start, wherever Celery sends them."""
+    from sqlalchemy.exc import OperationalError
+
+    from det_airflow.master import trials
+
+    with airflow_db.people.db.begin() as conn:
+        hosts.report(
+            conn, "a", {"slot_type": "cpu", "slots": 4, "devices": [], "queue": "det-host-a", "address": "a"}
+        )
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise OperationalError("SELECT", {}, Exception("the database went away"))
+
+    monkeypatch.setattr(trials, "_place_in_slots", fail)
+    run = start_run(airflow_db)
+
+    assert "could not give experiment 1's slots their first trials now" in caplog.text
+    assert {queue for _, queue, _ in slots(run.dag).values()} == {"default"}
