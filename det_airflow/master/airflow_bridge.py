@@ -423,6 +423,27 @@ def route_slot(dag_id: str, run_id: str, map_index: int, queue: str, task_id: st
     return bool(_update_trial_task_instances(where, {"queue": queue}, what, (task_id,)))
 
 
+def unroute_slot(dag_id: str, run_id: str, map_index: int, task_id: str = TRIAL_TASK) -> bool:
+    """Send a trial slot's task (or a node task) that runs on the host it was sent to back to
+    Airflow's default queue for its later tries. Airflow queues a retry where the failed try ran:
+    a task killed with its host (a worker gone) would otherwise be retried on that host's queue,
+    which no worker reads, before the master sees the host gone. Retried from the default queue, it
+    starts on a live worker and the master places its trial again. False when nothing changed."""
+    from airflow.sdk import conf
+
+    from det_airflow.airflow_compat import TaskInstance
+
+    default_queue = conf.get("operators", "default_queue", fallback="default")
+    where = [
+        TaskInstance.dag_id == dag_id,
+        TaskInstance.run_id == run_id,
+        TaskInstance.map_index == map_index,
+        TaskInstance.queue != default_queue,
+    ]
+    what = f"Airflow task instance {task_id} {map_index} of DAG run '{run_id}' of DAG '{dag_id}'"
+    return bool(_update_trial_task_instances(where, {"queue": default_queue}, what, (task_id,)))
+
+
 @dataclass
 class WaitingSlots:
     """A DAG run's trial slots that may be given a trial: ``deferred``, waiting for one (not

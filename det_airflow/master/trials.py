@@ -263,6 +263,18 @@ def route_slot(dag_id: str, run_id: str, map_index: int, queue: str, task_id: st
         logging.getLogger(__name__).warning("%s; the slot starts on its host when housekeeping looks", exc)
 
 
+def unroute_slot(dag_id: str, run_id: str, map_index: int, task_id: str = TRIAL_TASK) -> None:
+    """A slot's task (or a node task) runs its trial on the host it was sent to: its later tries go
+    to the default queue (``airflow_bridge.unroute_slot``); best effort (a retry left on a gone
+    host's queue is sent back by the job `requeue from gone hosts` once it is up for retry)."""
+    from det_airflow.master import airflow_bridge
+
+    try:
+        airflow_bridge.unroute_slot(dag_id, run_id, map_index, task_id)
+    except airflow_bridge.AirflowRecordError as exc:
+        logging.getLogger(__name__).warning("%s; its retries stay on its host's queue", exc)
+
+
 def start_nodes(db: Database, trial_id: int | None = None) -> list[tuple[int, int]]:
     """Start, each on its host's queue, the node tasks of the multi-node runs whose nodes wait for
     them (``trial_id``'s alone, when given): a new try of each task that is not running (node tasks

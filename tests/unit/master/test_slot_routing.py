@@ -203,3 +203,15 @@ def test_first_trials_that_cannot_be_placed_now_are_asked_for_by_their_slots(
 
     assert "could not give experiment 1's slots their first trials now" in caplog.text
     assert {queue for _, queue, _ in slots(run.dag).values()} == {"default"}
+
+
+def test_a_slot_running_on_its_host_is_retried_from_the_default_queue(run: Run) -> None:
+    """Once a slot's task runs its trial on the host it was sent to, its later tries go to the
+    default queue: a retry after its host died must not wait on that host's queue."""
+    airflow_bridge.route_unstarted_slots(run.dag, run.id, {0: "det-host-a"})
+    set_slot(run.dag, 0, state=TaskInstanceState.RUNNING)
+
+    assert airflow_bridge.unroute_slot(run.dag, run.id, 0)
+
+    assert slots(run.dag)[0][1] == "default"
+    assert not airflow_bridge.unroute_slot(run.dag, run.id, 0)  # nothing left to change
