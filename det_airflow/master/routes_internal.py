@@ -101,7 +101,7 @@ def acquire(experiment_id: int, slot: int, body: TaskRef, dry_run: bool = False)
         # The task defers once told; its new try on the trial's host starts as soon as it has.
         housekeeping.run_soon(housekeeping.START_PLACED_SLOTS, *_MOVE_LOOKS)
     if "trial" in answer:
-        if body.dag_id and body.run_id and body.map_index is not None:
+        if body.host is not None and body.dag_id and body.run_id and body.map_index is not None:
             trials.unroute_slot(body.dag_id, body.run_id, body.map_index)
         if answer.get("spec", {}).get("gang"):
             # A multi-node run: its other nodes' tasks start now, each on its host.
@@ -123,7 +123,7 @@ def acquire_node(experiment_id: int, slot: int, rank: int, body: TaskRef, dry_ru
     if queue is not None and not dry_run and body.dag_id and body.run_id and body.map_index is not None:
         trials.route_slot(body.dag_id, body.run_id, body.map_index, queue, task_id=NODE_TASK)
     if "trial" in answer:
-        if body.dag_id and body.run_id and body.map_index is not None:
+        if body.host is not None and body.dag_id and body.run_id and body.map_index is not None:
             trials.unroute_slot(body.dag_id, body.run_id, body.map_index, task_id=NODE_TASK)
         answer["trial"] = serialize.trial(answer["trial"])
     return answer

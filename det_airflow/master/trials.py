@@ -427,12 +427,16 @@ def place_first_trials(db: Database, experiment_id: int, slots: int) -> dict[int
 
 
 def give_slot_its_next_trial(conn: Connection, trial: Row) -> None:
-    """A trial placed on a worker host ended in its slot: in the same transaction, the slot is given
-    its experiment's next waiting trial, when the job queue admits it, placed on that host between
-    equally good ones. Otherwise another slot asking in between could be placed on the host's
-    freed slots (best fit), this slot's next trial elsewhere, and both tasks would move (when trials
-    end together, as a search's first trials do, their slots swapped hosts)."""
-    if trial.slot is None or trial.host is None or not TrialState(trial.state).is_terminal:
+    """A trial placed on a worker host ended in its slot, and the slot goes on: in the same
+    transaction, the slot is given its experiment's next waiting trial, when the job queue admits
+    it, placed on that host between equally good ones. Otherwise another slot asking in between
+    could be placed on the host's freed slots (best fit), this slot's next trial elsewhere, and both
+    tasks would move (when trials end together, as a search's first trials do, their slots swapped
+    hosts). A trial that ended in ERROR fails its slot's task: the slot takes none, and the next
+    trial stays free for the other slots."""
+    if trial.slot is None or trial.host is None:
+        return
+    if TrialState(trial.state) not in (TrialState.COMPLETED, TrialState.CANCELED):
         return
     _place_in_slots(conn, trial.experiment_id, [trial.slot], prefer_host=trial.host)
 

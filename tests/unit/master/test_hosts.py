@@ -325,3 +325,28 @@ def ask_run(people: People, e: int, slot: int, host: str) -> int:
         answer = trials.acquire(conn, e, slot, {**TASK, "map_index": slot, "host": host}, dry_run=False)
     assert answer["status"] == "run", answer
     return int(answer["trial"].id)
+
+
+def test_a_slot_whose_trial_failed_takes_no_next_trial(
+    people: People, two_hosts: None, service_headers: dict[str, str]
+) -> None:
+    """A trial that ends in ERROR fails its slot's task (no restart left): the next trial is not
+    held by that slot, so another slot runs it."""
+    e = experiment(people, trials_=2)
+    row = people.experiment(e)
+    with people.db.begin() as conn:
+        conn.execute(
+            update(schema.experiments)
+            .where(schema.experiments.c.id == e)
+            .values(config={**row.config, "max_restarts": 0})
+        )
+    failing = ask_run(people, e, 0, "b")
+
+    exited = people.client.post(
+        f"/api/v1/internal/trials/{failing}/exit", json={"exit_code": 1}, headers=service_headers
+    )
+
+    assert exited.status_code == 200, exited.text
+    assert exited.json()["trial"]["state"] == "ERROR"
+    assert slot_trials(people, e) == {0: (failing, "b")}  # the next trial is held by no slot
+    assert ask(people, e, 1, "b") == {"status": "run"}
