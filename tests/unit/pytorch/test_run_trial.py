@@ -4,6 +4,7 @@ PyTorchTrial with the config's defaults, off-cluster as a local trial (no master
 from __future__ import annotations
 
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -141,6 +142,25 @@ def test_load_trial_class_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         load_trial_class("plain:NotATrial")
     with pytest.raises(ModuleNotFoundError, match="no_such_module_here"):
         load_trial_class("broken:Trial")
+
+
+def test_the_runner_exits_with_its_code_after_exit_handlers_and_flushed_output(tmp_path: Path) -> None:
+    # The runner leaves without tearing the interpreter down (gloo's threads may still run then):
+    # what the trial's module registered to run at exit still runs, and nothing buffered is lost.
+    (tmp_path / "plain.py").write_text(
+        "import atexit, sys\n"
+        "print('buffered, no newline', end='')\n"
+        "atexit.register(lambda: print(' | exit handler ran'))\n"
+        "class NotATrial:\n    pass\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "det_airflow.pytorch.run_trial", "plain:NotATrial"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert done.stdout == "buffered, no newline | exit handler ran\n"
+    assert "error: plain:NotATrial is not a det.pytorch.PyTorchTrial" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 @pytest.mark.parametrize(
