@@ -145,6 +145,8 @@ def trial_exit(trial_id: int, body: TrialExit) -> dict:
     housekeeping.run_soon(WAITING_SLOTS)  # the slots it held may start a waiting trial at once
     if TrialState(trial.state).is_terminal:
         _collect_checkpoints(trial.experiment_id)
+        # The search's last trial: the slots deferred for more end now, and the DAG run with them.
+        trials.end_slots_left_waiting(get_database(), trial.experiment_id)
     return {"trial": serialize.trial(trial), "retry": retry}
 
 

@@ -252,6 +252,42 @@ def start_resumed_slots(db: Database, experiment_id: int) -> list[int]:
         return []
 
 
+def end_slots_left_waiting(db: Database, experiment_id: int) -> list[int]:
+    """Once the experiment's slots have nothing left to run (its search is done, or it stops): the
+    slots deferred waiting for a trial end now, each in a new try that is told ``done``, rather than
+    when their triggers next look (at least ``MIN_WAIT_SECONDS`` after they deferred). The DAG run,
+    its finalize task and the experiment's Asset follow the last trial's end within moments.
+    Answers the slots started.
+
+    Best effort, as :func:`start_resumed_slots`: a slot this cannot start ends through its trigger.
+    """
+    from det_airflow.master import airflow_bridge
+
+    try:
+        with db.read() as conn:
+            exp = experiments.get_experiment(conn, experiment_id)
+        state = ExperimentState(exp.state)
+        if exp.dag_id is None or exp.dag_run_id is None:
+            return []
+        if not (exp.search_done or state.is_terminal or state in _STOPPING):
+            return []
+        waiting = airflow_bridge.slots_waiting_for_trials({exp.dag_id: exp.dag_run_id})
+        if exp.dag_id not in waiting:
+            return []
+        run_id, slots = waiting[exp.dag_id]
+        with db.read() as conn:
+            done = [
+                slot
+                for slot in slots.deferred
+                if acquire(conn, experiment_id, slot, {}, dry_run=True)["status"] == SlotStatus.DONE
+            ]
+        return airflow_bridge.start_deferred_slots_anew(exp.dag_id, run_id, done)
+    except (airflow_bridge.AirflowRecordError, SQLAlchemyError, NotFound) as exc:
+        # After the exit or the state change is committed: that stands whatever happens here.
+        logging.getLogger(__name__).warning("%s; the slots end when their triggers look", exc)
+        return []
+
+
 def route_slot(dag_id: str, run_id: str, map_index: int, queue: str, task_id: str = TRIAL_TASK) -> None:
     """Send a slot's task (or a node task) to the queue of the host its trial is placed on; best
     effort (the housekeeping job `start placed slots` sends it again once the task has deferred)."""

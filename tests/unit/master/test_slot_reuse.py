@@ -190,3 +190,87 @@ def test_an_activation_stands_when_airflow_cannot_start_the_slots(
     assert change(people, e, "activate") == "ACTIVE"  # the slot's trigger resumes it instead
     assert "the slots resume when their triggers look" in caplog.text
     assert people.experiment(e).state == "ACTIVE"
+
+
+# --- the search's end ends the slots left waiting for a trial ---
+
+
+@pytest.fixture
+def deferred(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[int]]:
+    """The slots Airflow has deferred waiting for a trial, by DAG (the test sets them)."""
+    waiting: dict[str, list[int]] = {}
+
+    def slots_waiting(runs: dict[str, str | None]) -> dict[str, tuple[str, airflow_bridge.WaitingSlots]]:
+        return {
+            dag_id: (str(run_id), airflow_bridge.WaitingSlots(deferred=list(waiting[dag_id])))
+            for dag_id, run_id in runs.items()
+            if waiting.get(dag_id)
+        }
+
+    monkeypatch.setattr(airflow_bridge, "slots_waiting_for_trials", slots_waiting)
+    return waiting
+
+
+def test_the_searchs_last_trial_ends_the_slots_left_waiting_at_once(
+    people: People,
+    first_running: tuple[int, int, int],
+    deferred: dict[str, list[int]],
+    started: list[tuple[str, str, list[int]]],
+    service_headers: dict[str, str],
+) -> None:
+    e, first, second = first_running
+    assert ask(people, e, 1)["trial"].id == second
+    assert ask(people, e, 2) == {"status": "wait"}  # nothing left for it yet: it defers
+    deferred[f"det_{e}"] = [2]
+
+    def exit_(trial_id: int) -> str:
+        answer = people.client.post(
+            f"/api/v1/internal/trials/{trial_id}/exit", json={"exit_code": 0}, headers=service_headers
+        )
+        assert answer.status_code == 200, answer.text
+        return str(answer.json()["trial"]["state"])
+
+    assert exit_(first) == "COMPLETED"
+    assert started == []  # the search may still create trials for it
+    set_experiment(people, e, search_done=True)  # as the search shuts down on its last trial's end
+    assert exit_(second) == "COMPLETED"
+
+    assert started == [(f"det_{e}", "r", [2])]
+    assert ask(people, e, 2, try_number=2) == {"status": "done", "ran": []}  # its new try ends
+
+
+def test_a_canceled_experiments_slots_left_waiting_end_at_once(
+    people: People,
+    creator: Creator,
+    deferred: dict[str, list[int]],
+    started: list[tuple[str, str, list[int]]],
+) -> None:
+    e, paused = paused_alone(people, pool_slots=4)
+    deferred[f"det_{e}"] = [0]
+
+    assert change(people, e, "cancel") in ("STOPPING_CANCELED", "CANCELED")
+
+    assert started == [(f"det_{e}", "r", [0])]
+    assert people.trial(paused).state == "CANCELED"
+
+
+def test_slots_left_waiting_end_through_their_triggers_when_airflow_cannot_start_them(
+    people: People,
+    first_running: tuple[int, int, int],
+    deferred: dict[str, list[int]],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    e, first, second = first_running
+    assert exit_run(people, first, 0)[0] == "COMPLETED"
+    set_trial(people, second, state="CANCELED")
+    set_experiment(people, e, search_done=True)
+    deferred[f"det_{e}"] = [1, 2]
+
+    def refuse(dag_id: str, run_id: str, map_indexes: list[int]) -> list[int]:
+        raise airflow_bridge.AirflowRecordError(f"Airflow task instances of DAG run '{run_id}': locked")
+
+    monkeypatch.setattr(airflow_bridge, "start_deferred_slots_anew", refuse)
+
+    assert trials.end_slots_left_waiting(people.db, e) == []
+    assert "the slots end when their triggers look" in caplog.text
