@@ -640,6 +640,33 @@ def _start_anew(
         raise AirflowRecordError(f"Airflow {what} of DAG run '{run_id}' of DAG '{dag_id}': {exc}") from None
 
 
+def runs_with_deferred_slots() -> set[tuple[str, str]]:
+    """The (dag_id, run_id) pairs of unfinished DAG runs one of whose trial slots is deferred
+    waiting for a trial (not watching a trial's pods)."""
+    from airflow.utils.state import DagRunState, TaskInstanceState
+    from sqlalchemy import and_, select
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from det_airflow.airflow_compat import DagRun, TaskInstance, create_session
+
+    query = (
+        select(TaskInstance.dag_id, TaskInstance.run_id)
+        .join(DagRun, and_(DagRun.dag_id == TaskInstance.dag_id, DagRun.run_id == TaskInstance.run_id))
+        .where(
+            TaskInstance.task_id == TRIAL_TASK,
+            TaskInstance.state == TaskInstanceState.DEFERRED,
+            TaskInstance.next_method == "resume",
+            DagRun.state.in_([DagRunState.QUEUED, DagRunState.RUNNING]),
+        )
+        .distinct()
+    )
+    try:
+        with create_session() as session:
+            return {(dag_id, run_id) for dag_id, run_id in session.execute(query)}
+    except SQLAlchemyError as exc:
+        raise AirflowRecordError(f"Airflow's deferred trial task instances: {exc}") from None
+
+
 def finished_dag_runs(runs: list[tuple[str, str]]) -> set[tuple[str, str]]:
     """The (dag_id, run_id) pairs among `runs` whose DAG run has ended (success or failed)."""
     if not runs:

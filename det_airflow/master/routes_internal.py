@@ -142,11 +142,12 @@ def trial_exit(trial_id: int, body: TrialExit) -> dict:
     with get_database().begin() as conn:
         trial, retry = trials.exit_run(conn, trial_id, body.exit_code)
         trials.give_slot_its_next_trial(conn, trial)
+        search_done = experiments.get_experiment(conn, trial.experiment_id).search_done
     housekeeping.run_soon(WAITING_SLOTS)  # the slots it held may start a waiting trial at once
     if TrialState(trial.state).is_terminal:
         _collect_checkpoints(trial.experiment_id)
-        # The search's last trial: the slots deferred for more end now, and the DAG run with them.
-        trials.end_slots_left_waiting(get_database(), trial.experiment_id)
+        if search_done:  # its search's last trial
+            housekeeping.end_slots_left_waiting(trial.experiment_id)
     return {"trial": serialize.trial(trial), "retry": retry}
 
 

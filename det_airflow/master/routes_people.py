@@ -340,7 +340,7 @@ def change_experiment(experiment_id: int, action: str, caller: CallerDep) -> dic
     if action == "activate":
         trials.start_resumed_slots(get_database(), experiment_id)  # once the activation is committed
     elif action in ("cancel", "kill"):
-        trials.end_slots_left_waiting(get_database(), experiment_id)  # those with no trial running
+        housekeeping.end_slots_left_waiting(experiment_id)  # those with no trial running
     return answer
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from sqlalchemy import Connection, Row, and_, exists, null, select, update
+from sqlalchemy import Connection, Row, and_, exists, null, or_, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
 from det_airflow.api.models import SlotStatus
@@ -286,6 +286,36 @@ def end_slots_left_waiting(db: Database, experiment_id: int) -> list[int]:
         # After the exit or the state change is committed: that stands whatever happens here.
         logging.getLogger(__name__).warning("%s; the slots end when their triggers look", exc)
         return []
+
+
+def end_all_slots_left_waiting(db: Database) -> list[int]:
+    """:func:`end_slots_left_waiting` for every experiment with a slot deferred waiting for a trial
+    while its slots have nothing left to run. A slot told to wait just before the search's last
+    trial ended defers only after that end was handled: the requests that end a search ask for this
+    a few times in the next moments (``housekeeping.run_soon``). Answers the slots started."""
+    from det_airflow.master import airflow_bridge
+
+    try:
+        runs = airflow_bridge.runs_with_deferred_slots()
+    except airflow_bridge.AirflowRecordError as exc:
+        logging.getLogger(__name__).warning("%s; the slots end when their triggers look", exc)
+        return []
+    if not runs:
+        return []
+    exps = schema.experiments
+    stopping = [s.value for s in ExperimentState if s.is_terminal or s in _STOPPING]
+    with db.read() as conn:
+        ids = conn.execute(
+            select(exps.c.id, exps.c.dag_id, exps.c.dag_run_id).where(
+                exps.c.dag_id.in_(sorted({dag_id for dag_id, _ in runs})),
+                or_(exps.c.search_done.is_(True), exps.c.state.in_(stopping)),
+            )
+        ).all()
+    started: list[int] = []
+    for experiment_id, dag_id, run_id in ids:
+        if (dag_id, run_id) in runs:
+            started += end_slots_left_waiting(db, experiment_id)
+    return started
 
 
 def route_slot(dag_id: str, run_id: str, map_index: int, queue: str, task_id: str = TRIAL_TASK) -> None:

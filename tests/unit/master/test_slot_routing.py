@@ -17,7 +17,7 @@ from airflow.utils.types import DagRunTriggeredByType, DagRunType
 from sqlalchemy import select, update
 
 from det_airflow.dagfactory import experiment_dag_id
-from det_airflow.master import airflow_bridge, hosts, schema
+from det_airflow.master import airflow_bridge, hosts, schema, trials
 from tests.unit.master.creating import CONFIG, Creator
 from tests.unit.master.test_publish_dag import airflow_db  # noqa: F401  (fixture)
 
@@ -215,3 +215,35 @@ def test_a_slot_running_on_its_host_is_retried_from_the_default_queue(run: Run) 
 
     assert slots(run.dag)[0][1] == "default"
     assert not airflow_bridge.unroute_slot(run.dag, run.id, 0)  # nothing left to change
+
+
+def test_slots_left_waiting_for_a_search_that_is_done_end_in_a_new_try(airflow_db: Creator) -> None:  # noqa: F811
+    run = start_run(airflow_db)
+    people = airflow_db.people
+    exps = schema.experiments
+    with people.db.begin() as conn:
+        (e,) = conn.execute(select(exps.c.id).where(exps.c.dag_id == run.dag)).scalars()
+        conn.execute(update(exps).where(exps.c.id == e).values(dag_run_id=run.id))
+        conn.execute(
+            update(schema.trials).where(schema.trials.c.experiment_id == e).values(state="COMPLETED")
+        )
+    set_slot(run.dag, 0, state=TaskInstanceState.DEFERRED, next_method="resume", try_number=1)
+    set_slot(run.dag, 1, state=TaskInstanceState.DEFERRED, next_method="resume_kubernetes", try_number=1)
+    set_slot(run.dag, 2, state=TaskInstanceState.RUNNING, try_number=1)
+    assert airflow_bridge.runs_with_deferred_slots() == {(run.dag, run.id)}
+
+    # Its search may still create trials: the slot waits.
+    assert trials.end_all_slots_left_waiting(people.db) == []
+    assert slots(run.dag)[0][0] == TaskInstanceState.DEFERRED
+
+    with people.db.begin() as conn:
+        conn.execute(update(exps).where(exps.c.id == e).values(search_done=True))
+    assert trials.end_all_slots_left_waiting(people.db) == [0]
+
+    # Slot 0 starts its next try (told `done`, it ends); slot 1 still watches its trial's pods.
+    assert [slots(run.dag)[i][0] for i in range(3)] == [
+        None,
+        TaskInstanceState.DEFERRED,
+        TaskInstanceState.RUNNING,
+    ]
+    assert airflow_bridge.runs_with_deferred_slots() == set()  # none waits for a trial any more
