@@ -640,9 +640,9 @@ def _start_anew(
         raise AirflowRecordError(f"Airflow {what} of DAG run '{run_id}' of DAG '{dag_id}': {exc}") from None
 
 
-def runs_with_deferred_slots() -> set[tuple[str, str]]:
-    """The (dag_id, run_id) pairs of unfinished DAG runs one of whose trial slots is deferred
-    waiting for a trial (not watching a trial's pods)."""
+def deferred_slots() -> dict[tuple[str, str], list[int]]:
+    """The trial slots deferred waiting for a trial (not watching a trial's pods) in every
+    unfinished DAG run: (dag_id, run_id) -> their map indexes."""
     from airflow.utils.state import DagRunState, TaskInstanceState
     from sqlalchemy import and_, select
     from sqlalchemy.exc import SQLAlchemyError
@@ -650,7 +650,7 @@ def runs_with_deferred_slots() -> set[tuple[str, str]]:
     from det_airflow.airflow_compat import DagRun, TaskInstance, create_session
 
     query = (
-        select(TaskInstance.dag_id, TaskInstance.run_id)
+        select(TaskInstance.dag_id, TaskInstance.run_id, TaskInstance.map_index)
         .join(DagRun, and_(DagRun.dag_id == TaskInstance.dag_id, DagRun.run_id == TaskInstance.run_id))
         .where(
             TaskInstance.task_id == TRIAL_TASK,
@@ -658,13 +658,17 @@ def runs_with_deferred_slots() -> set[tuple[str, str]]:
             TaskInstance.next_method == "resume",
             DagRun.state.in_([DagRunState.QUEUED, DagRunState.RUNNING]),
         )
-        .distinct()
+        .order_by(TaskInstance.map_index)
     )
     try:
         with create_session() as session:
-            return {(dag_id, run_id) for dag_id, run_id in session.execute(query)}
+            found = session.execute(query).all()
     except SQLAlchemyError as exc:
         raise AirflowRecordError(f"Airflow's deferred trial task instances: {exc}") from None
+    runs: dict[tuple[str, str], list[int]] = {}
+    for dag_id, run_id, map_index in found:
+        runs.setdefault((dag_id, run_id), []).append(int(map_index))
+    return runs
 
 
 def finished_dag_runs(runs: list[tuple[str, str]]) -> set[tuple[str, str]]:

@@ -74,8 +74,10 @@ REMOVE_FILES = "remove files"
 START_PLACED_SLOTS = "start placed slots"
 
 #: The job that ends the slots deferred waiting for a trial once their search is done; the
-#: requests that end a search ask for it a few times in the next moments.
+#: requests that end a search ask for it now and at each of END_SLOTS_LOOKS: a slot told to wait
+#: as the search's last trial ended defers moments later.
 END_SLOTS_LEFT_WAITING = "end slots left waiting"
+END_SLOTS_LOOKS = (0.0, 0.5, 1.0, 2.0, 4.0)
 
 #: The job that hands recorded webhook events to the sender's thread.
 DELIVER_WEBHOOKS = "deliver webhooks"
@@ -93,7 +95,7 @@ JOBS = (
     # While worker hosts report: slots freed are taken again at once, on the waiting trial's host.
     Job("start waiting slots", 2.0, trials.start_waiting_slots),
     # Slots deferred for more trials of a search that is done end now, not when their triggers look.
-    Job(END_SLOTS_LEFT_WAITING, 30.0, trials.end_all_slots_left_waiting),
+    Job(END_SLOTS_LEFT_WAITING, 30.0, trials.end_slots_left_waiting),
     # The node tasks of multi-node runs whose start the chief's own request could not make.
     Job("start waiting nodes", 2.0, trials.start_nodes),
     # A worker host that stopped heartbeating runs nothing more: its waiting tasks go to the others.
@@ -148,18 +150,6 @@ _wake = threading.Event()
 # Job name -> the monotonic times it was asked to run at.
 _soon: dict[str, list[float]] = {}
 _soon_lock = threading.Lock()
-
-
-# A slot told to wait as its search's last trial ended defers moments later: looks then.
-_DEFER_LOOKS = (0.5, 1.0, 2.0, 4.0)
-
-
-def end_slots_left_waiting(experiment_id: int, db: Database | None = None) -> None:
-    """The experiment's slots have nothing left to run (its search is done, or it was canceled or
-    killed): those deferred for more trials end now, and so the DAG run; those deferring meanwhile
-    end at this job's looks in the next moments."""
-    trials.end_slots_left_waiting(db or get_database(), experiment_id)
-    run_soon(END_SLOTS_LEFT_WAITING, *_DEFER_LOOKS)
 
 
 def run_soon(name: str, *after: float) -> None:

@@ -146,8 +146,8 @@ def trial_exit(trial_id: int, body: TrialExit) -> dict:
     housekeeping.run_soon(WAITING_SLOTS)  # the slots it held may start a waiting trial at once
     if TrialState(trial.state).is_terminal:
         _collect_checkpoints(trial.experiment_id)
-        if search_done:  # its search's last trial
-            housekeeping.end_slots_left_waiting(trial.experiment_id)
+        if search_done:  # its search's last trial: the slots deferred for more end
+            housekeeping.run_soon(housekeeping.END_SLOTS_LEFT_WAITING, *housekeeping.END_SLOTS_LOOKS)
     return {"trial": serialize.trial(trial), "retry": retry}
 
 

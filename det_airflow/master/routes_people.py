@@ -340,7 +340,8 @@ def change_experiment(experiment_id: int, action: str, caller: CallerDep) -> dic
     if action == "activate":
         trials.start_resumed_slots(get_database(), experiment_id)  # once the activation is committed
     elif action in ("cancel", "kill"):
-        housekeeping.end_slots_left_waiting(experiment_id)  # those with no trial running
+        # Its slots deferred for a trial end now, not when their triggers look.
+        housekeeping.run_soon(housekeeping.END_SLOTS_LEFT_WAITING, *housekeeping.END_SLOTS_LOOKS)
     return answer
 
 

@@ -252,69 +252,48 @@ def start_resumed_slots(db: Database, experiment_id: int) -> list[int]:
         return []
 
 
-def end_slots_left_waiting(db: Database, experiment_id: int) -> list[int]:
-    """Once the experiment's slots have nothing left to run (its search is done, or it stops): the
-    slots deferred waiting for a trial end now, each in a new try that is told ``done``, rather than
-    when their triggers next look (at least ``MIN_WAIT_SECONDS`` after they deferred). The DAG run,
-    its finalize task and the experiment's Asset follow the last trial's end within moments.
-    Answers the slots started.
+def end_slots_left_waiting(db: Database) -> list[int]:
+    """The housekeeping job `end slots left waiting`: the trial slots deferred waiting for a trial
+    of an experiment whose slots have nothing left to run (its search is done, or it stops) start
+    in a new try, which is told ``done`` and ends, rather than when their triggers next look (at
+    least ``MIN_WAIT_SECONDS`` after they deferred). The DAG run, its finalize task and the
+    experiment's Asset follow within moments. The requests that end a search ask for this job at
+    once and a few times in the next moments: a slot told to wait just before defers only after.
+    Answers the map indexes started.
 
     Best effort, as :func:`start_resumed_slots`: a slot this cannot start ends through its trigger.
     """
     from det_airflow.master import airflow_bridge
 
     try:
-        with db.read() as conn:
-            exp = experiments.get_experiment(conn, experiment_id)
-        state = ExperimentState(exp.state)
-        if exp.dag_id is None or exp.dag_run_id is None:
-            return []
-        if not (exp.search_done or state.is_terminal or state in _STOPPING):
-            return []
-        waiting = airflow_bridge.slots_waiting_for_trials({exp.dag_id: exp.dag_run_id})
-        if exp.dag_id not in waiting:
-            return []
-        run_id, slots = waiting[exp.dag_id]
-        with db.read() as conn:
-            done = [
-                slot
-                for slot in slots.deferred
-                if acquire(conn, experiment_id, slot, {}, dry_run=True)["status"] == SlotStatus.DONE
-            ]
-        return airflow_bridge.start_deferred_slots_anew(exp.dag_id, run_id, done)
-    except (airflow_bridge.AirflowRecordError, SQLAlchemyError, NotFound) as exc:
-        # After the exit or the state change is committed: that stands whatever happens here.
-        logging.getLogger(__name__).warning("%s; the slots end when their triggers look", exc)
-        return []
-
-
-def end_all_slots_left_waiting(db: Database) -> list[int]:
-    """:func:`end_slots_left_waiting` for every experiment with a slot deferred waiting for a trial
-    while its slots have nothing left to run. A slot told to wait just before the search's last
-    trial ended defers only after that end was handled: the requests that end a search ask for this
-    a few times in the next moments (``housekeeping.run_soon``). Answers the slots started."""
-    from det_airflow.master import airflow_bridge
-
-    try:
-        runs = airflow_bridge.runs_with_deferred_slots()
+        deferred = airflow_bridge.deferred_slots()
     except airflow_bridge.AirflowRecordError as exc:
         logging.getLogger(__name__).warning("%s; the slots end when their triggers look", exc)
         return []
-    if not runs:
+    if not deferred:
         return []
     exps = schema.experiments
-    stopping = [s.value for s in ExperimentState if s.is_terminal or s in _STOPPING]
+    ending = [s.value for s in ExperimentState if s.is_terminal or s in _STOPPING]
+    done: dict[tuple[str, str], list[int]] = {}
     with db.read() as conn:
-        ids = conn.execute(
+        rows = conn.execute(
             select(exps.c.id, exps.c.dag_id, exps.c.dag_run_id).where(
-                exps.c.dag_id.in_(sorted({dag_id for dag_id, _ in runs})),
-                or_(exps.c.search_done.is_(True), exps.c.state.in_(stopping)),
+                exps.c.dag_id.in_(sorted({dag_id for dag_id, _ in deferred})),
+                or_(exps.c.search_done.is_(True), exps.c.state.in_(ending)),
             )
         ).all()
+        for experiment_id, dag_id, run_id in rows:
+            done[(dag_id, run_id)] = [
+                slot
+                for slot in deferred.get((dag_id, run_id), ())
+                if acquire(conn, experiment_id, slot, {}, dry_run=True)["status"] == SlotStatus.DONE
+            ]
     started: list[int] = []
-    for experiment_id, dag_id, run_id in ids:
-        if (dag_id, run_id) in runs:
-            started += end_slots_left_waiting(db, experiment_id)
+    for (dag_id, run_id), slots in done.items():
+        try:
+            started += airflow_bridge.start_deferred_slots_anew(dag_id, run_id, slots)
+        except airflow_bridge.AirflowRecordError as exc:
+            logging.getLogger(__name__).warning("%s; the slots end when their triggers look", exc)
     return started
 
 

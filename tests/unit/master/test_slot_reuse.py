@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
-from det_airflow.master import airflow_bridge, schema, trials
+from det_airflow.master import airflow_bridge, housekeeping, schema, trials
 from tests.unit.master.creating import Creator
 from tests.unit.master.people_app import People
 from tests.unit.master.test_preemption import exit_run
@@ -197,18 +197,28 @@ def test_an_activation_stands_when_airflow_cannot_start_the_slots(
 
 @pytest.fixture
 def deferred(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[int]]:
-    """The slots Airflow has deferred waiting for a trial, by DAG (the test sets them)."""
+    """The slots Airflow has deferred waiting for a trial in run "r", by DAG (the test sets them)."""
     waiting: dict[str, list[int]] = {}
 
-    def slots_waiting(runs: dict[str, str | None]) -> dict[str, tuple[str, airflow_bridge.WaitingSlots]]:
-        return {
-            dag_id: (str(run_id), airflow_bridge.WaitingSlots(deferred=list(waiting[dag_id])))
-            for dag_id, run_id in runs.items()
-            if waiting.get(dag_id)
-        }
+    def deferred_slots() -> dict[tuple[str, str], list[int]]:
+        return {(dag_id, "r"): list(slots) for dag_id, slots in waiting.items() if slots}
 
-    monkeypatch.setattr(airflow_bridge, "slots_waiting_for_trials", slots_waiting)
+    monkeypatch.setattr(airflow_bridge, "deferred_slots", deferred_slots)
     return waiting
+
+
+@pytest.fixture
+def asked(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple[float, ...]]]:
+    """The housekeeping jobs the requests ask for (``run_soon``): (name, seconds from now)."""
+    calls: list[tuple[str, tuple[float, ...]]] = []
+    monkeypatch.setattr(housekeeping, "run_soon", lambda name, *after: calls.append((name, after)))
+    return calls
+
+
+def run_asked(people: People, asked: list[tuple[str, tuple[float, ...]]]) -> None:
+    """What the housekeeping thread does with them: the job that ends the slots left waiting."""
+    if any(name == housekeeping.END_SLOTS_LEFT_WAITING for name, _ in asked):
+        assert housekeeping.run_job(housekeeping.END_SLOTS_LEFT_WAITING, people.db)
 
 
 def test_the_searchs_last_trial_ends_the_slots_left_waiting_at_once(
@@ -217,6 +227,7 @@ def test_the_searchs_last_trial_ends_the_slots_left_waiting_at_once(
     deferred: dict[str, list[int]],
     started: list[tuple[str, str, list[int]]],
     service_headers: dict[str, str],
+    asked: list[tuple[str, tuple[float, ...]]],
 ) -> None:
     e, first, second = first_running
     assert ask(people, e, 1)["trial"].id == second
@@ -231,9 +242,13 @@ def test_the_searchs_last_trial_ends_the_slots_left_waiting_at_once(
         return str(answer.json()["trial"]["state"])
 
     assert exit_(first) == "COMPLETED"
+    run_asked(people, asked)
     assert started == []  # the search may still create trials for it
     set_experiment(people, e, search_done=True)  # as the search shuts down on its last trial's end
     assert exit_(second) == "COMPLETED"
+    # At once, and again while a slot told to wait meanwhile defers.
+    assert (housekeeping.END_SLOTS_LEFT_WAITING, housekeeping.END_SLOTS_LOOKS) in asked
+    run_asked(people, asked)
 
     assert started == [(f"det_{e}", "r", [2])]
     assert ask(people, e, 2, try_number=2) == {"status": "done", "ran": []}  # its new try ends
@@ -244,11 +259,13 @@ def test_a_canceled_experiments_slots_left_waiting_end_at_once(
     creator: Creator,
     deferred: dict[str, list[int]],
     started: list[tuple[str, str, list[int]]],
+    asked: list[tuple[str, tuple[float, ...]]],
 ) -> None:
     e, paused = paused_alone(people, pool_slots=4)
     deferred[f"det_{e}"] = [0]
 
     assert change(people, e, "cancel") in ("STOPPING_CANCELED", "CANCELED")
+    run_asked(people, asked)
 
     assert started == [(f"det_{e}", "r", [0])]
     assert people.trial(paused).state == "CANCELED"
@@ -272,5 +289,5 @@ def test_slots_left_waiting_end_through_their_triggers_when_airflow_cannot_start
 
     monkeypatch.setattr(airflow_bridge, "start_deferred_slots_anew", refuse)
 
-    assert trials.end_slots_left_waiting(people.db, e) == []
+    assert trials.end_slots_left_waiting(people.db) == []
     assert "the slots end when their triggers look" in caplog.text

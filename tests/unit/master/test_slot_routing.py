@@ -230,15 +230,15 @@ def test_slots_left_waiting_for_a_search_that_is_done_end_in_a_new_try(airflow_d
     set_slot(run.dag, 0, state=TaskInstanceState.DEFERRED, next_method="resume", try_number=1)
     set_slot(run.dag, 1, state=TaskInstanceState.DEFERRED, next_method="resume_kubernetes", try_number=1)
     set_slot(run.dag, 2, state=TaskInstanceState.RUNNING, try_number=1)
-    assert airflow_bridge.runs_with_deferred_slots() == {(run.dag, run.id)}
+    assert airflow_bridge.deferred_slots() == {(run.dag, run.id): [0]}
 
     # Its search may still create trials: the slot waits.
-    assert trials.end_all_slots_left_waiting(people.db) == []
+    assert trials.end_slots_left_waiting(people.db) == []
     assert slots(run.dag)[0][0] == TaskInstanceState.DEFERRED
 
     with people.db.begin() as conn:
         conn.execute(update(exps).where(exps.c.id == e).values(search_done=True))
-    assert trials.end_all_slots_left_waiting(people.db) == [0]
+    assert trials.end_slots_left_waiting(people.db) == [0]
 
     # Slot 0 starts its next try (told `done`, it ends); slot 1 still watches its trial's pods.
     assert [slots(run.dag)[i][0] for i in range(3)] == [
@@ -246,4 +246,4 @@ def test_slots_left_waiting_for_a_search_that_is_done_end_in_a_new_try(airflow_d
         TaskInstanceState.DEFERRED,
         TaskInstanceState.RUNNING,
     ]
-    assert airflow_bridge.runs_with_deferred_slots() == set()  # none waits for a trial any more
+    assert airflow_bridge.deferred_slots() == {}  # none waits for a trial any more
