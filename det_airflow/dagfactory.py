@@ -12,6 +12,7 @@ retries) is set once on the mapped trial task, which is exactly Determined's per
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import re
@@ -41,12 +42,9 @@ _YAML_SUFFIXES = (".yaml", ".yml")
 _START = datetime(2024, 1, 1, tzinfo=UTC)
 
 
-INVALID_DAG_ID = "det_invalid_experiments"
+#: The task of an invalid experiment YAML's DAG (broken_dag()).
+INVALID_TASK_ID = "invalid_config"
 _SEARCHER_LINE = re.compile(r"^searcher\s*:", re.MULTILINE)
-
-
-class InvalidExperimentYAML(DetError):
-    """One or more experiment YAMLs in the DAGs folder are invalid (shown as an Airflow import error)."""
 
 
 # The master's second line in experiment_file(): who submitted the experiment, and when.
@@ -312,9 +310,10 @@ def build_dag(file: ExperimentFile, cfg: ExperimentConfig, submission: Submissio
         dag_id=file.dag_id,
         dag_display_name=display_name,
         params=_run_params(cfg) if file.experiment_id is None else None,
-        # A `det experiment create` experiment runs exactly once, as soon as its DAG is in Airflow;
-        # its run's date is then the whole second before the submission (see run_due()).
-        schedule="@once" if file.experiment_id is not None else asset_schedule(cfg),
+        # A `det experiment create` experiment runs exactly once: the master starts that run as it
+        # writes the DAG (airflow_bridge.publish_experiment_dag). No schedule, so the scheduler
+        # never makes a run of its own that could race the master's.
+        schedule=None if file.experiment_id is not None else asset_schedule(cfg),
         start_date=run_due(submission.submitted) if submission else _START,
         catchup=False,
         is_paused_upon_creation=False,
@@ -437,17 +436,33 @@ def _run_params(cfg: ExperimentConfig) -> dict[str, object]:
     }
 
 
-def _invalid_dag(dag_id: str, message: str):  # type: ignore[no-untyped-def]
-    """A DAG that fails Airflow's validation with our message, so that invalid YAMLs appear as an
-    import error of the factory file while every valid experiment still loads."""
+def broken_dag(dag_id: str, path: Path, message: str):  # type: ignore[no-untyped-def]
+    """The DAG of an experiment YAML that cannot be built: the YAML's own DAG id, tagged ``invalid``,
+    its problems in its description and page, and one task that fails with them when triggered.
+
+    Not an import error of the factory file: Airflow would then mark every experiment DAG of the
+    file as failed to load, and one bad YAML would stop every experiment from starting."""
     from airflow.sdk import DAG
 
-    # Public ground: airflow.sdk.DAG documents validate() as called before a parse keeps the DAG.
-    class _InvalidExperiments(DAG):
-        def validate(self) -> None:
-            raise InvalidExperimentYAML(message)
+    from det_airflow.operators.invalid import InvalidExperimentOperator
 
-    return _InvalidExperiments(dag_id=dag_id, schedule=None, start_date=_START)
+    text = plain_text(message)
+    lines = text.splitlines() or [text]
+    with DAG(
+        dag_id=dag_id,
+        dag_display_name=f"{plain_text(path.name)} (invalid)",
+        schedule=None,
+        start_date=_START,
+        catchup=False,
+        is_paused_upon_creation=False,
+        tags=["det", "invalid"],
+        description=lines[0][:200],
+        # An indented block: shown as written, nothing in it read as Markdown.
+        doc_md="**Invalid experiment YAML.** Fix the file; this DAG becomes the experiment at the "
+        "next parse.\n\n" + "\n".join(f"    {line}" for line in lines),
+    ) as dag:
+        InvalidExperimentOperator(task_id=INVALID_TASK_ID, message=text)
+    return dag
 
 
 def run_due(submitted: datetime) -> datetime:
@@ -467,8 +482,8 @@ def build_submitted_dag(dags_folder: Path, experiment_id: int, source: Path | No
     """The DAG of the master-written experiment_file() (read from ``source``, its staged copy, when
     given), as a parse of the factory builds it.
 
-    Raises DetError when the file is gone or cannot be built (a parse would list the problem under
-    INVALID_DAG_ID)."""
+    Raises DetError when the file is gone or cannot be built (a parse would give it an invalid DAG:
+    broken_dag())."""
     file = dag_id_for_file(experiment_file(dags_folder, experiment_id), dags_folder)
     path = source or file.path
     try:
@@ -482,43 +497,45 @@ def build_submitted_dag(dags_folder: Path, experiment_id: int, source: Path | No
 
 
 def build_dags(dags_folder: Path, *, only_dag_id: str | None = None) -> dict[str, object]:
-    """Every experiment DAG under `dags_folder` by DAG id; with `only_dag_id`, just that one."""
+    """Every experiment DAG under `dags_folder` by DAG id; with `only_dag_id`, just that one.
+
+    A YAML that cannot be built gets its own invalid DAG (broken_dag()), and every other YAML its
+    experiment: each is built apart from the others."""
     defaults = settings.airflow_defaults()
-    dags: dict[str, object] = {}
-    problems: list[str] = []
+    dags: dict[str, tuple[object, Path]] = {}
     seen: dict[str, Path] = {}
     for path in experiment_yamls(dags_folder):
         file = dag_id_for_file(path, dags_folder)
-        if only_dag_id is not None and file.dag_id != only_dag_id:
+        # A second file of the same DAG id is shown under an id of its own; the first keeps it.
+        duplicate_id = f"{file.dag_id}__{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
+        if only_dag_id is not None and not (
+            only_dag_id == file.dag_id or only_dag_id.startswith(f"{file.dag_id}__")
+        ):
             continue
+        dag_id = file.dag_id
         try:
             text = read_config_text(path)
             cfg = load_experiment(path, defaults, text)
             if cfg is None:
                 continue
             if file.dag_id in seen:
-                problems.append(
+                dag_id = duplicate_id
+                raise DetError(
                     f"{path}: DAG id '{file.dag_id}' is already used by {seen[file.dag_id]}; rename one file"
                 )
-                continue
+            seen[file.dag_id] = path
             if file.experiment_id is None:
                 check_runner_policy(path, cfg)
             submission = read_submission(text) if file.experiment_id is not None else None
             dag = build_dag(file, cfg, submission)
         except DetError as exc:
-            problems.append(str(exc))
-            continue
+            dag = broken_dag(dag_id, path, str(exc))
         except Exception as exc:  # noqa: BLE001 - one experiment must never take the other DAGs down
-            problems.append(f"{path}: cannot build the experiment DAG: {type(exc).__name__}: {exc}")
-            continue
-        seen[file.dag_id] = path
-        dags[file.dag_id] = dag
+            why = f"{path}: cannot build the experiment DAG: {type(exc).__name__}: {exc}"
+            dag = broken_dag(dag_id, path, why)
+        if only_dag_id is None or dag_id == only_dag_id:
+            dags[dag_id] = (dag, path)
     # A file removed while this parse ran (`det e delete`, a user's `rm`) must not have its DAG
     # registered again by the parse's result: Airflow drops a reparse asked for meanwhile, so the
     # DAG would stay listed until the file's next parse.
-    dags = {dag_id: dag for dag_id, dag in dags.items() if seen[dag_id].exists()}
-    if problems and only_dag_id is None:
-        dags[INVALID_DAG_ID] = _invalid_dag(
-            INVALID_DAG_ID, "invalid experiment YAML:\n" + "\n".join(problems)
-        )
-    return dags
+    return {dag_id: dag for dag_id, (dag, path) in dags.items() if os.path.lexists(path)}

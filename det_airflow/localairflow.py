@@ -25,6 +25,7 @@ import argparse
 import base64
 import configparser
 import contextlib
+import dataclasses
 import json
 import os
 import secrets
@@ -43,6 +44,7 @@ from typing import TYPE_CHECKING
 from det_airflow import _pgcluster
 from det_airflow.errors import DetError
 from det_airflow.settings import host_queue
+from det_airflow.trial_process import _network
 
 if TYPE_CHECKING:
     import httpx
@@ -86,9 +88,7 @@ DEFAULT_QUEUE = "default"
 VISIBILITY_TIMEOUT_S = 7 * 24 * 3600
 REDIS_SERVER = Path("/usr/bin/redis-server")
 #: The kernel's ephemeral port range: outgoing connections take their local port from it.
-EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
-#: Linux's default ephemeral range, for a machine without that file.
-DEFAULT_EPHEMERAL_RANGE = (32768, 60999)
+EPHEMERAL_RANGE_FILE = _network.EPHEMERAL_RANGE_FILE
 #: Lowest port the home's services are given: above the ports well-known servers listen on
 #: (PostgreSQL's 5432, Redis's 6379, 8080 ...).
 SERVICE_PORT_FLOOR = 20000
@@ -160,16 +160,23 @@ class CeleryWorker:
 @dataclass(frozen=True)
 class CeleryLayout:
     """What the Celery mode runs besides Airflow: Redis on 127.0.0.1:``redis_port``, the workers,
-    and the home's own PostgreSQL server on ``postgres_port`` (None: the database is elsewhere)."""
+    and the home's own PostgreSQL server on ``postgres_port`` (None: the database is elsewhere).
+
+    Redis asks for ``redis_password`` (:func:`write_config` makes one when None): trials run on the
+    workers' machine, and a broker any local process may use lets one take the queued tasks'
+    messages (each carries a task's token and the DAG file its worker will parse as root).
+    """
 
     redis_port: int
     workers: tuple[CeleryWorker, ...]
     postgres_port: int | None = None
     postgres_password: str | None = None
+    redis_password: str | None = None
 
     @property
     def broker_url(self) -> str:
-        return f"redis://127.0.0.1:{self.redis_port}/0"
+        login = f":{self.redis_password}@" if self.redis_password else ""
+        return f"redis://{login}127.0.0.1:{self.redis_port}/0"
 
     def worker_concurrency(self, parallelism: int) -> int:
         """Task processes per worker: ``parallelism``, and at least twice the host's slots. Besides
@@ -189,6 +196,7 @@ class CeleryLayout:
             "workers": str(len(self.workers)),
             "host_slots": str(self.workers[0].host_slots),
             "redis_port": str(self.redis_port),
+            "redis_password": self.redis_password or "",
         }
         if self.postgres_port is not None:
             layout["postgres_port"] = str(self.postgres_port)
@@ -219,6 +227,7 @@ class CeleryLayout:
             workers=celery_workers(int(section["workers"]), int(section["host_slots"])),
             postgres_port=int(port) if port else None,
             postgres_password=section.get("postgres_password"),
+            redis_password=section.get("redis_password") or None,
         )
 
 
@@ -268,8 +277,9 @@ def init_celery(
     old.read(home / CONFIG_FILE)
     recorded = old[LAYOUT_SECTION] if old.has_section(LAYOUT_SECTION) else {}
     redis_port = int(recorded.get("redis_port") or service_port())
+    redis_password = recorded.get("redis_password") or secrets.token_urlsafe(24)
     if sql_alchemy_conn:
-        return CeleryLayout(redis_port, hosts), sql_alchemy_conn, []
+        return CeleryLayout(redis_port, hosts, redis_password=redis_password), sql_alchemy_conn, []
     postgres_bindir()
     port = int(recorded.get("postgres_port") or service_port(exclude={redis_port}))
     password = recorded.get("postgres_password") or secrets.token_urlsafe(16)
@@ -277,16 +287,13 @@ def init_celery(
     opened = _open_for_trials(home)  # the postgres user, too, must reach home/postgres
     cluster = home_postgres(home, port, password)
     prepare_postgres(cluster)
-    return CeleryLayout(redis_port, hosts, port, password), cluster.url, opened
+    return CeleryLayout(redis_port, hosts, port, password, redis_password), cluster.url, opened
 
 
 def ephemeral_ports(range_file: Path | None = None) -> range:
     """The kernel's ephemeral port range (read from ``range_file``, by default
     :data:`EPHEMERAL_RANGE_FILE`); Linux's default where it cannot be read."""
-    try:
-        low, high = (int(x) for x in (range_file or EPHEMERAL_RANGE_FILE).read_text().split())
-    except (OSError, ValueError):
-        low, high = DEFAULT_EPHEMERAL_RANGE
+    low, high = _network.ephemeral_range(range_file or EPHEMERAL_RANGE_FILE)
     return range(low, high + 1)
 
 
@@ -299,6 +306,9 @@ def service_port(exclude: Collection[int] = (), *, range_file: Path | None = Non
     is down and connects to itself (a TCP self-connect); the service then cannot start on it. The
     scan begins at a random port, so that homes set up at the same time rarely pick the same one.
     Where the ephemeral range leaves no port outside it, the kernel picks one.
+
+    Trials run as their owners' uids reach no port of this host outside the ephemeral range but the
+    master's (det_airflow/trial_process/_network.py): a service here is walled off from them.
     """
     ephemeral = ephemeral_ports(range_file)
     floor = SERVICE_PORT_FLOOR if ephemeral.start > SERVICE_PORT_FLOOR else 1024
@@ -417,6 +427,9 @@ def write_config(
         return old.get(section, key, fallback=None) or new
 
     password = _write_password(home / PASSWORDS_FILE, admin_password)
+    if celery is not None and not celery.redis_password:
+        kept = old.get(LAYOUT_SECTION, "redis_password", fallback=None)
+        celery = dataclasses.replace(celery, redis_password=kept or secrets.token_urlsafe(24))
     per_worker = parallelism or default_parallelism()
     parallelism = celery.parallelism(per_worker) if celery else per_worker
     url = f"http://127.0.0.1:{port}"
@@ -496,7 +509,7 @@ def write_config(
         cfg.write(f)
     tmp.chmod(0o600)
     tmp.replace(cfg_path)
-    return LocalAirflow(
+    af = LocalAirflow(
         home=home,
         port=port,
         url=url,
@@ -506,6 +519,9 @@ def write_config(
         opened_for_trials=opened,
         celery=celery,
     )
+    if celery is not None:
+        af.write_redis_config()
+    return af
 
 
 def _open_for_trials(home: Path) -> list[Path]:
@@ -595,12 +611,31 @@ class LocalAirflow:
         if self.celery is None:
             return commands
         redis = [
-            str(REDIS_SERVER), "--bind", "127.0.0.1", "--port", str(self.celery.redis_port),
+            str(REDIS_SERVER), str(self.redis_config_file),
+            "--bind", "127.0.0.1", "--port", str(self.celery.redis_port),
             "--save", "", "--appendonly", "yes", "--appendfsync", "everysec",
             "--dir", str(self.home / "redis"),
         ]  # fmt: skip
         workers = {w.component: [airflow, *w.args()] for w in self.celery.workers}
         return {"redis": redis, **commands, **workers}
+
+    @property
+    def redis_config_file(self) -> Path:
+        """Redis's configuration file: its password (a command line is open to every local user)."""
+        return self.home / "redis" / "redis.conf"
+
+    def write_redis_config(self) -> None:
+        """The file :attr:`redis_config_file`, readable by this user alone, in a folder that is too."""
+        assert self.celery is not None and self.celery.redis_password
+        folder = self.redis_config_file.parent
+        folder.mkdir(mode=0o700, exist_ok=True)
+        folder.chmod(0o700)
+        tmp = self.redis_config_file.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as f:
+            os.fchmod(f.fileno(), 0o600)
+            f.write(f"# Written by det_airflow.localairflow.\nrequirepass {self.celery.redis_password}\n")
+        tmp.replace(self.redis_config_file)
 
     def postgres(self) -> _pgcluster.PgCluster | None:
         """The home's own PostgreSQL server (Celery mode without ``--sql-alchemy-conn``), else None."""
@@ -726,7 +761,7 @@ class LocalAirflow:
                 f"port {self.celery.redis_port} on 127.0.0.1 (Redis) is taken by another program; "
                 "stop it, or run 'init' again after removing [det_local] redis_port from airflow.cfg"
             )
-        (self.home / "redis").mkdir(mode=0o700, exist_ok=True)
+        self.write_redis_config()
         if (cluster := self.postgres()) is not None and not cluster.running():
             try:
                 cluster.start()
@@ -791,7 +826,7 @@ class LocalAirflow:
 
     def _celery_not_ready(self, celery: CeleryLayout, app: Celery) -> dict[str, str]:
         """Redis answers PING; each worker answers Celery's ping through the broker."""
-        if not _redis_ping(celery.redis_port):
+        if not _redis_ping(celery.redis_port, celery.redis_password):
             return {"redis": f"127.0.0.1:{celery.redis_port} does not answer PING"}
         answered = {name.partition("@")[0] for reply in _celery_ping(app) for name in reply}
         return {
@@ -978,10 +1013,14 @@ def _postmaster_pid(data: Path) -> int | None:
     return pid if _proc_state(pid) not in (None, "Z") else None
 
 
-def _redis_ping(port: int) -> bool:
-    """Redis on 127.0.0.1:``port`` answers PING."""
+def _redis_ping(port: int, password: str | None) -> bool:
+    """Redis on 127.0.0.1:``port`` answers PING (after AUTH with ``password``)."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+            if password:
+                s.sendall(f"AUTH {password}\r\n".encode())
+                if not s.recv(64).startswith(b"+OK"):
+                    return False
             s.sendall(b"PING\r\n")
             return s.recv(64).startswith(b"+PONG")
     except OSError:

@@ -1,5 +1,6 @@
-"""Checkpoint storage in an object store, reached from Airflow's side: the master (deleting,
-collecting and serving checkpoints) and the trial tasks (handing the credentials to their trials).
+"""Checkpoint storage in an object store, reached from Airflow's side: the master deletes, collects
+and serves checkpoints, and stores and reads the files of trials (master/trial_storage.py), with
+the platform's credentials, which never enter a trial.
 
 Credentials come, in this order, from the experiment's ``checkpoint_storage`` itself (Determined's
 ``access_key``/``secret_key`` for s3, ``connection_string`` or ``account_url`` + ``credential`` for
@@ -27,6 +28,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from det_airflow.core import _azure, _gcs
+from det_airflow.core._objects import carries_credentials
 from det_airflow.core._storage import CheckpointStorage
 from det_airflow.errors import DetError
 
@@ -35,28 +37,9 @@ OBJECT_STORAGE_TYPES = ("s3", "gcs", "azure")
 _AZURE_PUBLIC = re.compile(r"https://[a-z0-9]{3,24}\.blob\.core\.windows\.net")
 # The field of each type's section that names its Airflow connection.
 CONN_FIELDS = {"s3": "aws_conn_id", "gcs": "gcp_conn_id", "azure": "wasb_conn_id"}
-# The variable :func:`trial_variables` gives a trial for each section key a connection fills in.
-_TRIAL_VARIABLES = {
-    "s3": {
-        "access_key": "AWS_ACCESS_KEY_ID",
-        "secret_key": "AWS_SECRET_ACCESS_KEY",
-        "session_token": "AWS_SESSION_TOKEN",
-        "endpoint_url": "AWS_ENDPOINT_URL_S3",
-        "region": "AWS_DEFAULT_REGION",
-    },
-    "gcs": {
-        "credentials_info": _gcs.CREDENTIALS_VARIABLE,
-        "project": _gcs.PROJECT_VARIABLE,
-        "endpoint_url": _gcs.EMULATOR_VARIABLE,
-    },
-    "azure": {
-        "connection_string": _azure.CONNECTION_STRING_VARIABLE,
-        "account_url": _azure.ACCOUNT_URL_VARIABLE,
-        "credential": _azure.CREDENTIAL_VARIABLE,
-    },
-}
-# Those of them that open the store to whoever reads them (an endpoint, a region, a project do
-# not): a runner keeps them out of what others may read, as a Kubernetes pod's spec.
+# The environment variables that open a store to whoever reads them, when an experiment sets them
+# itself (its environment_variables; the platform's credentials never reach a trial): a runner keeps
+# them out of what others may read, as a Kubernetes pod's spec.
 CREDENTIAL_VARIABLES = frozenset(
     {
         "AWS_ACCESS_KEY_ID",
@@ -67,6 +50,23 @@ CREDENTIAL_VARIABLES = frozenset(
         _azure.CREDENTIAL_VARIABLE,
     }
 )
+
+
+# The fields of a section that hold credentials: Determined's own, and those the master fills in.
+CREDENTIAL_FIELDS = (
+    "access_key",
+    "secret_key",
+    "session_token",
+    "credentials_info",
+    "connection_string",
+    "credential",
+)
+
+
+def without_credentials(storage: Mapping[str, Any]) -> dict[str, Any]:
+    """``storage`` without the credentials it carries: what a trial that reads it through the
+    master (a TensorBoard of other users' experiments) is given."""
+    return {key: value for key, value in storage.items() if key not in CREDENTIAL_FIELDS}
 
 
 def is_object_storage(storage: Mapping[str, Any] | None) -> bool:
@@ -101,23 +101,13 @@ def store_endpoint(storage: Mapping[str, Any]) -> tuple[str, str]:
     return ("", "") if not url or _AZURE_PUBLIC.fullmatch(url.rstrip("/")) else (named, url)
 
 
-def _own_credentials(storage: Mapping[str, Any]) -> bool:
-    """Whether the section carries its credentials itself (none then come from a connection)."""
-    kind = storage.get("type")
-    if kind == "s3":
-        return bool(storage.get("access_key") and storage.get("secret_key"))
-    if kind == "azure":
-        return bool(storage.get("connection_string") or storage.get("credential"))
-    return False
-
-
 def with_credentials(storage: Mapping[str, Any]) -> dict[str, Any]:
     """``storage`` with the credentials and endpoint of its Airflow connection filled in where
     the config gives none. An azure section that names its account (``account_url``) takes no
     connection string, which names one too: the store uses it only for that same account, as a
     trial does with ``AZURE_STORAGE_CONNECTION_STRING``."""
     resolved = dict(storage)
-    if not is_object_storage(storage) or _own_credentials(storage):
+    if not is_object_storage(storage) or carries_credentials(storage):
         return resolved
     for key, value in connection_credentials(storage).items():
         if value and not resolved.get(key):
@@ -134,20 +124,6 @@ def with_credentials(storage: Mapping[str, Any]) -> dict[str, Any]:
 def open_storage(storage: Mapping[str, Any]) -> CheckpointStorage:
     """The checkpoint storage of an experiment's ``checkpoint_storage``, ready to use from here."""
     return CheckpointStorage.from_config(with_credentials(storage))
-
-
-def trial_variables(storage: Mapping[str, Any] | None) -> dict[str, str]:
-    """The variables that give a trial of this storage its credentials (``AWS_*``,
-    ``DET_GCS_CREDENTIALS``, ``AZURE_STORAGE_*``); none for storage that is not in an object store,
-    or whose config carries its own."""
-    if not storage or not is_object_storage(storage) or _own_credentials(storage):
-        return {}
-    names = _TRIAL_VARIABLES[str(storage["type"])]
-    return {
-        names[key]: value if isinstance(value, str) else json.dumps(value)
-        for key, value in connection_credentials(storage).items()
-        if value and key in names
-    }
 
 
 def connection_credentials(storage: Mapping[str, Any]) -> dict[str, Any]:

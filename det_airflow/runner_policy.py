@@ -5,6 +5,11 @@ by :mod:`det_airflow.settings`). :func:`check` answers every field of a config t
 as ``(field path, message)`` pairs; the master refuses such an experiment at submission, the DAG
 factory refuses such a YAML, and the runners check again on the worker before they start anything.
 
+A Kubernetes ``environment.pod_spec`` is judged as an allow-list: the pod's own volume types
+(``emptyDir``, ``downwardAPI``, ``projected``), ConfigMaps and Secrets the admin names, the runtime's
+default profiles and fields that only shape the pod itself pass; other volume types, variable
+sources and security or placement fields only where the policy names them; an unknown field never.
+
 Pure: no Airflow, no Kubernetes or Docker client; it reads the config as a plain mapping (the
 normalized config, as the master stores it).
 
@@ -33,10 +38,86 @@ Problem = tuple[str, str]
 CONTAINER_RUNNERS = ("docker", "kubernetes")
 _POD_SPEC = "environment.pod_spec"
 _CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
-# The allowed_pod_fields entry that lets a pod spec name the namespace's Secrets.
+# The allowed_pod_fields entry that lets a pod spec name any of the namespace's Secrets.
 _SECRETS = "secrets"
 # hostPID → host_PID, runAsNonRoot → run_As_Non_Root: then lower-cased, the client models' names.
 _CAMEL_BOUNDARY = re.compile(r"(?<=[a-z])(?=[A-Z])")
+# The trial's container of a pod spec: its image is the trial's (environment.image), not this one.
+TRIAL_CONTAINER = "determined-container"
+
+# What a pod spec may set is an allow-list: a field the policy does not know is refused.
+# Pod spec fields that only shape the pod itself: where it may run among the nodes it may use (the
+# taints that keep pods off other nodes still hold: tolerations are guarded), how it starts, stops
+# and names itself, and fields the platform sets over the user's (restartPolicy, priorityClassName).
+_FREE_POD_FIELDS = frozenset(
+    {
+        "activeDeadlineSeconds", "affinity", "dnsConfig", "dnsPolicy", "enableServiceLinks",
+        "hostAliases", "hostUsers", "hostname", "hostnameOverride", "nodeSelector", "os", "overhead",
+        "preemptionPolicy", "priority", "priorityClassName", "readinessGates", "resources",
+        "restartPolicy", "schedulingGates", "setHostnameAsFQDN", "shareProcessNamespace", "subdomain",
+        "terminationGracePeriodSeconds", "topologySpreadConstraints",
+    }
+)  # fmt: skip
+# Pod spec fields judged by what they hold, and fields refused unless allowed_pod_fields names them.
+_JUDGED_POD_FIELDS = frozenset(
+    {
+        *_CONTAINER_LISTS, "volumes", "securityContext", "serviceAccountName", "serviceAccount",
+        "automountServiceAccountToken", "hostNetwork", "hostPID", "hostIPC", "nodeName",
+        "imagePullSecrets",
+    }
+)  # fmt: skip
+_NAMED_POD_FIELDS = frozenset({"runtimeClassName", "tolerations", "schedulerName", "resourceClaims"})
+_POD_CONTEXT_FIELDS = (
+    "runAsUser", "runAsGroup", "runAsNonRoot", "fsGroup", "fsGroupChangePolicy", "supplementalGroups",
+    "supplementalGroupsPolicy", "seccompProfile", "appArmorProfile", "seLinuxOptions",
+    "seLinuxChangePolicy", "sysctls", "windowsOptions",
+)  # fmt: skip
+_CONTAINER_CONTEXT_FIELDS = (
+    "runAsUser", "runAsGroup", "runAsNonRoot", "privileged", "allowPrivilegeEscalation", "capabilities",
+    "procMount", "readOnlyRootFilesystem", "seccompProfile", "appArmorProfile", "seLinuxOptions",
+    "windowsOptions",
+)  # fmt: skip
+# Volume types every pod spec may use: the pod's own scratch space and fields. configMap, secret and
+# projected are judged by what they name; any other type only where allowed_volume_types names it.
+_FREE_VOLUME_TYPES = frozenset({"emptyDir", "downwardAPI"})
+_KNOWN_VOLUME_TYPES = (
+    "awsElasticBlockStore", "azureDisk", "azureFile", "cephfs", "cinder", "configMap", "csi",
+    "downwardAPI", "emptyDir", "ephemeral", "fc", "flexVolume", "flocker", "gcePersistentDisk",
+    "gitRepo", "glusterfs", "hostPath", "image", "iscsi", "nfs", "persistentVolumeClaim",
+    "photonPersistentDisk", "portworxVolume", "projected", "quobyte", "rbd", "scaleIO", "secret",
+    "storageos", "vsphereVolume", "name",
+)  # fmt: skip
+# Where volume types the admin may allow name a Secret (csi's nodePublishSecretRef, azureFile's
+# secretName, cephfs/iscsi/rbd/flexVolume/scaleIO/storageos's secretRef).
+_SECRET_FIELDS = ("secretRef", "nodePublishSecretRef", "controllerPublishSecretRef", "secretName")
+# Annotations older Kubernetes reads as security profiles.
+_APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io/"
+_SECCOMP_ANNOTATIONS = (
+    "seccomp.security.alpha.kubernetes.io/",
+    "container.seccomp.security.alpha.kubernetes.io/",
+)
+
+
+def _canonical(key: Any) -> str:
+    """A field's name as both spellings share it: ``hostPID`` and ``host_pid`` are ``hostpid``."""
+    return str(key).replace("_", "").lower()
+
+
+def _by_canonical(names: Iterable[str]) -> dict[str, str]:
+    return {_canonical(name): name for name in names}
+
+
+_POD_FIELDS = _by_canonical([*_FREE_POD_FIELDS, *_JUDGED_POD_FIELDS, *_NAMED_POD_FIELDS])
+_POD_CONTEXT = _by_canonical(_POD_CONTEXT_FIELDS)
+_CONTAINER_CONTEXT = _by_canonical(_CONTAINER_CONTEXT_FIELDS)
+_VOLUME_TYPES = _by_canonical(_KNOWN_VOLUME_TYPES)
+_PROJECTIONS = _by_canonical(
+    ("configMap", "secret", "downwardAPI", "serviceAccountToken", "clusterTrustBundle")
+)
+_ENV_SOURCES = _by_canonical(
+    ("secretKeyRef", "configMapKeyRef", "fieldRef", "resourceFieldRef", "fileKeyRef")
+)
+_ENV_FROM = _by_canonical(("secretRef", "configMapRef", "prefix"))
 
 
 class PolicyError(ConfigError):
@@ -55,18 +136,16 @@ def runner_of(config: Mapping[str, Any]) -> str:
     return str(section.get("trial_runner") or section.get("executor") or "local")
 
 
-def check(
-    config: Mapping[str, Any], settings: Settings, *, resolve: bool = False, runner: str | None = None
-) -> list[Problem]:
+def check(config: Mapping[str, Any], settings: Settings, *, runner: str | None = None) -> list[Problem]:
     """Every field of ``config`` its runner may not do under the policy of the config's pool.
 
-    ``resolve`` follows symbolic links in host paths (on the host whose paths they are: a Docker
-    trial's worker); without it paths are only normalised, as the master sees them. ``runner``
-    (a runner checking the trial it is about to start) overrides ``airflow.trial_runner``.
+    Host paths are judged as written, normalised (``..`` folded): what lies at them on a host is the
+    runner's to check where it mounts them (the Docker runner's ``_host_mounts``). ``runner`` (a
+    runner checking the trial it is about to start) overrides ``airflow.trial_runner``.
     """
     pool = pool_of(config)
     policy = settings.policy_for(pool)
-    judge = _Judge(settings, policy, pool, resolve)
+    judge = _Judge(settings, policy, pool)
     runner = runner or runner_of(config)
     judge.storage(_mapping(config.get("checkpoint_storage")))
     if runner in CONTAINER_RUNNERS:
@@ -87,11 +166,9 @@ def check(
     return judge.problems
 
 
-def enforce(
-    config: Mapping[str, Any], settings: Settings, *, resolve: bool = False, runner: str | None = None
-) -> None:
+def enforce(config: Mapping[str, Any], settings: Settings, *, runner: str | None = None) -> None:
     """Raise :class:`PolicyError` naming every field :func:`check` refuses."""
-    problems = check(config, settings, resolve=resolve, runner=runner)
+    problems = check(config, settings, runner=runner)
     if problems:
         raise PolicyError(problems)
 
@@ -114,11 +191,10 @@ def inside(path: str, root: str) -> bool:
 
 
 class _Judge:
-    def __init__(self, settings: Settings, policy: RunnerPolicy, pool: str, resolve: bool) -> None:
+    def __init__(self, settings: Settings, policy: RunnerPolicy, pool: str) -> None:
         self.settings = settings
         self.policy = policy
         self.pool = pool
-        self.resolve = resolve
         self.problems: list[Problem] = []
 
     def refuse(self, path: str, subject: str, setting: str | None = None, detail: str = "") -> None:
@@ -134,17 +210,13 @@ class _Judge:
 
     # --- host paths ---
 
-    def _real(self, path: str) -> str:
-        return os.path.realpath(path) if self.resolve else os.path.normpath(path)
-
     def host_path(self, path: Any, field: str) -> None:
         roots = [str(r) for r in self.settings.allowed_roots(self.policy)]
         text = str(path)
         if not os.path.isabs(text):
             self.problems.append((field, f"expected an absolute host path, got {text!r}"))
             return
-        real = self._real(text)
-        if not any(inside(real, self._real(root)) for root in roots):
+        if not any(inside(text, root) for root in roots):
             self.refuse(
                 field,
                 f"host path {text!r}",
@@ -202,11 +274,7 @@ class _Judge:
         allowed = {os.path.normpath(d) for d in self.policy.allowed_devices}
         for i, device in enumerate(_list(devices)):
             host = _mapping(device).get("host_path")
-            if (
-                host is not None
-                and self._real(str(host)) not in allowed
-                and os.path.normpath(str(host)) not in allowed
-            ):
+            if host is not None and os.path.normpath(str(host)) not in allowed:
                 self.refuse(f"resources.devices[{i}].host_path", f"device {str(host)!r}", "allowed_devices")
 
     def images(self, image: Any) -> None:
@@ -228,7 +296,7 @@ class _Judge:
         if namespace and str(namespace) not in self.settings.allowed_namespaces(self.policy):
             self.refuse(field, f"namespace {str(namespace)!r}", "allowed_namespaces")
 
-    # --- environment.pod_spec ---
+    # --- environment.pod_spec: an allow-list ---
 
     def guarded(self, name: str, path: str, subject: str = "") -> None:
         """Refuses field ``path`` of the pod spec unless ``allowed_pod_fields`` names ``name``."""
@@ -243,11 +311,38 @@ class _Judge:
             f"its entry in allowed_pod_fields is {name!r}",
         )
 
+    def unknown(self, path: str, what: str) -> None:
+        """A field the runner policy does not know: refused, as it cannot say what it would do."""
+        self.problems.append(
+            (
+                f"{_POD_SPEC}.{path}",
+                f"{what} is not one the cluster's runner policy knows, so it is not allowed",
+            )
+        )
+
     def secret(self, reference: Any, name_key: str, path: str) -> None:
         """A pod spec that names a Secret reads whatever its namespace holds under that name: other
-        trials' tokens, configs and storage credentials among them."""
+        trials' tokens, configs and storage credentials among them. Only those the admin names."""
         name = _get(_mapping(reference), name_key)
-        self.guarded(_SECRETS, path, f"Secret {str(name)!r}" if name else "a Secret")
+        if _SECRETS in self.policy.allowed_pod_fields or _named(name, self.policy.allowed_secrets):
+            return
+        self.refuse(
+            f"{_POD_SPEC}.{path}",
+            f"Secret {str(name)!r}" if name else "a Secret",
+            "allowed_secrets",
+            "a pod spec may name the Secrets of allowed_secrets, or any with 'secrets' in allowed_pod_fields",
+        )
+
+    def config_map(self, reference: Any, path: str) -> None:
+        """A ConfigMap of the namespace may be another team's settings: only those the admin names."""
+        name = _get(_mapping(reference), "name")
+        if _named(name, self.policy.allowed_config_maps):
+            return
+        self.refuse(
+            f"{_POD_SPEC}.{path}",
+            f"ConfigMap {str(name)!r}" if name else "a ConfigMap",
+            "allowed_config_maps",
+        )
 
     def pod_spec(self, pod: Any) -> None:
         pod = _mapping(pod)
@@ -255,91 +350,191 @@ class _Judge:
         namespace = metadata.get("namespace")
         if namespace is not None:
             self.namespace(namespace, f"{_POD_SPEC}.metadata.namespace")
+        for key, value in _mapping(metadata.get("annotations")).items():
+            self.annotation(str(key), value, f"metadata.annotations[{str(key)!r}]")
         spec = _mapping(pod.get("spec"))
-        for key in ("hostNetwork", "hostPID", "hostIPC"):
-            if _get(spec, key) is True:
-                self.guarded(key, f"spec.{key}")
-        if _get(spec, "nodeName"):
-            self.guarded("nodeName", "spec.nodeName")
-        account = None
+        account = self.allowed_account(spec)
+        for key, value in spec.items():
+            name = _POD_FIELDS.get(_canonical(key))
+            path = f"spec.{name or key}"
+            if name is None:
+                self.unknown(path, f"pod spec field {key!r}")
+            elif name in _FREE_POD_FIELDS:
+                continue
+            elif name in ("hostNetwork", "hostPID", "hostIPC"):
+                if value is True:
+                    self.guarded(name, path)
+            elif name == "nodeName":
+                if value:
+                    self.guarded(name, path)
+            elif name == "securityContext":
+                self.security_context(_mapping(value), path, pod_level=True)
+            elif name == "volumes":
+                for i, volume in enumerate(_list(value)):
+                    self.volume(_mapping(volume), f"{path}[{i}]", account)
+            elif name in _CONTAINER_LISTS:
+                for i, container in enumerate(_list(value)):
+                    self.container(_mapping(container), f"{path}[{i}]")
+            elif name in ("serviceAccountName", "serviceAccount", "automountServiceAccountToken"):
+                self.account_field(name, value, path, account)
+            elif name == "imagePullSecrets":
+                for i, reference in enumerate(_list(value)):
+                    self.secret(reference, "name", f"{path}[{i}]")
+            elif name in _NAMED_POD_FIELDS and value not in (None, [], {}, ""):
+                self.guarded(name, path)
+
+    def annotation(self, key: str, value: Any, path: str) -> None:
+        """The annotations older Kubernetes reads as AppArmor and seccomp profiles."""
+        profile = str(value or "")
+        if key.startswith(_APPARMOR_ANNOTATION) and profile != "runtime/default":
+            self.guarded("appArmorProfile", path)
+        if key.startswith(_SECCOMP_ANNOTATIONS) and profile not in ("runtime/default", "docker/default"):
+            local = profile.startswith("localhost/")
+            self.guarded("seccompProfileLocalhost" if local else "seccompProfileUnconfined", path)
+
+    def allowed_account(self, spec: Mapping[str, Any]) -> str | None:
+        """The pod's service account when the policy allows the one it names."""
         for key in ("serviceAccountName", "serviceAccount"):
             value = _get(spec, key)
-            if value:
-                if str(value) in self.policy.allowed_service_accounts:
-                    account = str(value)
-                else:
-                    self.refuse(
-                        f"{_POD_SPEC}.spec.{key}",
-                        f"service account {str(value)!r}",
-                        "allowed_service_accounts",
-                    )
-        if _get(spec, "automountServiceAccountToken") is True and account is None:
-            self.refuse(
-                f"{_POD_SPEC}.spec.automountServiceAccountToken",
-                "a service account token without an allowed serviceAccountName",
-                "allowed_service_accounts",
-            )
-        self.security_context(_mapping(_get(spec, "securityContext")), "spec.securityContext", pod_level=True)
-        for i, volume in enumerate(_list(spec.get("volumes"))):
-            self.volume(_mapping(volume), f"spec.volumes[{i}]", account)
-        for key in _CONTAINER_LISTS:
-            for i, container in enumerate(_list(_get(spec, key))):
-                self.container(_mapping(container), f"spec.{key}[{i}]")
+            if value and str(value) in self.policy.allowed_service_accounts:
+                return str(value)
+        return None
 
-    def volume(self, volume: Mapping[str, Any], path: str, account: str | None) -> None:
-        if _get(volume, "hostPath") is not None:
-            self.guarded("hostPath", f"{path}.hostPath")
-        if _get(volume, "secret") is not None:
-            self.secret(_get(volume, "secret"), "secretName", f"{path}.secret")
-        for j, source in enumerate(_list(_get(_mapping(_get(volume, "projected")), "sources"))):
-            reference = _get(_mapping(source), "secret")
-            if reference is not None:
-                self.secret(reference, "name", f"{path}.projected.sources[{j}].secret")
-            if _get(_mapping(source), "serviceAccountToken") is not None and account is None:
-                # The token the pod would not get by automount, asked for as a volume instead.
+    def account_field(self, name: str, value: Any, path: str, account: str | None) -> None:
+        """``serviceAccountName``/``serviceAccount`` only as the policy allows; a token only with one."""
+        if name == "automountServiceAccountToken":
+            if value is True and account is None:
                 self.refuse(
-                    f"{_POD_SPEC}.{path}.projected.sources[{j}].serviceAccountToken",
+                    f"{_POD_SPEC}.{path}",
                     "a service account token without an allowed serviceAccountName",
                     "allowed_service_accounts",
                 )
+        elif value and str(value) not in self.policy.allowed_service_accounts:
+            self.refuse(f"{_POD_SPEC}.{path}", f"service account {str(value)!r}", "allowed_service_accounts")
+
+    def volume(self, volume: Mapping[str, Any], path: str, account: str | None) -> None:
+        for key, source in volume.items():
+            kind = _VOLUME_TYPES.get(_canonical(key), str(key))
+            where = f"{path}.{kind}"
+            if kind == "name" or kind in _FREE_VOLUME_TYPES:
+                continue
+            if kind == "configMap":
+                self.config_map(source, where)
+            elif kind == "secret":
+                self.secret(source, "secretName", where)
+            elif kind == "projected":
+                self.projected(_mapping(source), where, account)
+            elif kind == "hostPath" and "hostPath" in self.policy.allowed_pod_fields:
+                continue
+            elif kind not in self.policy.allowed_volume_types:
+                self.refuse(f"{_POD_SPEC}.{where}", f"volume type {kind}", "allowed_volume_types")
+            else:
+                # A type the admin allows may still name a Secret (csi, azureFile, cephfs, iscsi, ...).
+                for field, reference in _secret_references(_mapping(source)):
+                    self.secret(reference, "name", f"{where}.{field}")
+
+    def projected(self, projected: Mapping[str, Any], path: str, account: str | None) -> None:
+        for j, source in enumerate(_list(_get(projected, "sources"))):
+            for key, value in _mapping(source).items():
+                kind = _PROJECTIONS.get(_canonical(key))
+                where = f"{path}.sources[{j}].{kind or key}"
+                if kind in ("downwardAPI", "clusterTrustBundle"):
+                    continue  # the pod's own fields; the cluster's public trust anchors
+                if kind == "configMap":
+                    self.config_map(value, where)
+                elif kind == "secret":
+                    self.secret(value, "name", where)
+                elif kind == "serviceAccountToken":
+                    if account is None:
+                        # The token the pod would not get by automount, asked for as a volume instead.
+                        self.refuse(
+                            f"{_POD_SPEC}.{where}",
+                            "a service account token without an allowed serviceAccountName",
+                            "allowed_service_accounts",
+                        )
+                else:
+                    self.unknown(where, f"projected volume source {key!r}")
 
     def container(self, container: Mapping[str, Any], path: str) -> None:
+        image = container.get("image")
+        if (
+            image
+            and str(container.get("name")) != TRIAL_CONTAINER
+            and not image_allowed(str(image), self.policy)
+        ):
+            self.refuse(f"{_POD_SPEC}.{path}.image", f"image {str(image)!r}", "allowed_images")
         context = _mapping(_get(container, "securityContext"))
         self.security_context(context, f"{path}.securityContext", pod_level=False)
         for j, port in enumerate(_list(container.get("ports"))):
             if _get(_mapping(port), "hostPort"):
                 self.guarded("hostPort", f"{path}.ports[{j}].hostPort")
         for j, variable in enumerate(_list(container.get("env"))):
-            reference = _get(_mapping(_get(_mapping(variable), "valueFrom")), "secretKeyRef")
-            if reference is not None:
-                self.secret(reference, "name", f"{path}.env[{j}].valueFrom.secretKeyRef")
+            source = _mapping(_get(_mapping(variable), "valueFrom"))
+            for key, reference in source.items():
+                kind = _ENV_SOURCES.get(_canonical(key))
+                where = f"{path}.env[{j}].valueFrom.{kind or key}"
+                if kind in ("fieldRef", "resourceFieldRef", "fileKeyRef"):
+                    continue  # the pod's own fields, resources and volumes
+                if kind == "secretKeyRef":
+                    self.secret(reference, "name", where)
+                elif kind == "configMapKeyRef":
+                    self.config_map(reference, where)
+                else:
+                    self.unknown(where, f"variable source {key!r}")
         for j, source in enumerate(_list(_get(container, "envFrom"))):
-            reference = _get(_mapping(source), "secretRef")
-            if reference is not None:
-                self.secret(reference, "name", f"{path}.envFrom[{j}].secretRef")
+            for key, reference in _mapping(source).items():
+                kind = _ENV_FROM.get(_canonical(key))
+                where = f"{path}.envFrom[{j}].{kind or key}"
+                if kind == "prefix":
+                    continue
+                if kind == "secretRef":
+                    self.secret(reference, "name", where)
+                elif kind == "configMapRef":
+                    self.config_map(reference, where)
+                else:
+                    self.unknown(where, f"envFrom source {key!r}")
 
     def security_context(self, context: Mapping[str, Any], path: str, *, pod_level: bool) -> None:
-        for key in ("runAsUser", "runAsGroup", *(("fsGroup",) if pod_level else ())):
-            if _get(context, key) == 0:
-                self.guarded("runAsUser0", f"{path}.{key}")
-        if _get(context, "runAsNonRoot") is False:
-            self.guarded("runAsUser0", f"{path}.runAsNonRoot")
-        if pod_level and 0 in _list(_get(context, "supplementalGroups")):
-            self.guarded("runAsUser0", f"{path}.supplementalGroups")
-        seccomp = _mapping(_get(context, "seccompProfile"))
-        if str(_get(seccomp, "type") or "").lower() == "unconfined":
-            self.guarded("seccompProfileUnconfined", f"{path}.seccompProfile.type")
-        if pod_level:
+        known = _POD_CONTEXT if pod_level else _CONTAINER_CONTEXT
+        for key, value in context.items():
+            name = known.get(_canonical(key))
+            where = f"{path}.{name or key}"
+            if name is None:
+                self.unknown(where, f"security context field {key!r}")
+            elif name in ("runAsUser", "runAsGroup", "fsGroup"):
+                # Any other uid is replaced by the trial's own (kubernetes_pod.harden).
+                if value == 0:
+                    self.guarded("runAsUser0", where)
+            elif name == "runAsNonRoot":
+                if value is False:
+                    self.guarded("runAsUser0", where)
+            elif name == "supplementalGroups":
+                if _list(value):  # another group's files, 0 (root's) among them
+                    self.guarded("runAsUser0" if 0 in _list(value) else name, where)
+            elif name in ("seccompProfile", "appArmorProfile"):
+                self.profile(name, _mapping(value), where)
+            elif name in ("seLinuxOptions", "sysctls", "windowsOptions", "procMount"):
+                if value not in (None, "Default", [], {}):
+                    self.guarded(name, where)
+            elif name in ("privileged", "allowPrivilegeEscalation"):
+                if value is True:
+                    self.guarded(name, where)
+            elif name == "capabilities":
+                added = _list(_mapping(value).get("add"))
+                if added and "capabilities" not in self.policy.allowed_pod_fields:
+                    self.capabilities(added, f"{_POD_SPEC}.{where}.add")
+
+    def profile(self, name: str, profile: Mapping[str, Any], path: str) -> None:
+        """Only the runtime's default seccomp or AppArmor profile, unless the policy allows more."""
+        kind = str(_get(profile, "type") or "RuntimeDefault")
+        if kind == "RuntimeDefault":
             return
-        if _get(context, "privileged") is True:
-            self.guarded("privileged", f"{path}.privileged")
-        if _get(context, "allowPrivilegeEscalation") is True:
-            self.guarded("allowPrivilegeEscalation", f"{path}.allowPrivilegeEscalation")
-        if _get(context, "procMount") not in (None, "Default"):
-            self.guarded("procMount", f"{path}.procMount")
-        added = _list(_mapping(_get(context, "capabilities")).get("add"))
-        if added and "capabilities" not in self.policy.allowed_pod_fields:
-            self.capabilities(added, f"{_POD_SPEC}.{path}.capabilities.add")
+        if name == "appArmorProfile":
+            self.guarded(name, f"{path}.type")
+        elif kind == "Localhost":
+            self.guarded("seccompProfileLocalhost", f"{path}.type")
+        else:
+            self.guarded("seccompProfileUnconfined", f"{path}.type")
 
 
 def storage_folder(storage: Mapping[str, Any]) -> str:
@@ -351,6 +546,21 @@ def allowed_added_capabilities(names: Iterable[Any], policy: RunnerPolicy) -> li
     """The capabilities of ``names`` the policy lets a container add, in Docker's spelling."""
     allowed = {capability_name(c) for c in policy.allowed_capabilities}
     return list(dict.fromkeys(capability_name(n) for n in names if capability_name(n) in allowed))
+
+
+def _named(name: Any, patterns: Iterable[str]) -> bool:
+    """Whether ``name`` (a ConfigMap's or Secret's) matches one of the admin's fnmatch patterns."""
+    return bool(name) and any(fnmatch.fnmatchcase(str(name), pattern) for pattern in patterns)
+
+
+def _secret_references(source: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """``(field, {"name": ...})`` for each Secret a volume source of another type names."""
+    found = []
+    for field in _SECRET_FIELDS:
+        value = _get(source, field)
+        if value:
+            found.append((field, {"name": value} if isinstance(value, str) else value))
+    return found
 
 
 def _get(mapping: Mapping[str, Any], key: str) -> Any:

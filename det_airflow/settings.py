@@ -12,6 +12,7 @@ cluster's (``{"gpu-a100": {"allowed_capabilities": ["IPC_LOCK"], "allowed_pod_fi
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import json
 import os
 import re
@@ -49,6 +50,17 @@ GUARDED_POD_FIELDS = (
     "procMount",
     "seccompProfileUnconfined",
     "secrets",
+    # Each of these names its own field: what it lets a pod do beyond its own uid and node share.
+    "supplementalGroups",
+    "seLinuxOptions",
+    "appArmorProfile",
+    "seccompProfileLocalhost",
+    "sysctls",
+    "windowsOptions",
+    "runtimeClassName",
+    "tolerations",
+    "schedulerName",
+    "resourceClaims",
 )
 
 # Determined's bound on retention_policy.log_retention_days, here as in an experiment's config.
@@ -89,6 +101,12 @@ class RunnerPolicy:
     allowed_service_accounts: tuple[str, ...] = ()
     # Names from GUARDED_POD_FIELDS a pod spec may set.
     allowed_pod_fields: tuple[str, ...] = ()
+    # Kubernetes volume types (``persistentVolumeClaim``, ``nfs``) a pod spec may use beyond
+    # ``emptyDir``, ``downwardAPI``, ``configMap``/``secret`` (named below) and ``projected``.
+    allowed_volume_types: tuple[str, ...] = ()
+    # fnmatch patterns of the ConfigMaps and Secrets of the namespace a pod spec may name.
+    allowed_config_maps: tuple[str, ...] = ()
+    allowed_secrets: tuple[str, ...] = ()
     # Containers run as the trial's own non-root uid unless the admin allows root for the pool.
     allow_root: bool = False
     # Docker and pods get a read-only root filesystem (a tmpfs /tmp, the work folder writable).
@@ -238,6 +256,32 @@ class Settings:
         return float(_int(self.checked_on_use.get, "host_timeout", 30))
 
     @property
+    def trial_firewall(self) -> bool:
+        """Whether a worker that runs trials as their owners' uids keeps those uids off this host's
+        own services (``[det] trial_firewall``, default true: docs/trial-isolation.md)."""
+        return _bool(self.checked_on_use.get, "trial_firewall", True)
+
+    @property
+    def trial_allowed_local_ports(self) -> tuple[tuple[int, int], ...]:
+        """Ports of this host's own addresses that trials may connect to beyond the master's and the
+        ephemeral range (``[det] trial_allowed_local_ports``: ``8888, 9000-9010``)."""
+        ports = []
+        for item in _list(self.checked_on_use.get("trial_allowed_local_ports")):
+            low, sep, high = item.partition("-")
+            if not low.strip().isdigit() or (sep and not high.strip().isdigit()):
+                raise SettingsError(
+                    f"airflow.cfg [{SECTION}] trial_allowed_local_ports: {item!r} is not a port or a "
+                    "range of ports such as 9000-9010"
+                )
+            first, last = int(low), int(high) if sep else int(low)
+            if not 1 <= first <= last <= 65535:
+                raise SettingsError(
+                    f"airflow.cfg [{SECTION}] trial_allowed_local_ports: {item!r} is not within 1-65535"
+                )
+            ports.append((first, last))
+        return tuple(ports)
+
+    @property
     def log_retention_days(self) -> int:
         """Days an ended trial's logs are kept when its experiment's ``retention_policy`` sets none
         (``[det] log_retention_days``); -1, the default: forever."""
@@ -250,6 +294,38 @@ class Settings:
                 f"from 0 to {LOG_RETENTION_DAYS_MAX}, got {text!r}"
             )
         return int(text)
+
+    @property
+    def webhook_allowed_hosts(self) -> tuple[str, ...]:
+        """Host names, IP addresses and networks (``10.1.2.0/24``) webhooks may be sent to although
+        they are not public (``[det] webhook_allowed_hosts``); none by default (docs/webhooks.md)."""
+        entries = []
+        for item in _list(self.checked_on_use.get("webhook_allowed_hosts")):
+            entry = item.lower().rstrip(".")
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                if not _WEBHOOK_HOST.fullmatch(entry):
+                    raise SettingsError(
+                        f"airflow.cfg [{SECTION}] webhook_allowed_hosts: {item!r} is not a host name, "
+                        "an IP address or a network such as 10.1.2.0/24"
+                    ) from None
+            entries.append(entry)
+        return tuple(entries)
+
+    @property
+    def task_proxy_host(self) -> str | None:
+        """The host names tasks' pages are served at (``[det] task_proxy_host``): ``*.tasks.example.com``
+        serves task 7 at ``task-7.tasks.example.com``; None: not set (docs/tasks.md)."""
+        text = (self.checked_on_use.get("task_proxy_host") or "").strip().lower().rstrip(".")
+        if not text:
+            return None
+        if not _TASK_PROXY_HOST.fullmatch(text):
+            raise SettingsError(
+                f"airflow.cfg [{SECTION}] task_proxy_host: {text!r} must be a host name whose first label "
+                "is '*', such as *.tasks.example.com (tasks are served at task-<id>.tasks.example.com)"
+            )
+        return text
 
     def policy_for(self, pool: str | None) -> RunnerPolicy:
         """The cluster's policy with what ``pool_policies`` adds for ``pool``."""
@@ -298,6 +374,9 @@ def load(values: Mapping[str, str | None] | None = None) -> Settings:
         allowed_storage_endpoints=tuple(e.rstrip("/") for e in _list(get("allowed_storage_endpoints"))),
         allowed_service_accounts=tuple(_list(get("allowed_service_accounts"))),
         allowed_pod_fields=_pod_fields(_list(get("allowed_pod_fields")), "allowed_pod_fields"),
+        allowed_volume_types=tuple(_list(get("allowed_volume_types"))),
+        allowed_config_maps=tuple(_list(get("allowed_config_maps"))),
+        allowed_secrets=tuple(_list(get("allowed_secrets"))),
         allow_root=_bool(get, "container_allow_root", False),
         read_only_root=_bool(get, "container_read_only_root", True),
     )
@@ -328,6 +407,7 @@ def load(values: Mapping[str, str | None] | None = None) -> Settings:
 
 
 _CHECKED_ON_USE = (
+    "task_proxy_host",
     "host_address",
     "host_id",
     "host_slots",
@@ -339,11 +419,16 @@ _CHECKED_ON_USE = (
     "kubernetes_delete_pods",
     "kubernetes_startup_timeout",
     "log_retention_days",
+    "webhook_allowed_hosts",
+    "trial_firewall",
+    "trial_allowed_local_ports",
 )
 
 
 _HOST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 _HOST_ADDRESS = re.compile(r"[A-Za-z0-9.:_-]{1,253}")
+_TASK_PROXY_HOST = re.compile(r"\*(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)+")
+_WEBHOOK_HOST = re.compile(r"[a-z0-9_-]+(\.[a-z0-9_-]+)*")
 
 
 def host_queue(host_id: str) -> str:

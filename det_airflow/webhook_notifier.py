@@ -5,6 +5,11 @@ The body is signed as Determined signs it: ``X-Determined-AI-Signature`` is the 
 the webhook's signing key, of the timestamp (``X-Determined-AI-Signature-Timestamp``), a comma, and
 the body's bytes. A SLACK webhook gets Slack's message shape (``blocks`` of markdown text) in a plain
 POST to its incoming-webhook address; Airflow's Slack provider is not required.
+
+The address is checked as the master checks it (``webhook_address``: public addresses only, unless
+``[det] webhook_allowed_hosts`` allows the host) and the POST goes to the address checked. What went
+wrong is said in words that tell nobody which ports or hosts answer: no answer is no answer, whether
+the connection was refused, reset or timed out.
 """
 
 from __future__ import annotations
@@ -16,17 +21,33 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-import httpx
 from airflow.sdk import BaseNotifier
 
+from det_airflow import pinned_http, webhook_address
 from det_airflow.errors import DetError
+from det_airflow.settings import SettingsError
 
 SIGNATURE_HEADER = "X-Determined-AI-Signature"
 TIMESTAMP_HEADER = "X-Determined-AI-Signature-Timestamp"
 
 
+# What a failed delivery says (``lastError``), the same for every way of getting no answer.
+NOT_ALLOWED = (
+    "not sent: the address does not resolve to public addresses only, and airflow.cfg [det] "
+    "webhook_allowed_hosts does not list it"
+)
+NO_ANSWER = (
+    "no answer: the receiver could not be reached, its TLS certificate is not valid for its name, "
+    "or it did not answer in time"
+)
+
+
 class DeliveryFailed(DetError):
-    """The receiver could not be reached or did not answer 2xx."""
+    """The receiver could not be reached or did not answer 2xx; the message is safe to show."""
+
+    def __init__(self, message: str, cause: str = "") -> None:
+        super().__init__(message)
+        self.cause = cause  # what happened, for the server's log only
 
 
 def sign(signing_key: str, timestamp: int, body: bytes) -> str:
@@ -70,7 +91,9 @@ class DetWebhookNotifier(BaseNotifier):
         event: the event to send; without it, a DAG callback's run is sent
             (``event_type`` ``DAG_RUN``, its dag_id, run_id and state).
         webhook_type: ``DEFAULT`` (the event as JSON) or ``SLACK`` (Slack's message shape).
-        timeout: seconds for the whole request.
+        timeout: seconds for the whole request (connection, TLS, sending and the answer's status).
+        allowed: hosts and networks that may be reached although not public; by default
+            airflow.cfg ``[det] webhook_allowed_hosts``.
     """
 
     template_fields = ("url",)
@@ -83,6 +106,7 @@ class DetWebhookNotifier(BaseNotifier):
         event: Mapping[str, Any] | None = None,
         webhook_type: str = "DEFAULT",
         timeout: float = 10.0,
+        allowed: webhook_address.AllowList | None = None,
     ) -> None:
         super().__init__()
         self.url = url
@@ -90,6 +114,7 @@ class DetWebhookNotifier(BaseNotifier):
         self.event = dict(event) if event is not None else None
         self.webhook_type = webhook_type.upper()
         self.timeout = timeout
+        self.allowed = allowed
 
     def notify(self, context: Any) -> None:
         event = self.event if self.event is not None else _run_event(context)
@@ -101,11 +126,19 @@ class DetWebhookNotifier(BaseNotifier):
             SIGNATURE_HEADER: sign(self.signing_key, timestamp, body),
         }
         try:
-            answer = httpx.post(self.url, content=body, headers=headers, timeout=self.timeout)
-        except httpx.HTTPError as exc:
-            raise DeliveryFailed(f"{self.url}: {type(exc).__name__}: {exc}") from None
-        if not answer.is_success:
-            raise DeliveryFailed(f"{self.url} answered {answer.status_code}")
+            allowed = self.allowed if self.allowed is not None else webhook_address.admin_allowed()
+        except SettingsError as exc:  # the admin's setting names itself; nothing was sent
+            raise DeliveryFailed(f"not sent: {exc}") from None
+        try:
+            target = webhook_address.resolve(self.url, allowed)
+        except webhook_address.AddressRefused as exc:
+            raise DeliveryFailed(NOT_ALLOWED, str(exc)) from None
+        try:
+            status = pinned_http.post(target, body, headers.items(), timeout=self.timeout)
+        except pinned_http.TRANSPORT_ERRORS as exc:
+            raise DeliveryFailed(NO_ANSWER, f"{type(exc).__name__}: {exc}") from None
+        if not 200 <= status < 300:
+            raise DeliveryFailed(f"the receiver answered HTTP {status}")
 
 
 def _run_event(context: Any) -> dict[str, Any]:

@@ -12,13 +12,17 @@ owner named by ``experiment_owner``, else by the connection's ``owner`` extra, e
 connection may submit as any owner, as they may already use the connection for anything else. The
 owner may then pause, kill or delete the experiment like one of their own
 (``det_airflow/master/routes_pipeline.py``).
+
+A config given as a mapping is a template field, shown after rendering to every reader of the DAG
+(the task instance's rendered fields); it is shown there masked as det's API masks configs for
+anyone but their owner (:class:`MaskedConfig`), while the experiment is submitted with its values.
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +49,48 @@ _YAML_SUFFIXES = (".yaml", ".yml")
 
 class PipelineError(DetError):
     """A pipeline task's arguments are wrong (the config cannot be found, a state is unknown)."""
+
+
+class MaskedConfig(Mapping[str, Any]):
+    """An experiment config (a mapping) that reads as itself but shows itself masked.
+
+    Airflow renders its values in place (``template_fields``) and stores and shows what
+    ``serialize()`` answers (the rendered fields, the serialized DAG): the config with its
+    secrets masked as det's API masks them (``det_airflow.master.serialize.masked_config``).
+    """
+
+    template_fields: Sequence[str] = ("value",)
+
+    def __init__(self, value: Mapping[str, Any]) -> None:
+        self.value = value
+
+    def __getitem__(self, key: str) -> Any:
+        return self.value[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.value)
+
+    def __len__(self) -> int:
+        return len(self.value)
+
+    def serialize(self) -> dict[str, Any]:
+        from det_airflow.master.serialize import masked_config
+
+        return masked_config(_plain(self.value))
+
+    def __repr__(self) -> str:
+        return repr(self.serialize())
+
+    __str__ = __repr__
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON-like data: mappings as dicts, sequences as lists (masking copies these)."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
 
 
 class DetExperimentLink(BaseOperatorLink):
@@ -293,6 +339,13 @@ class DetExperimentOperator(_WaitsOnExperiment, BaseOperator):
     operator_extra_links = (DetExperimentLink(),)
     ui_color = "#e8d9f2"
 
+    def _convert_config(self, value: Any) -> Any:
+        """Every mapping set as ``config`` (as given, or as a template or an XCom rendered it) is
+        shown masked. Airflow's ``BaseOperator.__setattr__`` calls this for each assignment."""
+        if isinstance(value, Mapping) and not isinstance(value, MaskedConfig):
+            return MaskedConfig(value)
+        return value
+
     def __init__(
         self,
         *,
@@ -308,6 +361,11 @@ class DetExperimentOperator(_WaitsOnExperiment, BaseOperator):
     ) -> None:
         super().__init__(**kwargs)
         self.config = config
+        if isinstance(config, Mapping):
+            # Shown through MaskedConfig, where Airflow does not look for XCom references itself.
+            from airflow.sdk import XComArg
+
+            XComArg.apply_upstream_relationship(self, config)
         self.context_dir = context_dir
         self.det_conn_id = det_conn_id
         self.experiment_owner = experiment_owner

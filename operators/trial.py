@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -25,6 +26,7 @@ from det_airflow.operators.triggers import (
     stop_reason,
 )
 from det_airflow.states import TrialState
+from det_airflow.tasks import served_type
 
 if TYPE_CHECKING:
     from det_airflow.operators.runners import TrialLaunch
@@ -395,33 +397,34 @@ class TrialOperator(BaseOperator):
 
         experiment_id, trial_id = int(spec_dict["experiment_id"]), int(spec_dict["trial_id"])
         master, _ = self._credentials
-        return TrialLaunch.from_answer(
+        launch = TrialLaunch.from_answer(
             spec_dict,
             token=token,
             master_url=master,
             workdir=self._trial_dir(experiment_id, trial_id),
             fetch_context=lambda: self.trial_context(client, experiment_id),
-            storage_variables=self._storage_variables(spec_dict.get("config") or {}),
         )
+        if served_type((spec_dict.get("config") or {}).get("labels")) is not None:
+            launch = dataclasses.replace(launch, on_task_ready=self._task_ready_reporter(trial_id))
+        return launch
+
+    def _task_ready_reporter(self, trial_id: int) -> Callable[[int, str, str], None]:
+        """How the runner tells the master, with det's service token, where a task's server listens
+        once it found the port held by the task's own process (runners/_task_ready.py)."""
+
+        def report(port: int, secret: str, address: str) -> None:
+            client = self._client()  # of the runner's watch thread: a connection of its own
+            try:
+                client.task_ready(trial_id, port, secret, address)
+            finally:
+                client.close()
+            self.log.info("Trial %s: its task's server listens on port %s", trial_id, port)
+
+        return report
 
     def _trial_dir(self, experiment_id: int, trial_id: int) -> Path:
         """The trial's work folder on this host."""
         return Path(self.work_dir or default_work_dir()) / f"exp_{experiment_id}" / f"trial_{trial_id}"
-
-    def _storage_variables(self, config: dict[str, Any]) -> dict[str, str]:
-        """The credentials of the experiment's object storage, from its Airflow connection; none
-        when they cannot be read (the trial's first checkpoint says why)."""
-        from det_airflow import object_storage
-
-        storage = config.get("checkpoint_storage")
-        if not object_storage.is_object_storage(storage):
-            return {}
-
-        try:
-            return object_storage.trial_variables(storage)
-        except DetError as exc:
-            self.log.warning("The trial gets no checkpoint storage credentials: %s", exc)
-            return {}
 
     def report_phase(self, client: InternalClient, trial_id: int, run_id: int, state: str, why: str) -> None:
         """Tells the master where the run's start is (PULLING, STARTING, RUNNING); the run goes on

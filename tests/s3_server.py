@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,3 +32,35 @@ def s3_client(url: str) -> Any:
     return boto3.client(
         "s3", endpoint_url=url, aws_access_key_id="k", aws_secret_access_key="s", region_name="us-east-1"
     )
+
+
+@contextlib.contextmanager
+def s3_server_with_auth(*buckets: str) -> Iterator[tuple[str, str, str]]:
+    """``(url, key id, secret)`` while a server runs that checks every request's signature and
+    permissions, as S3 does: only the key given here (an IAM user allowed ``s3:*``) is let in;
+    unsigned requests and unknown keys are refused. Moto's switch is process-wide: it is turned
+    back off when the block ends."""
+    import uuid
+
+    import boto3
+    from moto import settings
+    from moto.core.responses import ActionAuthenticatorMixin
+
+    with s3_server(*buckets) as url:
+        admin = boto3.client(
+            "iam", endpoint_url=url, aws_access_key_id="k", aws_secret_access_key="s", region_name="us-east-1"
+        )
+        user = f"det-platform-{uuid.uuid4().hex[:8]}"  # moto's accounts outlive a server
+        admin.create_user(UserName=user)
+        key = admin.create_access_key(UserName=user)["AccessKey"]
+        policy = {
+            "Version": "2012-10-17",
+            "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}],
+        }
+        admin.put_user_policy(UserName=user, PolicyName="checkpoints", PolicyDocument=json.dumps(policy))
+        settings.INITIAL_NO_AUTH_ACTION_COUNT = 0
+        ActionAuthenticatorMixin.request_count = 0
+        try:
+            yield url, key["AccessKeyId"], key["SecretAccessKey"]
+        finally:
+            settings.INITIAL_NO_AUTH_ACTION_COUNT = float("inf")

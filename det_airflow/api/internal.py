@@ -116,6 +116,13 @@ class InternalClient:
         )
         return TrialAnswer.model_validate(answer)
 
+    def task_ready(self, trial_id: int, port: int, secret: str, address: str) -> None:
+        """A local or Docker task's server listens on ``port``, which its runner found held by the
+        task's own process."""
+        self.session.post(
+            f"/internal/trials/{trial_id}/task/ready", {"port": port, "secret": secret, "address": address}
+        )
+
     def ship_logs(self, trial_id: int, lines: list[dict[str, Any]]) -> None:
         self.session.post(f"/internal/trials/{trial_id}/logs", {"logs": lines})
 

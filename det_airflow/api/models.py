@@ -15,9 +15,11 @@ from __future__ import annotations
 import enum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 
+from det_airflow.api._bounds import MAX_CHECKPOINT_FILES, bounded_json, relative_file, stored_metadata
 from det_airflow.states import ExperimentState, TrialState
+from det_airflow.text_input import checked_command_part, checked_name, checked_text
 
 # --- limits of what a request may carry ----------------------------------------------------------
 
@@ -38,6 +40,16 @@ MAX_DESCRIPTION = 10_000
 MAX_POOL_NAME = 256
 # No control characters: names and labels are printed to terminals.
 _PRINTABLE = r"^[^\x00-\x1f\x7f]*$"
+# Names and labels people give are shown on other people's terminals and pages: no control or
+# bidirectional-formatting characters (text_input.NOT_IN_NAMES). Free text may not hold NUL.
+_Named = AfterValidator(checked_name)
+_NoNul = AfterValidator(checked_text)
+# Free-form metadata as stored: 64 KiB of JSON at most, nested 32 deep at most (api/_bounds.py).
+Metadata = Annotated[dict[str, Any], AfterValidator(stored_metadata)]
+# A file of a checkpoint (its ``resources``): a plain relative path (api/_bounds.relative_file).
+CheckpointFile = Annotated[str, AfterValidator(relative_file)]
+# One argument of a command line: no NUL (exec cannot pass it), at most Linux's MAX_ARG_STRLEN.
+CommandPart = Annotated[str, Field(max_length=128 * 1024), AfterValidator(checked_command_part)]
 # A worker host's id names its Celery queue and folders: a hostname's characters only.
 HostId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")]
 MAX_HOST_SLOTS = 4096
@@ -53,6 +65,13 @@ class _Body(BaseModel):
     """A request body; fields the master does not know are ignored, as older masters did."""
 
     model_config = ConfigDict(extra="ignore")
+
+    @field_validator("*")
+    @classmethod
+    def _bounded(cls, value: Any) -> Any:
+        # Every integer fits the database's 64-bit columns and free-form JSON nests at most 32 deep:
+        # a 422 naming the field, never an OverflowError (a 500) deep in a query.
+        return bounded_json(value)
 
 
 # --- the objects answers carry (docs/master-api.md, "Objects") ------------------------------------
@@ -185,7 +204,7 @@ class Job(_Answer):
     acquired_slots: int
     needed_slots: int
     slots_per_trial: int
-    state: Literal["STATE_QUEUED", "STATE_SCHEDULED"]
+    state: Literal["STATE_QUEUED", "STATE_SCHEDULED", "STATE_PAUSED"]
     preempting_trials: int
     fits_pool: bool
     largest_host_slots: int | None = Field(
@@ -287,8 +306,9 @@ class Template(_Answer):
 
     name: str
     owner: str
+    shared: bool  # an admin's, for everyone; else personal, its owner's alone
     updated_at: str
-    config: dict[str, Any]  # secrets masked for anyone but its owner and admins
+    config: dict[str, Any]  # in full: only its owner (everyone, for a shared one) and admins read it
 
 
 class TemplateAnswer(_Answer):
@@ -333,7 +353,7 @@ class CreateTask(_Body):
     type: TaskType
     config: str | None = Field(None, description="the task's config (YAML): resources, environment, ...")
     context: str | None = Field(None, description="base64 of the context tar.gz")
-    command: list[str] = Field(default_factory=list, max_length=10_000)
+    command: list[CommandPart] = Field(default_factory=list, max_length=10_000)
     experiment_ids: list[int] = Field(default_factory=list, max_length=1000)
     trial_ids: list[int] = Field(default_factory=list, max_length=10_000)
 
@@ -356,12 +376,12 @@ class TaskList(_Answer):
 
 
 class LabelBody(_Body):
-    label: str = Field(min_length=1, max_length=MAX_LABEL, pattern=_PRINTABLE)
+    label: Annotated[str, _Named] = Field(min_length=1, max_length=MAX_LABEL, pattern=_PRINTABLE)
 
 
 class ExperimentPatch(_Body):
-    name: str | None = Field(None, min_length=1, max_length=MAX_NAME, pattern=_PRINTABLE)
-    description: str | None = Field(None, max_length=MAX_DESCRIPTION)
+    name: Annotated[str, _Named] | None = Field(None, min_length=1, max_length=MAX_NAME, pattern=_PRINTABLE)
+    description: Annotated[str, _NoNul] | None = Field(None, max_length=MAX_DESCRIPTION)
 
 
 class Empty(_Answer):
@@ -530,7 +550,7 @@ class UnmanagedBody(_Body):
     config: dict[str, Any] = Field(default_factory=dict)
     hparams: dict[str, Any] = Field(default_factory=dict)
     # What started the program, for `det trial logs`.
-    command: str | None = Field(None, max_length=4096)
+    command: Annotated[str, AfterValidator(checked_command_part)] | None = Field(None, max_length=4096)
 
 
 class UnmanagedExit(_Body):
@@ -683,6 +703,10 @@ class TaskRuntime(_Answer):
     proxy_prefix: str  # the path the proxy serves it under, e.g. "/det/proxy/12/"
     bind_address: str  # where its server listens (the proxy reaches it there)
     idle_timeout: float | None  # seconds without use before it stops itself; None: never
+    # Who tells the master where it listens: "runner", the trial's runner (local, Docker) once it has
+    # checked that the port is the task's own (the program writes its port and secret into
+    # READY_FILE of its work folder's .det/); "master", the program itself (a pod).
+    ready_to: Literal["runner", "master"]
 
 
 class TaskReady(_Body):
@@ -704,8 +728,28 @@ class EarlyExit(_Body):
 class CheckpointIn(_Body):
     uuid: str = Field(max_length=CHECKPOINT_UUID_MAX)
     steps_completed: Steps
-    metadata: dict[str, Any] = Field(default_factory=dict)
-    resources: dict[str, Annotated[StrictInt, Field(ge=0, le=MAX_STEPS)]] = Field(default_factory=dict)
+    metadata: Metadata = Field(default_factory=dict)
+    resources: dict[CheckpointFile, Annotated[StrictInt, Field(ge=0, le=MAX_STEPS)]] = Field(
+        default_factory=dict, max_length=MAX_CHECKPOINT_FILES
+    )
+
+
+class StoredFiles(_Answer):
+    """A checkpoint's files in object storage as a trial sees them through the master: a
+    registered checkpoint's registered files, or those the trial wrote of its own so far."""
+
+    files: dict[str, int]  # {relative path: size in bytes}
+
+
+class TensorBoardFile(_Answer):
+    size: int
+    signature: str  # changes whenever the file does (the store's etag)
+
+
+class TensorBoardFiles(_Answer):
+    """A trial's TensorBoard files in object storage, for its own trial or a TensorBoard showing it."""
+
+    files: dict[str, TensorBoardFile]  # by path relative to the trial's TensorBoard folder
 
 
 class SearcherCompleted(_Body):
@@ -861,44 +905,45 @@ class ModelVersionList(_Answer):
     model_versions: list[ModelVersion]
 
 
-_Label = Annotated[str, Field(min_length=1, max_length=255)]
-_Text = Annotated[str, Field(max_length=65536)]
+_Label = Annotated[str, Field(min_length=1, max_length=255), _Named]
+_Text = Annotated[str, Field(max_length=65536), _NoNul]
+_Name = Annotated[str, Field(max_length=MAX_NAME), _Named]
 
 
 class CreateModel(_Body):
-    name: str = Field(description="unique among models")
+    name: _Name = Field(description="unique among the caller's models")
     description: _Text = ""
     notes: _Text = ""
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: Metadata = Field(default_factory=dict)
     labels: list[_Label] = Field(default_factory=list, max_length=1000)
 
 
 class PatchModel(_Body):
     """The fields to change; those left out stay as they are."""
 
-    name: str | None = None
+    name: _Name | None = None
     description: _Text | None = None
     notes: _Text | None = None
-    metadata: dict[str, Any] | None = None
+    metadata: Metadata | None = None
     labels: list[_Label] | None = Field(None, max_length=1000)
 
 
 class RegisterVersion(_Body):
     checkpoint_uuid: str = Field(max_length=64, description="a COMPLETED checkpoint")
-    name: _Text = ""
+    name: _Name = ""
     comment: _Text = ""
     notes: _Text = ""
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: Metadata = Field(default_factory=dict)
     labels: list[_Label] = Field(default_factory=list, max_length=1000)
 
 
 class PatchModelVersion(_Body):
     """The fields to change; those left out stay as they are."""
 
-    name: _Text | None = None
+    name: _Name | None = None
     comment: _Text | None = None
     notes: _Text | None = None
-    metadata: dict[str, Any] | None = None
+    metadata: Metadata | None = None
     labels: list[_Label] | None = Field(None, max_length=1000)
 
 
@@ -910,7 +955,7 @@ class WebhookTrigger(_Body):
 
 
 class CreateWebhook(_Body):
-    name: str = Field(max_length=256)
+    name: _Name
     url: str = Field(max_length=2000)
     webhookType: Literal["DEFAULT", "SLACK"] = "DEFAULT"
     mode: Literal["WORKSPACE", "SPECIFIC"] = "WORKSPACE"
@@ -1011,11 +1056,11 @@ class ProjectList(_Answer):
 
 
 class CreateWorkspace(_Body):
-    name: str = Field(max_length=256, description="unique among workspaces")
+    name: _Name = Field(description="unique among workspaces")
 
 
 class CreateProject(_Body):
-    name: str = Field(max_length=256, description="unique in its workspace")
+    name: _Name = Field(description="unique in its workspace")
     description: _Text = ""
     notes: _Text = ""
 

@@ -7,10 +7,13 @@ One method per route of docs/master-api.md ("Training code"). Authenticated with
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from det_airflow.api._http import SERVICE_RETRY_SECONDS, Session, TrialSession
 from det_airflow.errors import APIError
+
+if TYPE_CHECKING:
+    from det_airflow.api.runtime_storage import StorageClient
 
 # A trial's own logs are for its training; httpx (in a session passed in) would log every report.
 logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -44,6 +47,13 @@ class RuntimeClient:
         self._session.close()
         if self._watch_session is not None:
             self._watch_session.close()
+
+    def storage(self) -> StorageClient:
+        """A client of this trial's storage routes (its files in object storage, through the
+        master), with a connection of its own."""
+        from det_airflow.api.runtime_storage import StorageClient
+
+        return StorageClient(self.master, self._session.token, self.trial_id)
 
     def __enter__(self) -> RuntimeClient:
         return self

@@ -17,13 +17,14 @@ import uuid as uuid_module
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from urllib.parse import quote
 
 import httpx
 from pydantic import BaseModel, ValidationError
 
 from det_airflow.api._http import (
+    API_PREFIX,
     Session,
     _error_message,
     _message_of,
@@ -95,6 +96,15 @@ AnswerT = TypeVar("AnswerT", bound=BaseModel)
 def new_request_id() -> str:
     """An id for one create request (1-64 characters of ``[A-Za-z0-9_-]``, as the master requires)."""
     return uuid_module.uuid4().hex
+
+
+def _owner(owner: str | None) -> dict[str, str]:
+    """The query naming whose model (or template) a name is, when one is given."""
+    return {"owner": owner} if owner is not None else {}
+
+
+def _template_scope(owner: str | None, shared: bool) -> dict[str, Any]:
+    return {**_owner(owner), **({"shared": "true"} if shared else {})}
 
 
 # --- stored logins ---------------------------------------------------------------------------------
@@ -195,6 +205,40 @@ def login(master: str | None, username: str, password: str, *, timeout: float = 
     except (ValueError, KeyError, TypeError):
         raise APIError(f"login to {base} failed: the answer of /auth/token has no access_token") from None
     return str(token)
+
+
+def revoke(master: str | None, token: str, *, timeout: float = 30.0) -> Literal["revoked", "refused", "kept"]:
+    """Revokes ``token`` through Airflow's logout (``GET /api/v2/auth/logout``), which records the token's id
+    so that Airflow, and so the master, refuse it from then on.
+
+    Airflow's logout answers the same redirect whether or not it revoked (a token it did not sign, or
+    one already expired, is not recorded), so the token is tried before and after. Answers "revoked",
+    "refused" (the master did not accept the token in the first place: nothing to revoke), or "kept"
+    (the master still accepts it).
+
+    Raises:
+        APIError: The master cannot be reached, or has no logout.
+    """
+    base = normalize_master_url(master)
+    bearer = {"Authorization": f"Bearer {token}"}
+    try:
+        # Airflow answers 401 for an expired token and 403 for one it cannot verify or has revoked.
+        if httpx.get(f"{base}{API_PREFIX}/me", headers=bearer, timeout=timeout).status_code in (401, 403):
+            return "refused"
+        response = httpx.get(
+            f"{base}/api/v2/auth/logout", headers=bearer, follow_redirects=False, timeout=timeout
+        )
+        if response.status_code not in (302, 303, 307):
+            raise APIError(
+                f"the master at {base} has no logout to revoke a token with: {_error_message(response)}",
+                status_code=response.status_code,
+            )
+        after = httpx.get(f"{base}{API_PREFIX}/me", headers=bearer, timeout=timeout)
+    except httpx.TimeoutException:
+        raise APIError(f"the master at {base} did not answer in time") from None
+    except httpx.TransportError as exc:
+        raise APIError(f"cannot reach the master at {base}: {exc}") from None
+    return "revoked" if after.status_code in (401, 403) else "kept"
 
 
 def _env_login(master: str) -> Callable[[], str] | None:
@@ -545,16 +589,21 @@ class UserClient:
     def list_templates(self) -> list[Template]:
         return self._answer(TemplateList, "GET", "/templates").templates
 
-    def get_template(self, name: str) -> Template:
-        return self._answer(TemplateAnswer, "GET", f"/templates/{quote(name, safe='')}").template
-
-    def set_template(self, name: str, config: str) -> Template:
-        """Create or replace template ``name``; ``config``: its YAML text."""
+    def get_template(self, name: str, *, owner: str | None = None, shared: bool = False) -> Template:
+        """The caller's own template ``name``, else the shared one; or ``owner``'s, or the shared one."""
         path = f"/templates/{quote(name, safe='')}"
-        return self._answer(TemplateAnswer, "PUT", path, json={"config": config}).template
+        params = _template_scope(owner, shared)
+        return self._answer(TemplateAnswer, "GET", path, params=params).template
 
-    def remove_template(self, name: str) -> None:
-        self._json("DELETE", f"/templates/{quote(name, safe='')}")
+    def set_template(self, name: str, config: str, *, shared: bool = False) -> Template:
+        """Create or replace the caller's own template ``name`` (``shared``: the shared one, admins);
+        ``config``: its YAML text."""
+        path = f"/templates/{quote(name, safe='')}"
+        params = _template_scope(None, shared)
+        return self._answer(TemplateAnswer, "PUT", path, params=params, json={"config": config}).template
+
+    def remove_template(self, name: str, *, owner: str | None = None, shared: bool = False) -> None:
+        self._json("DELETE", f"/templates/{quote(name, safe='')}", params=_template_scope(owner, shared))
 
     # --- the model registry ---
 
@@ -566,42 +615,54 @@ class UserClient:
     def create_model(self, name: str, **fields: Any) -> Model:
         return self._answer(ModelAnswer, "POST", "/models", json={"name": name, **fields}).model
 
-    def get_model(self, name: str) -> Model:
-        return self._answer(ModelAnswer, "GET", f"/models/{quote(name, safe='')}").model
+    # A model's name is unique per owner: ``owner`` says whose; without it, the caller's own first.
 
-    def update_model(self, name: str, **changes: Any) -> Model:
+    def get_model(self, name: str, *, owner: str | None = None) -> Model:
         path = f"/models/{quote(name, safe='')}"
-        return self._answer(ModelAnswer, "PATCH", path, json=changes).model
+        return self._answer(ModelAnswer, "GET", path, params=_owner(owner)).model
 
-    def set_model_archived(self, name: str, archived: bool) -> Model:
+    def update_model(self, name: str, *, owner: str | None = None, **changes: Any) -> Model:
+        path = f"/models/{quote(name, safe='')}"
+        return self._answer(ModelAnswer, "PATCH", path, params=_owner(owner), json=changes).model
+
+    def set_model_archived(self, name: str, archived: bool, *, owner: str | None = None) -> Model:
         action = "archive" if archived else "unarchive"
-        return self._answer(ModelAnswer, "POST", f"/models/{quote(name, safe='')}/{action}").model
+        path = f"/models/{quote(name, safe='')}/{action}"
+        return self._answer(ModelAnswer, "POST", path, params=_owner(owner)).model
 
-    def delete_model(self, name: str) -> None:
-        self._json("DELETE", f"/models/{quote(name, safe='')}")
+    def delete_model(self, name: str, *, owner: str | None = None) -> None:
+        self._json("DELETE", f"/models/{quote(name, safe='')}", params=_owner(owner))
 
-    def list_model_versions(self, name: str, *, descending: bool = False) -> ModelVersionList:
-        params = {"order_by": "desc" if descending else "asc"}
+    def list_model_versions(
+        self, name: str, *, descending: bool = False, owner: str | None = None
+    ) -> ModelVersionList:
+        params = {"order_by": "desc" if descending else "asc", **_owner(owner)}
         return self._answer(
             ModelVersionList, "GET", f"/models/{quote(name, safe='')}/versions", params=params
         )
 
-    def register_model_version(self, name: str, checkpoint_uuid: str, **fields: Any) -> ModelVersion:
+    def register_model_version(
+        self, name: str, checkpoint_uuid: str, *, owner: str | None = None, **fields: Any
+    ) -> ModelVersion:
         body = {"checkpoint_uuid": checkpoint_uuid, **fields}
         path = f"/models/{quote(name, safe='')}/versions"
-        return self._answer(ModelVersionAnswer, "POST", path, json=body).model_version
+        return self._answer(ModelVersionAnswer, "POST", path, params=_owner(owner), json=body).model_version
 
-    def get_model_version(self, name: str, version: int) -> ModelVersion:
+    def get_model_version(self, name: str, version: int, *, owner: str | None = None) -> ModelVersion:
         """Version ``version`` of the model; 0 or less: its latest."""
         path = f"/models/{quote(name, safe='')}/versions/{version}"
-        return self._answer(ModelVersionAnswer, "GET", path).model_version
+        return self._answer(ModelVersionAnswer, "GET", path, params=_owner(owner)).model_version
 
-    def update_model_version(self, name: str, version: int, **changes: Any) -> ModelVersion:
+    def update_model_version(
+        self, name: str, version: int, *, owner: str | None = None, **changes: Any
+    ) -> ModelVersion:
         path = f"/models/{quote(name, safe='')}/versions/{version}"
-        return self._answer(ModelVersionAnswer, "PATCH", path, json=changes).model_version
+        return self._answer(
+            ModelVersionAnswer, "PATCH", path, params=_owner(owner), json=changes
+        ).model_version
 
-    def delete_model_version(self, name: str, version: int) -> None:
-        self._json("DELETE", f"/models/{quote(name, safe='')}/versions/{version}")
+    def delete_model_version(self, name: str, version: int, *, owner: str | None = None) -> None:
+        self._json("DELETE", f"/models/{quote(name, safe='')}/versions/{version}", params=_owner(owner))
 
     # --- workspaces and projects ---
 
@@ -783,8 +844,13 @@ class UserClient:
 
     def fab_users(self, method: str, path: str = "", **kwargs: Any) -> Any:
         """Call FAB's user API; raises NotFab when the Airflow behind the master does not serve it."""
+        url = f"{self.master}{FAB_USERS_PATH}{path}"
         try:
-            return self._json(method, f"{self.master}{FAB_USERS_PATH}{path}", **kwargs)
+            response = self._request(method, url, **kwargs)
+            if response.content and "json" not in response.headers.get("content-type", ""):
+                # Another auth manager's Airflow serves its web UI's page at every unknown path.
+                raise NotFab("the Airflow behind this master has no FAB user API")
+            return response.json() if response.content else {}
         except APIError as exc:
             # FAB names the missing user; an Airflow without the route answers a bare "Not Found".
             if exc.status_code == 404 and str(exc).rstrip().endswith("Not Found"):

@@ -100,7 +100,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="also send this file or folder with the context (repeatable)",
     )
     create.add_argument(
-        "--template", metavar="NAME", help="a config template the master lays under the config (det template)"
+        "--template",
+        metavar="NAME",
+        help="your config template (else the shared one) that the master lays under the config (det template)",
     )
     create.set_defaults(func=_create)
 

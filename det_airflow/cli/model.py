@@ -1,5 +1,8 @@
 """``det model|m ...``: Determined's model registry, where checkpoints are registered as numbered
-versions of a named model (a registered checkpoint is never garbage-collected)."""
+versions of a named model (a registered checkpoint is never garbage-collected).
+
+A model's name is unique among its owner's models: a NAME means the caller's own model first (else
+the only model of that name), ``--owner`` names whose; a number is a model ID."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ if TYPE_CHECKING:
 MODEL_HEADERS = (
     "ID",
     "Name",
+    "Owner",
     "Description",
     "Creation Time",
     "Last Updated Time",
@@ -23,7 +27,7 @@ MODEL_HEADERS = (
     "Archived",
     "Metadata",
 )
-LIST_HEADERS = ("ID", "Name", "Creation Time", "Last Updated Time", "Metadata")
+LIST_HEADERS = ("ID", "Name", "Owner", "Creation Time", "Last Updated Time", "Metadata")
 VERSION_HEADERS = ("Version #", "Trial ID", "Batch #", "Checkpoint UUID", "Validation Metrics", "Metadata")
 SORT_BY = ("name", "description", "creation_time", "last_updated_time")
 
@@ -37,11 +41,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--sort-by", choices=SORT_BY, default="last_updated_time", help="sort models by this field"
     )
     ls.add_argument("--order-by", choices=("asc", "desc"), default="asc", help="ascending or descending")
+    ls.add_argument("--owner", help="only this user's models")
     render.add_output_flags(ls)
     ls.set_defaults(func=_list)
 
     create = verbs.add_parser("create", help="create model")
-    create.add_argument("name", help="unique name of the model")
+    create.add_argument("name", help="name of the model, new among your models")
     create.add_argument("--description", default="", help="description of the model")
     create.add_argument("--label", dest="labels", action="append", default=[], help="a label (repeatable)")
     create.add_argument("--json", action="store_true", help="print as JSON")
@@ -49,20 +54,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     describe = verbs.add_parser("describe", help="describe model")
     describe.add_argument("name", help="model to describe")
+    _add_owner(describe)
     describe.add_argument("--version", type=int, default=0, help="this version too (0: the latest)")
     describe.add_argument("--json", action="store_true", help="print as JSON")
     describe.set_defaults(func=_describe)
 
     versions = verbs.add_parser("list-versions", help="list the versions of a model")
-    versions.add_argument("name", help="unique name of the model")
+    versions.add_argument("name", help="name of the model")
+    _add_owner(versions)
     render.add_output_flags(versions)
     versions.set_defaults(func=_list_versions)
 
     reg = verbs.add_parser("register-version", help="register a new version of a model")
     reg.add_argument("name", help="name of the model")
     reg.add_argument("uuid", help="uuid to register as the next version of the model")
+    _add_owner(reg)
     reg.add_argument("--json", action="store_true", help="print as JSON")
     reg.set_defaults(func=_register_version)
+
+
+def _add_owner(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--owner", help="whose model NAME is (names are unique per owner; default: yours, else the only one)"
+    )
 
 
 def _connect(args: argparse.Namespace) -> UserClient:
@@ -79,6 +93,7 @@ def _print_model(model: Model) -> None:
     values = [
         model.id,
         model.name,
+        model.owner,
         model.description,
         render.format_time(model.creation_time),
         render.format_time(model.last_updated_time),
@@ -102,7 +117,7 @@ def _version_row(version: ModelVersion) -> list[Any]:
 
 
 def _list(args: argparse.Namespace) -> None:
-    models = _connect(args).list_models(sort_by=args.sort_by, order_by=args.order_by)
+    models = _connect(args).list_models(sort_by=args.sort_by, order_by=args.order_by, owner=args.owner)
     if args.json:
         render.print_json(models)
         return
@@ -110,6 +125,7 @@ def _list(args: argparse.Namespace) -> None:
         [
             m.id,
             m.name,
+            m.owner,
             render.format_time(m.creation_time),
             render.format_time(m.last_updated_time),
             _dumps(m.metadata),
@@ -129,19 +145,19 @@ def _create(args: argparse.Namespace) -> None:
 
 def _describe(args: argparse.Namespace) -> None:
     client = _connect(args)
-    answer = client.list_model_versions(args.name)
+    answer = client.list_model_versions(args.name, owner=args.owner)
     if args.json:
         render.print_json(answer.model)
         return
     _print_model(answer.model)
     if answer.model_versions:
-        version = client.get_model_version(args.name, args.version)
+        version = client.get_model_version(str(answer.model.id), args.version)
         print()
         render.print_table(VERSION_HEADERS, [_version_row(version)])
 
 
 def _list_versions(args: argparse.Namespace) -> None:
-    answer = _connect(args).list_model_versions(args.name)
+    answer = _connect(args).list_model_versions(args.name, owner=args.owner)
     if args.json:
         render.print_json(answer)
         return
@@ -153,10 +169,10 @@ def _list_versions(args: argparse.Namespace) -> None:
 
 def _register_version(args: argparse.Namespace) -> None:
     client = _connect(args)
-    version = client.register_model_version(args.name, args.uuid)
+    version = client.register_model_version(args.name, args.uuid, owner=args.owner)
     if args.json:
         render.print_json(version)
         return
-    _print_model(client.get_model(args.name))
+    _print_model(client.get_model(str(version.model_id)))
     print()
     render.print_table(VERSION_HEADERS, [_version_row(version)])

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, NoReturn
 from urllib.parse import quote
 
 from det_airflow.cli import render
-from det_airflow.errors import DetError
+from det_airflow.errors import APIError, DetError
 
 if TYPE_CHECKING:
     from det_airflow.api.user import UserClient
@@ -141,9 +141,27 @@ def _login(args: argparse.Namespace) -> None:
 
 
 def _logout(args: argparse.Namespace) -> None:
-    from det_airflow.api.user import forget_login
+    """Revokes the stored token through Airflow's logout, then forgets it. The token is forgotten
+    even when the master cannot be reached; then it stays valid until it expires, and this says so."""
+    from det_airflow.api.user import forget_login, load_login, revoke
 
+    stored = load_login(args.master)
+    if stored is None:
+        return
+    try:
+        outcome = revoke(args.master, stored.token)
+        why = {"revoked": "", "refused": "", "kept": "the master still accepts it"}[outcome]
+    except APIError as exc:
+        outcome, why = "kept", str(exc)
     forget_login(args.master)
+    if why:
+        print(
+            render.clean(
+                f"Warning: logged out here, but the token was not revoked ({why}): "
+                "it stays valid until it expires"
+            ),
+            file=sys.stderr,
+        )
 
 
 def _whoami(args: argparse.Namespace) -> None:

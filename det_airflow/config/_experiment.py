@@ -21,6 +21,7 @@ from det_airflow.config._resources import read_resources
 from det_airflow.config._searcher import read_searcher
 from det_airflow.config._storage import read_checkpoint_storage
 from det_airflow.config._types import ExperimentConfig, LogPolicy, RetentionPolicy
+from det_airflow.text_input import command_problem, name_problem
 
 FIELDS = (
     *(
@@ -61,8 +62,8 @@ def read_experiment(
         entrypoint=_read_entrypoint(f),
         searcher=searcher,
         name=_read_name(f),
-        description=f.string("description"),
-        labels=f.strings("labels", nonempty=True),
+        description=_read_description(f),
+        labels=_read_labels(f),
         hyperparameters=hparams,
         resources=resources,
         environment=read_environment(data.get("environment"), problems),
@@ -96,9 +97,14 @@ def _read_entrypoint(f: Fields) -> Any:
         f.missing("entrypoint", expected + " (e.g. 'python3 train.py')")
     elif isinstance(value, list) and value:
         f.strings("entrypoint", nonempty=True)
+        for i, part in enumerate(value):
+            if isinstance(part, str) and (problem := command_problem(part)) is not None:
+                f.problems.add(item(f.at("entrypoint"), i), problem)
         return tuple(value)
     elif not (isinstance(value, str) and value.strip()):
         f.bad("entrypoint", expected)
+    elif (problem := command_problem(value)) is not None:
+        f.problems.add(f.at("entrypoint"), problem)
     return value
 
 
@@ -110,7 +116,28 @@ def _read_name(f: Fields) -> Any:
             f"a string of at most {MAX_NAME_LENGTH} characters",
             f"{name[:20]}... ({len(name)} characters)",
         )
+    elif isinstance(name, str) and (problem := name_problem(name)) is not None:
+        f.problems.add(f.at("name"), problem)
     return name if name is not None else generate_name()
+
+
+def _read_description(f: Fields) -> Any:
+    description = f.string("description")
+    if isinstance(description, str) and "\x00" in description:
+        # The master's database keeps it as text, which cannot hold NUL (PostgreSQL's refuses it).
+        f.problems.add(
+            f.at("description"),
+            f"contains a NUL character (U+0000) at character {description.index(chr(0)) + 1}",
+        )
+    return description
+
+
+def _read_labels(f: Fields) -> tuple[str, ...]:
+    labels = f.strings("labels", nonempty=True)
+    for i, label in enumerate(labels):
+        if isinstance(label, str) and (problem := name_problem(label)) is not None:
+            f.problems.add(item(f.at("labels"), i), problem)
+    return labels
 
 
 def _read_period(f: Fields, key: str) -> Any:

@@ -17,8 +17,8 @@ from det_airflow.core._objects import SECTION, ObjectStorage, causes, string_fie
 from det_airflow.core._storage import CheckpointStorage
 from det_airflow.errors import DetError
 
-# What a trial is given (object_storage.trial_variables) when its section leaves the account to an
-# Airflow connection (wasb_conn_id).
+# The variables an account and its credentials are read from off a trial (a user's own machine, or
+# a trial's own environment_variables); the platform's connection never reaches a trial.
 CONNECTION_STRING_VARIABLE = "AZURE_STORAGE_CONNECTION_STRING"
 ACCOUNT_URL_VARIABLE = "AZURE_STORAGE_ACCOUNT_URL"
 CREDENTIAL_VARIABLE = "AZURE_STORAGE_CREDENTIAL"

@@ -20,6 +20,7 @@ from det_airflow.core._preempt import PreemptContext, PreemptMode
 from det_airflow.core._searcher import SearcherContext
 from det_airflow.core._storage import CheckpointStorage, FolderStorage
 from det_airflow.core._tensorboard import TensorBoardEvents, tensorboard_prefix, tensorboard_scalars
+from det_airflow.core._through_master import trial_storage
 from det_airflow.core._train import EarlyExitReason, TrainContext
 from det_airflow.errors import InvalidHP
 
@@ -140,7 +141,10 @@ def init(
             logger.warning("core.init(checkpoint_storage=...) is ignored on a trial; the config's is used")
         backend = _remote_backend(info)
         storage_config = _config.checkpoint_storage(experiment_config)
-        storage = CheckpointStorage.from_config(storage_config) if storage_config else None
+        # An object store the platform holds the key of is reached through the master.
+        storage = trial_storage(
+            storage_config, master=info.master_url, token=info.session_token, trial_id=info.trial.trial_id
+        )
         tensorboard = TensorBoardEvents.on_trial(
             storage_config,
             experiment_id=info.trial.experiment_id,
@@ -148,6 +152,8 @@ def init(
             allocation_id=info.allocation_id,
             rank=dist.rank,
             write_scalars=write_scalars,
+            master=info.master_url,
+            token=info.session_token,
         )
     else:
         store = Path(os.environ.get(trial_env.LOCAL_STORE) or DEFAULT_LOCAL_STORE)

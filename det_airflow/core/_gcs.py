@@ -16,7 +16,7 @@ from det_airflow.core._objects import SECTION, ObjectStorage, causes, string_fie
 from det_airflow.core._storage import CheckpointStorage
 from det_airflow.errors import DetError
 
-# A service account key's JSON, given to a trial by the master from the storage's Airflow connection.
+# A service account key's JSON, for code that sets it itself (the platform's never reaches a trial).
 CREDENTIALS_VARIABLE = "DET_GCS_CREDENTIALS"
 # Where google-cloud-storage sends requests when no endpoint is given, and the variable by which it
 # is pointed at an emulator instead.

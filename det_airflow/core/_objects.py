@@ -114,6 +114,13 @@ class ObjectStorage(CheckpointStorage):
             raise CheckpointFilesMissing(f"checkpoint {uuid}: no file {relative!r} at {self.location(uuid)}")
         return stream
 
+    def put_file(self, uuid: str, relative: str, path: Path) -> None:
+        """Store the local file ``path`` as checkpoint ``uuid``'s file ``relative`` (the master does,
+        for a trial that sends its files through it)."""
+        key = self.key(uuid) + checked_relative(relative).as_posix()
+        with self.translated():
+            self._put(path, key)
+
     def _upload(self, uuid: str, folder: Path) -> None:
         key = self.key(uuid)
         try:
@@ -179,6 +186,19 @@ class ObjectStorage(CheckpointStorage):
     def _describe_error(self, error: BaseException) -> str | None:
         """What went wrong, for an error of the store's client (or one caused by one); None for
         other errors, which are raised as they are."""
+
+
+def carries_credentials(storage: Mapping[str, Any]) -> bool:
+    """Whether a ``checkpoint_storage`` section carries its owner's own credentials (Determined's
+    ``access_key``/``secret_key`` for s3, ``connection_string`` or ``credential`` for azure): a
+    trial then opens the store with them itself. Without them the store is opened only with the
+    platform's credentials, which never leave the master (see ``_through_master``)."""
+    kind = storage.get("type")
+    if kind == "s3":
+        return bool(storage.get("access_key") and storage.get("secret_key"))
+    if kind == "azure":
+        return bool(storage.get("connection_string") or storage.get("credential"))
+    return False
 
 
 def string_field(storage: Mapping[str, Any], key: str) -> str | None:

@@ -37,6 +37,7 @@ import logging
 import os
 import shutil
 import socket
+import stat
 import struct
 import tempfile
 import threading
@@ -48,6 +49,7 @@ from typing import IO, Any
 from det_airflow.core._jsonable import as_float
 from det_airflow.core._objects import ObjectStorage
 from det_airflow.core._storage import CheckpointStorage, FolderStorage, checked_relative
+from det_airflow.core._through_master import ThroughMasterStorage, through_master
 from det_airflow.errors import DetError
 
 logger = logging.getLogger("det_airflow.core")
@@ -85,16 +87,25 @@ def local_tensorboard_dir(storage: Mapping[str, Any], experiment_id: int, trial_
     return None
 
 
-def fetch_tensorboard(storage: Mapping[str, Any], experiment_id: int, trial_id: int, dest: Path) -> int:
+def fetch_tensorboard(
+    storage: Mapping[str, Any], experiment_id: int, trial_id: int, dest: Path, *, client: Any = None
+) -> int:
     """Copy a trial's files that are new or changed since the last fetch into ``dest`` (keeping
     their relative paths); returns how many were copied, 0 when the trial has none.
 
     A file counts as changed when its size and modification time (a folder) or its etag (an object
     store) differ from what the last fetch into ``dest`` copied; ``dest`` keeps that record in a
-    hidden file. Object stores' credentials come as for checkpoints (the section, then the
+    hidden file. With ``client`` (a trial's ``StorageClient``: a TensorBoard task), an object
+    store whose section carries no credentials of its own is read through the master, as a trial
+    reads its checkpoints; else its credentials come as for checkpoints (the section, then the
     environment). Raises :class:`DetError` when the storage cannot be read.
     """
-    place = _place(CheckpointStorage.from_config(storage), experiment_id, trial_id)
+    store: CheckpointStorage
+    if client is not None and through_master(storage):
+        store = ThroughMasterStorage(storage, client)
+    else:
+        store = CheckpointStorage.from_config(storage)
+    place = _place(store, experiment_id, trial_id)
     listed = place.listing()
     if not listed:
         return 0
@@ -182,10 +193,13 @@ class TensorBoardEvents:
         allocation_id: str,
         rank: int,
         write_scalars: bool,
+        master: str | None = None,
+        token: str | None = None,
     ) -> TensorBoardEvents:
         """A trial's: a temporary folder of this process, synced to the experiment's storage
         (``checkpoint_storage``) through a storage object of its own: the checkpoints' client is
-        not shared with the background thread."""
+        not shared with the background thread. ``master`` and ``token``: the trial's master and
+        token, through which an object store without credentials of its own is reached."""
         prefix = f"det-tensorboard-{allocation_id}-{rank}-"
         if storage is None:
             logger.warning(
@@ -193,7 +207,14 @@ class TensorBoardEvents:
                 "folder on this host (train.get_tensorboard_path())"
             )
             return cls(write_scalars=write_scalars, temporary_prefix=prefix)
-        destination = _place(CheckpointStorage.from_config(storage), experiment_id, trial_id)
+        store: CheckpointStorage
+        if master is not None and through_master(storage):
+            from det_airflow.api.runtime_storage import StorageClient
+
+            store = ThroughMasterStorage(storage, StorageClient(master, token, trial_id))
+        else:
+            store = CheckpointStorage.from_config(storage)
+        destination = _place(store, experiment_id, trial_id)
         return cls(
             destination=destination,
             write_scalars=write_scalars,
@@ -466,7 +487,7 @@ class _FolderPlace(_Place):
         for level in self.shared:
             _shared_folder(level)
         with path.open("rb") as source:
-            _write_in_place(source, self.folder / relative)
+            _write_own(source, self.folder, relative, self.shared)
 
     def listing(self) -> dict[str, tuple[int, str]]:
         listed: dict[str, tuple[int, str]] = {}
@@ -525,8 +546,45 @@ class _ObjectPlace(_Place):
                 yield stream
 
 
+class _MasterPlace(_Place):
+    """A trial's files in an object store reached through the master: a trial writes its own, a
+    TensorBoard task reads those of the trials it shows (the master checks which)."""
+
+    def __init__(self, store: ThroughMasterStorage, prefix: str, trial_id: int) -> None:
+        self.store = store
+        self.prefix = prefix
+        self.trial_id = trial_id
+
+    def location(self) -> str:
+        return f"{self.store.scheme}://{self.store.bucket}/{self.prefix} (through {self.store.endpoint()})"
+
+    def put(self, path: Path, relative: str) -> None:
+        self.store.client.put_tensorboard_file(relative, path)
+
+    def listing(self) -> dict[str, tuple[int, str]]:
+        listed: dict[str, tuple[int, str]] = self.store.client.tensorboard_files(self.trial_id)
+        return listed
+
+    @contextlib.contextmanager
+    def open(self, relative: str) -> Iterator[IO[bytes] | None]:
+        stream = self.store.client.open_tensorboard_file(self.trial_id, relative)
+        if stream is None:
+            yield None
+            return
+        with contextlib.closing(stream):
+            yield stream
+
+
+def tensorboard_place(store: CheckpointStorage, experiment_id: int, trial_id: int) -> _Place:
+    """Where a trial's files are kept in ``store``: what the master lists, reads and writes for
+    the trials whose store it reaches for them."""
+    return _place(store, experiment_id, trial_id)
+
+
 def _place(store: CheckpointStorage, experiment_id: int, trial_id: int) -> _Place:
     prefix = tensorboard_prefix(experiment_id, trial_id)
+    if isinstance(store, ThroughMasterStorage):
+        return _MasterPlace(store, f"{store.prefix}/{prefix}" if store.prefix else prefix, trial_id)
     if isinstance(store, FolderStorage):
         top = store.base / "tensorboard"
         return _FolderPlace(store.base / prefix, shared=(top, top / "experiment"))
@@ -557,8 +615,38 @@ def _versions(store: ObjectStorage, prefix: str) -> Iterable[tuple[str, int, str
 
 
 #: A folder every user's trials make their own folders in, as the checkpoint root is: anyone may
-#: add to it, nobody may list it, and only an entry's owner may remove it (the sticky bit).
+#: add to it, nobody may list it, and only an entry's owner may remove it (the sticky bit). Under
+#: a storage every user shares (the checkpoint root) the platform makes them, root-owned
+#: (:func:`prepare_tensorboard_root`): the owner of a sticky folder could remove anyone's entries.
 SHARED_FOLDER_MODE = 0o1733
+#: A trial's own folders below them (``experiment/<id>``, ``trial/<id>`` and what its code makes)
+#: and its files: for its owner's uid alone, as its checkpoints are.
+OWN_FOLDER_MODE = 0o700
+OWN_FILE_MODE = 0o600
+# The shared folders of a storage's TensorBoard files, from its base down.
+_SHARED_LEVELS = ("tensorboard", "experiment")
+
+
+def prepare_tensorboard_root(base: str | os.PathLike[str]) -> None:
+    """The platform's part, for a worker that is root, on a storage every user's trials share (the
+    checkpoint root ``base``): ``tensorboard/`` and ``tensorboard/experiment/`` made or set right
+    as root-owned :data:`SHARED_FOLDER_MODE` folders, never through a link. A trial that made them
+    first does not keep them."""
+    fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for name in _SHARED_LEVELS:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, SHARED_FOLDER_MODE, dir_fd=fd)
+            try:
+                child = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except OSError as exc:
+                raise DetError(f"{name} in {base}: not a folder of the platform's ({exc.strerror})") from None
+            os.close(fd)
+            fd = child
+            os.fchown(fd, 0, 0)
+            os.fchmod(fd, SHARED_FOLDER_MODE)
+    finally:
+        os.close(fd)
 
 
 def _shared_folder(path: Path) -> None:
@@ -572,6 +660,62 @@ def _shared_folder(path: Path) -> None:
     except FileExistsError:
         return  # another trial made it first
     os.chmod(path, SHARED_FOLDER_MODE)  # past the umask, which mkdir's mode would go through
+
+
+def _write_own(source: IO[bytes], folder: Path, relative: str, shared: Sequence[Path]) -> None:
+    """:func:`_write_in_place` of ``source`` to ``folder/relative``, where every folder below the
+    ``shared`` ones is this process's own: made with :data:`OWN_FOLDER_MODE`, and one of another
+    uid's (another user's trial made it first) or a link is refused, never written through. Folders
+    are opened one by one without following links, so none can be swapped in between."""
+    top = shared[0].parent if shared else folder
+    own = (folder / relative).parent.relative_to(shared[-1] if shared else folder).parts
+    top.mkdir(parents=True, exist_ok=True)
+    # O_PATH: passing through the shared folders needs no right to list them (mode 1733).
+    fd = os.open(top, os.O_PATH | os.O_DIRECTORY)
+    try:
+        for level in shared:
+            child = _open_folder(fd, level.name, top)
+            os.close(fd)
+            fd = child
+        for name in own:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, OWN_FOLDER_MODE, dir_fd=fd)
+            child = _open_folder(fd, name, top)
+            os.close(fd)
+            fd = child
+            _check_own(fd, folder / relative)
+        target = os.open(
+            Path(relative).name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, OWN_FILE_MODE, dir_fd=fd
+        )
+        with os.fdopen(target, "r+b") as out:
+            _check_own(out.fileno(), folder / relative)
+            shutil.copyfileobj(source, out, 1 << 20)
+            out.truncate()
+    finally:
+        os.close(fd)
+
+
+def _open_folder(fd: int, name: str, top: Path) -> int:
+    """Folder ``name`` in folder ``fd``, without following a link."""
+    try:
+        return os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+    except OSError as exc:
+        raise DetError(f"{name} under {top}: not a folder this trial may write in ({exc.strerror})") from None
+
+
+def _check_own(fd: int, where: Path) -> None:
+    """``fd`` must be this process's own (a folder of an older version, 0755, is narrowed)."""
+    found = os.fstat(fd)
+    if found.st_uid != os.geteuid():
+        raise DetError(
+            f"{where}: a folder on the way belongs to uid {found.st_uid}, not to this trial's uid "
+            f"{os.geteuid()}; its TensorBoard files are not written there"
+        )
+    if not stat.S_ISDIR(found.st_mode):
+        if stat.S_IMODE(found.st_mode) & ~OWN_FILE_MODE:
+            os.fchmod(fd, OWN_FILE_MODE)
+    elif stat.S_IMODE(found.st_mode) & ~OWN_FOLDER_MODE:
+        os.chmod(f"/proc/self/fd/{fd}", OWN_FOLDER_MODE)  # the very folder held (an O_PATH fd)
 
 
 def _write_in_place(source: IO[bytes], target: Path) -> None:

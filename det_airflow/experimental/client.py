@@ -125,7 +125,8 @@ class ModelVersion:
 
     def _update(self, **changes: Any) -> None:
         with _registry() as client:
-            self._set(client.update_model_version(self.model_name, self.model_version, **changes))
+            # By ID: a model's name is unique only per owner.
+            self._set(client.update_model_version(str(self.model_id), self.model_version, **changes))
 
     def set_name(self, name: str) -> None:
         self._update(name=name)
@@ -147,7 +148,7 @@ class ModelVersion:
 
     def delete(self) -> None:
         with _registry() as client:
-            client.delete_model_version(self.model_name, self.model_version)
+            client.delete_model_version(str(self.model_id), self.model_version)
 
     def __repr__(self) -> str:
         return f"ModelVersion(model_name={self.model_name!r}, model_version={self.model_version})"

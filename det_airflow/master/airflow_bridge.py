@@ -82,19 +82,26 @@ def request_reparse() -> None:
         )
 
 
+@dataclass(frozen=True)
+class Published:
+    """What :func:`publish_experiment_dag` did: wrote the DAG, and started its run (its id)."""
+
+    dag: bool
+    run_id: str | None = None
+
+
 def publish_experiment_dag(
     experiment_id: int, source: Path | None = None, queues: dict[int, str] | None = None
-) -> bool:
+) -> Published:
     """Write a submitted experiment's DAG into Airflow's tables now, as the DAG processor writes it
-    when it next parses the factory, and start its one run, as the scheduler starts it at its next
-    loop (:func:`_start_once_run`).
+    when it next parses the factory, and start its one run (:func:`_start_experiment_run`).
 
     The DAG processor would find it within about two of its one-second loops, plus the parse; this
     takes a few hundredths of a second. Its later parse writes the same DAG, so no second DAG
     version is made. Best effort, after the experiment is committed: on any failure it logs why and
-    answers False, and the caller asks for a parse (which reports a config it cannot build, as for
+    answers that it wrote nothing, and the caller asks for a parse (which reports a config it cannot build, as for
     every YAML). ``source``: the experiment's staged file, not yet where parses look.
-    ``queues``: see :func:`_start_once_run`.
+    ``queues``: see :func:`_start_experiment_run`.
     """
     import logging
 
@@ -119,7 +126,7 @@ def publish_experiment_dag(
 
                 session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PUBLISH_LOCK_KEY})
             sync_bag_to_db(bag, DEFAULT_BUNDLE, None, session=session)
-            _start_once_run(session, dag.dag_id, queues or {})
+            run_id = _start_experiment_run(session, dag.dag_id, queues or {})
         forget_cached_logins()  # under FAB the owner's role now edits the DAG: holds at once
     except Exception:  # noqa: BLE001 - the parse does the same work a moment later
         logging.getLogger(__name__).warning(
@@ -127,60 +134,90 @@ def publish_experiment_dag(
             experiment_id,
             exc_info=True,
         )
-        return False
-    return True
+        return Published(dag=False)
+    return Published(dag=True, run_id=run_id)
 
 
-def _start_once_run(session: Any, dag_id: str, queues: dict[int, str]) -> None:
-    """Start the one (``@once``) run of a just-written `det experiment create` DAG as Airflow's
-    scheduler would at its next loop, in the transaction that writes the DAG: the scheduler finds
-    the run made and the DAG's next run none (a later parse computes the same).
+def experiment_run_id(dag_id: str) -> str:
+    """The run id of a `det experiment create` DAG's one run: the master makes exactly this run, so
+    a second attempt (the housekeeping job after a failed start, another API server) meets the
+    first instead of making a second."""
+    return f"det__{dag_id.removeprefix('det_')}"
+
+
+def _start_experiment_run(session: Any, dag_id: str, queues: dict[int, str]) -> str | None:
+    """Start the one run of a just-written `det experiment create` DAG, in the transaction that
+    writes the DAG, through Airflow's own trigger path (what `POST /api/v2/dags/{dag_id}/dagRuns`
+    does). The DAG has no schedule, so the scheduler never makes a run of its own: nothing races
+    this one (a `@once` DAG's run made here and by the scheduler at once stopped the scheduler with
+    a duplicate key). Answers the run's id if it started it; a DAG that has a run is left alone.
 
     Before the scheduler can see the run, each trial slot that ``queues`` names (map index -> the
     queue of the host its first trial is placed on) is sent to that queue: the first tries start
     where their trials run instead of wherever Celery sends them, only to move.
 
-    Best effort, in a savepoint: on a failure the DAG is still written and the scheduler starts the
-    run (slots given trials then move to their hosts when they ask)."""
+    Best effort, in a savepoint: on a failure the DAG is still written, and housekeeping's
+    ``start experiment runs`` job starts the run (slots given trials then move when they ask)."""
     import logging
 
     from airflow.utils.state import DagRunState
+    from sqlalchemy import select
 
-    from det_airflow.airflow_compat import DagModel, DagRunTriggeredByType, DagRunType, SerializedDagModel
+    from det_airflow.airflow_compat import DagRun, DagRunTriggeredByType, DagRunType, SerializedDagModel
 
     try:
         with session.begin_nested():
+            if session.scalar(select(DagRun.id).where(DagRun.dag_id == dag_id).limit(1)) is not None:
+                return None
             dag = SerializedDagModel.get_dag(dag_id, session=session)
-            dag_model = session.get(DagModel, dag_id)
-            if dag is None or dag_model is None or dag_model.next_dagrun_create_after is None:
-                return
-            due = dag.timetable.next_run_info_from_dag_model(dag_model=dag_model)
-            if due is None:
-                return
+            if dag is None:
+                return None
+            # What Airflow's trigger does for a run without a logical date; its own function checks
+            # for a duplicate through a session of its own, which would commit this transaction.
             run = dag.create_dagrun(
-                run_id=dag.timetable.generate_run_id(
-                    run_type=DagRunType.SCHEDULED,
-                    run_after=due.run_after,
-                    data_interval=due.data_interval,
-                    partition_key=due.partition_key,
-                ),
-                logical_date=due.logical_date,
-                data_interval=due.data_interval,
-                run_after=due.run_after,
-                run_type=DagRunType.SCHEDULED,
-                triggered_by=DagRunTriggeredByType.TIMETABLE,
+                run_id=experiment_run_id(dag_id),
+                logical_date=None,
+                data_interval=None,
+                run_after=datetime.now(UTC),
+                run_type=DagRunType.MANUAL,
+                triggered_by=DagRunTriggeredByType.REST_API,
                 state=DagRunState.QUEUED,
-                partition_key=due.partition_key,
-                partition_date=due.partition_date,
                 session=session,
             )
-            dag_model.calculate_dagrun_date_fields(dag=dag, reference_run=run)
             session.flush()
             route_unstarted_slots(dag_id, run.run_id, queues, session=session)
-    except Exception:  # noqa: BLE001 - the scheduler starts the run at its next loop anyway
+    except Exception:  # noqa: BLE001 - housekeeping starts the run a moment later
         logging.getLogger(__name__).warning(
-            "could not start DAG %s's run now; Airflow's scheduler will", dag_id, exc_info=True
+            "could not start DAG %s's run now; housekeeping will", dag_id, exc_info=True
         )
+        return None
+    return str(run.run_id)
+
+
+def start_missing_runs(dag_ids: list[str]) -> list[str]:
+    """Start the run of each of these `det experiment create` DAGs that Airflow holds without any
+    run (its start failed as the DAG was written, or the DAG came from a parse); answers the DAG ids
+    started."""
+    if not dag_ids:
+        return []
+    from sqlalchemy import select
+
+    from det_airflow.airflow_compat import DagModel, DagRun, create_session
+
+    with create_session() as session:
+        known = set(session.scalars(select(DagModel.dag_id).where(DagModel.dag_id.in_(dag_ids))))
+        with_runs = set(session.scalars(select(DagRun.dag_id).where(DagRun.dag_id.in_(known))))
+        missing = sorted(known - with_runs)
+    started = []
+    for dag_id in missing:
+        with _PUBLISHING, create_session() as session:
+            if session.get_bind().dialect.name == "postgresql":
+                from sqlalchemy import text
+
+                session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PUBLISH_LOCK_KEY})
+            if _start_experiment_run(session, dag_id, {}) is not None:
+                started.append(dag_id)
+    return started
 
 
 class AirflowRecordError(DetError):

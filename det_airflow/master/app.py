@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import OperationalError
@@ -27,10 +32,44 @@ def _status_for(exc: DetError) -> int:
     return 400  # bad input: ConfigError, ContextError, SubmissionError
 
 
+def reapply_airflow_permissions() -> list[str]:
+    """Under FAB: take global DAG edits away from the User role again, so that only an experiment's
+    owner (through their det-owner role) and admins change its DAG through Airflow's own API.
+
+    FAB's ``[fab] update_fab_perms`` (true by default) gives the User role its defaults back
+    whenever the API server starts, before the plugins' apps start; this runs after, at every
+    start of the master. Best effort: logged, never fatal to the API server."""
+    from det_airflow.master import airflow_bridge
+
+    try:
+        return airflow_bridge.restrict_plain_users()
+    except Exception:  # noqa: BLE001 - the API server must start; `det admin migrate` does the same
+        logging.getLogger(__name__).exception(
+            "could not take DAG edits away from FAB's User role; run `det admin migrate`"
+        )
+        return []
+
+
+def _lifespan(background_jobs: bool):  # type: ignore[no-untyped-def]
+    """The master app's lifespan (Airflow's API server runs the lifespans of the apps plugins
+    mount): FAB's permissions set again, then housekeeping while the app serves."""
+    from det_airflow.master import housekeeping
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await asyncio.to_thread(reapply_airflow_permissions)
+        if not background_jobs:
+            yield
+            return
+        async with housekeeping.lifespan(app):
+            yield
+
+    return lifespan
+
+
 def create_app(*, background_jobs: bool = True) -> FastAPI:
     """The master app; ``background_jobs``: run housekeeping (master/housekeeping.py) while it serves."""
     from det_airflow.master import (
-        housekeeping,
         limits,
         proxy,
         routes_internal,
@@ -40,6 +79,7 @@ def create_app(*, background_jobs: bool = True) -> FastAPI:
         routes_pipeline,
         routes_projects,
         routes_runtime,
+        routes_storage,
         routes_tasks,
         routes_templates,
         routes_ui,
@@ -54,7 +94,7 @@ def create_app(*, background_jobs: bool = True) -> FastAPI:
         docs_url=None,
         redoc_url=None,
         openapi_url=None,
-        lifespan=housekeeping.lifespan if background_jobs else None,
+        lifespan=_lifespan(background_jobs),
     )
     prefix = API_PREFIX.removeprefix("/det")
     # Before routes_people: its /experiments/{id}/{action} would take /experiments/{id}/move.
@@ -68,6 +108,8 @@ def create_app(*, background_jobs: bool = True) -> FastAPI:
     app.include_router(routes_models.router, prefix=prefix)
     app.include_router(routes_pipeline.router, prefix=prefix)
     app.include_router(routes_tasks.runtime_router, prefix=prefix)
+    app.include_router(routes_storage.router, prefix=prefix)  # a trial's files in object storage
+    app.include_router(routes_tasks.internal_router, prefix=prefix)
     app.include_router(proxy.router)  # /det/proxy/<task id>/..., beside the API
 
     @app.get("/openapi.json", include_in_schema=False, dependencies=[Depends(requires_authenticated())])
@@ -75,6 +117,9 @@ def create_app(*, background_jobs: bool = True) -> FastAPI:
         return JSONResponse(app.openapi())
 
     limits.install(app)
+    # Outermost: a task's own host name reaches that task's pages only, past none of the routes
+    # above (its visitors hold a session of that origin, checked before any body is read).
+    app.add_middleware(proxy.TaskOrigins)
 
     @app.exception_handler(DetError)
     async def _det_error(_request: Request, exc: DetError) -> JSONResponse:

@@ -8,7 +8,7 @@ import os
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from sqlalchemy import Connection, select
@@ -25,12 +25,15 @@ from det_airflow.master import airflow_bridge, schema
 from det_airflow.master.serialize import masked_config
 from det_airflow.states import ExperimentState
 
+if TYPE_CHECKING:
+    from det_airflow.master.db import Database
+
 # A staged file older than this was left by an API server that stopped between a create's commit
 # and its publication (which takes well under a second).
 _STAGED_LEFT_AFTER_SECONDS = 60.0
 
 
-def publish_left_staged() -> list[int]:
+def publish_left_staged(db: Database) -> list[int]:
     """Publish experiments whose staged file an API server left behind; answers their ids."""
     folder = airflow_bridge.dags_folder()
     published = []
@@ -41,22 +44,59 @@ def publish_left_staged() -> list[int]:
         except FileNotFoundError:
             continue  # published meanwhile
         if file.experiment_id is not None and left:
-            publish_submitted(file.experiment_id)
+            publish_submitted(db, file.experiment_id)
             published.append(file.experiment_id)
     return published
 
 
-def publish_submitted(experiment_id: int, queues: dict[int, str] | None = None) -> None:
+def publish_submitted(db: Database, experiment_id: int, queues: dict[int, str] | None = None) -> None:
     """Once a created experiment is committed: its DAG into Airflow's tables with its run started
     (``queues``: the hosts' queues of the slots given their first trials), then its staged file
     where parses find it. In that order, the DAG processor only ever updates the DAG the master
-    wrote; the two never race to insert it (a lost race stops Airflow's DAG processor)."""
+    wrote; the two never race to insert it (a lost race stops Airflow's DAG processor).
+
+    The run's id is recorded at once: a run that fails or is deleted in Airflow before any of its
+    slots asked for a trial then ends the experiment (``end experiments ended in Airflow``)."""
     folder = airflow_bridge.dags_folder()
     staged = staged_experiment_file(folder, experiment_id)
     published = airflow_bridge.publish_experiment_dag(experiment_id, staged, queues)
     os.replace(staged, experiment_file(folder, experiment_id))
-    if not published:
+    if published.run_id is not None:
+        _record_run(db, {experiment_id: published.run_id})
+    if not published.dag:
         airflow_bridge.request_reparse()
+
+
+def _record_run(db: Database, runs: dict[int, str]) -> None:
+    """Link experiments to the DAG runs the master started for them (unless linked meanwhile)."""
+    exps = schema.experiments
+    with db.begin() as conn:
+        for experiment_id, run_id in runs.items():
+            conn.execute(
+                exps.update()
+                .where(exps.c.id == experiment_id, exps.c.dag_run_id.is_(None))
+                .values(dag_run_id=run_id)
+            )
+
+
+def start_missing_runs(db: Database) -> list[int]:
+    """Start the run of every unended `det experiment create` experiment whose DAG Airflow holds
+    without a run (its start failed as its DAG was written, or only a parse wrote the DAG), and
+    link it; answers their ids. The DAG has no schedule: nothing else would start it."""
+    exps = schema.experiments
+    with db.read() as conn:
+        rows = conn.execute(
+            select(exps.c.id, exps.c.dag_id).where(
+                exps.c.dag_run_id.is_(None),
+                exps.c.state.not_in(
+                    [s.value for s in ExperimentState if s.is_terminal or s == ExperimentState.DELETING]
+                ),
+            )
+        ).all()
+    created = {r.dag_id: int(r.id) for r in rows if r.dag_id == experiment_dag_id(r.id)}
+    started = airflow_bridge.start_missing_runs(sorted(created))
+    _record_run(db, {created[d]: airflow_bridge.experiment_run_id(d) for d in started})
+    return [created[d] for d in started]
 
 
 # The experiment files in the DAGs folder and their folders: the master's user and group only.

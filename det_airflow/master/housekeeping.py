@@ -47,8 +47,12 @@ class Job:
     run: Callable[[Database], object]
 
 
-def _publish_left_staged(_db: Database) -> object:
-    return experiment_files.publish_left_staged()
+def _publish_left_staged(db: Database) -> object:
+    return experiment_files.publish_left_staged(db)
+
+
+def _start_missing_runs(db: Database) -> object:
+    return experiment_files.start_missing_runs(db)
 
 
 def _retire_finished_files(db: Database) -> object:
@@ -79,6 +83,9 @@ START_PLACED_SLOTS = "start placed slots"
 END_SLOTS_LEFT_WAITING = "end slots left waiting"
 END_SLOTS_LOOKS = (0.0, 0.5, 1.0, 2.0, 4.0)
 
+#: The job that starts created experiments' runs that did not start with their DAG.
+START_EXPERIMENT_RUNS = "start experiment runs"
+
 #: The job that hands recorded webhook events to the sender's thread.
 DELIVER_WEBHOOKS = "deliver webhooks"
 
@@ -102,6 +109,9 @@ JOBS = (
     Job("requeue from gone hosts", 5.0, trials.requeue_from_gone_hosts),
     # A create's publication interrupted by an API server that stopped (left for 60 s first).
     Job("publish left-staged experiments", 30.0, _publish_left_staged),
+    # A created experiment's run that could not start as its DAG was written (its DAG has no
+    # schedule, so the scheduler never starts it).
+    Job(START_EXPERIMENT_RUNS, 5.0, _start_missing_runs),
     # Parsing grows with the experiments still to run, not with every experiment ever created.
     Job("retire finished experiment files", 30.0, _retire_finished_files),
     Job("forget deleted experiments' DAGs", 30.0, _forget_deleted_dags),

@@ -1,5 +1,7 @@
 """Limits on what one request may carry, and database refusals answered as 4xx instead of 500.
 
+Integers in paths and queries are bounded by master/bounds.py, installed from here.
+
 Sizes are checked while the body streams in, so a client that sends more than it announced (or
 announces nothing) is cut off at the limit rather than after the whole body is in memory.
 """
@@ -20,6 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from det_airflow.api.models import CONFIG_LIMIT_CHARS
 from det_airflow.context_archive import LIMITS, format_size
+from det_airflow.master import storage_limits
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +51,8 @@ def body_limit(method: str, path: str, *, logged_in: bool = True) -> int:
         return ANONYMOUS_BODY_LIMIT
     if method == "POST" and path.rstrip("/").endswith(_CREATE_ROUTES):
         return CREATE_BODY_LIMIT
+    if storage_limits.is_upload(method, path):
+        return storage_limits.FILE_LIMIT
     return BODY_LIMIT
 
 
@@ -200,8 +205,11 @@ class BodyLimit:
         received = 0
         started = False
         sender: str | None = None
-        # What a large body counts against the bytes in flight: its announced size, or the limit.
+        # What a large body counts against the bytes in flight: its announced size, or the limit. A
+        # file a trial stores goes to disk as it arrives: it holds at most a block in memory.
         large_size = limit if announced is None else int(announced)
+        if storage_limits.is_upload(method, path):
+            large_size = min(large_size, BODY_LIMIT)
 
         async def check_sender() -> None:
             nonlocal sender
@@ -272,7 +280,11 @@ async def _data_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 def install(app: FastAPI) -> None:
-    """Adds the body limit and the database-refusal handlers to the master's app."""
+    """Adds the body limit, the bounds of integer parameters (master/bounds.py) and the
+    database-refusal handlers to the master's app."""
+    from det_airflow.master import bounds
+
+    bounds.install(app)
     app.add_middleware(BodyLimit)
     app.add_exception_handler(IntegrityError, _integrity_error)
     app.add_exception_handler(DataError, _data_error)

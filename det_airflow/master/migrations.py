@@ -345,6 +345,69 @@ def _v16_projects(op: Operations) -> None:
     )
 
 
+def _v17_owned_names(op: Operations) -> None:
+    """Model names become unique per owner, template names per owner plus a shared namespace.
+
+    No stored rows collide: model names and template names were unique before. Every existing
+    template becomes its creator's own; an admin shares one again with `det template set --shared`.
+    """
+    conn = op.get_bind()
+    if conn.dialect.name == "sqlite":
+        # SQLite cannot drop a constraint: rebuild, naming the unnamed UNIQUE (name) to drop it,
+        # with the AUTOINCREMENT the table was created with (see _v2_ids_never_reused).
+        with op.batch_alter_table(
+            "det_models",
+            recreate="always",
+            table_kwargs={"sqlite_autoincrement": True},
+            naming_convention={"uq": "%(table_name)s_%(column_0_name)s_key"},
+        ) as batch:
+            batch.drop_constraint("det_models_name_key", type_="unique")
+            batch.create_unique_constraint("det_models_owner_name_uq", ["owner", "name"])
+    else:
+        for unique in inspect(conn).get_unique_constraints("det_models"):
+            if unique["column_names"] == ["name"] and unique["name"]:
+                op.drop_constraint(unique["name"], "det_models", type_="unique")
+        op.create_unique_constraint("det_models_owner_name_uq", "det_models", ["owner", "name"])
+
+    # The primary key changes from (name) to (namespace, name): templates are few config fragments,
+    # so the table is made again around its rows.
+    old = sa.table(
+        "det_templates",
+        sa.column("name", sa.String),
+        sa.column("config", sa.JSON),
+        sa.column("owner", sa.String),
+        sa.column("updated_at", sa.DateTime(timezone=True)),
+    )
+    rows = [dict(row) for row in conn.execute(select(old)).mappings()]
+    op.drop_table("det_templates")
+    templates = op.create_table(
+        "det_templates",
+        sa.Column("namespace", sa.String(256), primary_key=True),
+        sa.Column("name", sa.String(256), primary_key=True),
+        sa.Column("config", sa.JSON, nullable=False),
+        sa.Column("owner", sa.String(256), nullable=False),
+        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+    )
+    if rows:
+        op.bulk_insert(templates, [{**row, "namespace": row["owner"]} for row in rows])
+
+
+def _v18_checkpoint_claims(op: Operations) -> None:
+    """Trials write their checkpoints through the master: which trial claimed which uuid."""
+    op.create_table(
+        "det_checkpoint_claims",
+        sa.Column("uuid", sa.String(64), primary_key=True),
+        sa.Column(
+            "trial_id",
+            sa.Integer,
+            sa.ForeignKey("det_trials.id", ondelete="CASCADE"),
+            nullable=False,
+            index=True,
+        ),
+        sa.Column("claimed_at", sa.DateTime(timezone=True), nullable=False),
+    )
+
+
 def backfill_metric_chunks(conn: Connection, chunks: sa.Table = schema.metric_chunks) -> int:
     """Rebuild the charts' numbers from every stored metric row; returns the trials that had some."""
     metrics = sa.table(
@@ -408,6 +471,16 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(15, "the model registry: det_models, det_model_versions", _v15_model_registry),
     Migration(
         16, "workspaces and projects: det_workspaces, det_projects, det_experiments.project_id", _v16_projects
+    ),
+    Migration(
+        17,
+        "owned names: model names unique per owner; det_templates.namespace, personal or shared",
+        _v17_owned_names,
+    ),
+    Migration(
+        18,
+        "checkpoints written through the master: det_checkpoint_claims, the trial that claimed each uuid",
+        _v18_checkpoint_claims,
     ),
 )
 

@@ -1,11 +1,18 @@
 """The model registry (Determined's ``det model``): named models whose versions are checkpoints.
 
 Anyone logged in reads the registry, as in Determined, where models are not tied to experiments:
-a version shows its checkpoint's trial, step and validation metrics. Creating and editing models
-and versions needs the right to create DAG runs (what creating an experiment needs); deleting one
-also needs being its owner or an admin; registering a checkpoint also needs read access to its
-experiment. A registered checkpoint is kept: garbage collection passes it over, ``det checkpoint
-delete`` refuses it, and an experiment with one is not deleted until its versions are.
+a version shows its checkpoint's trial, step and validation metrics. Creating a model needs the
+right to create DAG runs (what creating an experiment needs). A model is its owner's: editing,
+renaming, archiving or deleting it, and registering, editing or deleting its versions, need that
+right and being the model's owner or an admin; registering a checkpoint also needs read access to
+its experiment. A registered checkpoint is kept: garbage collection passes it over, ``det
+checkpoint delete`` refuses it, and an experiment with one is not deleted until its versions are.
+
+Model names are unique per owner (Determined scopes them to workspaces; det-airflow's workspaces
+have no members, so the owner is the scope): nobody can take or shadow the name of another's
+model. A name alone means the caller's own model of that name, else the one model of that name
+if only one user has one; with several, the owner must be named, so a model made later under a
+name someone already reads by never takes its place silently.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 from sqlalchemy import Connection, Row, func, select
+from sqlalchemy.exc import IntegrityError
 
 from det_airflow.errors import DetError
 from det_airflow.master import experiments, schema, serialize
@@ -40,21 +48,44 @@ def check_name(name: str) -> str:
     return name
 
 
-def get_model(conn: Connection, name: str) -> Row:
-    """The model named ``name``, or, for a number, the model with that ID (Determined takes both)."""
+def find_model(conn: Connection, caller: Caller, name: str, *, owner: str | None = None) -> Row:
+    """The model ``name`` of ``owner``; without an owner, the model with that ID for a number
+    (Determined takes both), else the caller's own model of that name, else the only one."""
     m = schema.models.c
-    row = conn.execute(select(schema.models).where(m.name == name)).first()
-    if row is None and name.isdigit():
+    if owner is not None:
+        row = conn.execute(select(schema.models).where(m.owner == owner, m.name == name)).first()
+        if row is None:
+            raise NotFound(f"model '{name}' of '{owner}' not found")
+        return row
+    if name.isdigit():
         row = conn.execute(select(schema.models).where(m.id == int(name))).first()
-    if row is None:
+        if row is None:
+            raise NotFound(f"model '{name}' not found")
+        return row
+    rows = conn.execute(select(schema.models).where(m.name == name).order_by(m.owner)).all()
+    own = [row for row in rows if row.owner == caller.name]
+    if own:
+        return own[0]
+    if not rows:
         raise NotFound(f"model '{name}' not found")
-    return row
+    if len(rows) > 1:
+        owners = ", ".join(f"'{row.owner}'" for row in rows)
+        raise ModelError(
+            f"model '{name}' is a name of several users' models ({owners}) and not of yours: "
+            "say whose (the CLI's --owner, the API's owner parameter) or give its ID"
+        )
+    return rows[0]
+
+
+def _by_id(conn: Connection, model_id: int) -> Row:
+    return conn.execute(select(schema.models).where(schema.models.c.id == model_id)).one()
 
 
 def list_models(
     conn: Connection,
     *,
     name: str | None = None,
+    owner: str | None = None,
     label: str | None = None,
     archived: bool | None = None,
     sort_by: str = "last_updated_time",
@@ -64,6 +95,8 @@ def list_models(
     query = select(schema.models)
     if name:
         query = query.where(m.name.icontains(name, autoescape=True))
+    if owner is not None:
+        query = query.where(m.owner == owner)
     if archived is not None:
         query = query.where(m.archived == archived)
     rows = conn.execute(query.order_by(getattr(m, sort_by), m.id)).all()
@@ -118,45 +151,61 @@ def _check_owner(caller: Caller, owner: str, what: str) -> None:
         )
 
 
-def _check_unique(conn: Connection, name: str) -> None:
-    if conn.execute(select(schema.models.c.id).where(schema.models.c.name == name)).first() is not None:
-        raise ModelError(f"a model named '{name}' already exists")
+def _taken(owner: str, name: str) -> ModelError:
+    return ModelError(f"'{owner}' already has a model named '{name}'")
+
+
+def _check_unique(conn: Connection, owner: str, name: str) -> None:
+    m = schema.models.c
+    if conn.execute(select(m.id).where(m.owner == owner, m.name == name)).first() is not None:
+        raise _taken(owner, name)
 
 
 def create_model(conn: Connection, caller: Caller, fields: dict[str, Any]) -> Row:
+    """A model of the caller's, named in the caller's own namespace."""
     name = check_name(fields["name"])
     _check_may_edit(caller, f"create model '{name}'")
-    _check_unique(conn, name)
+    _check_unique(conn, caller.name, name)
     time = now()
-    conn.execute(
-        schema.models.insert().values(
-            **{**fields, "labels": _labels(fields.get("labels", []))},
-            owner=caller.name,
-            archived=False,
-            creation_time=time,
-            last_updated_time=time,
+    try:
+        result = conn.execute(
+            schema.models.insert().values(
+                **{**fields, "labels": _labels(fields.get("labels", []))},
+                owner=caller.name,
+                archived=False,
+                creation_time=time,
+                last_updated_time=time,
+            )
         )
-    )
-    return get_model(conn, name)
+    except IntegrityError:  # the same name made at the same moment by another request of the caller
+        raise _taken(caller.name, name) from None
+    return _by_id(conn, int(result.inserted_primary_key[0]))  # type: ignore[index]
 
 
-def update_model(conn: Connection, caller: Caller, name: str, changes: dict[str, Any]) -> Row:
-    """Change the fields given (``labels`` and ``metadata`` are replaced whole); ``archived`` too."""
-    row = get_model(conn, name)
-    _check_may_edit(caller, f"edit model '{row.name}'")
-    if changes.get("name") not in (None, row.name):
-        _check_unique(conn, check_name(changes["name"]))
+def update_model(
+    conn: Connection, caller: Caller, row: Row, changes: dict[str, Any], *, action: str | None = None
+) -> Row:
+    """Change the fields given (``labels`` and ``metadata`` are replaced whole); ``archived`` too.
+    A new name stays in the model's owner's namespace."""
+    renamed = changes.get("name") not in (None, row.name)
+    _check_owner(caller, row.owner, f"{action or ('rename' if renamed else 'edit')} model '{row.name}'")
+    if renamed:
+        _check_unique(conn, row.owner, check_name(changes["name"]))
     if "labels" in changes:
         changes["labels"] = _labels(changes["labels"])
-    conn.execute(
-        schema.models.update().where(schema.models.c.id == row.id).values(**changes, last_updated_time=now())
-    )
-    return get_model(conn, str(row.id))
+    try:
+        conn.execute(
+            schema.models.update()
+            .where(schema.models.c.id == row.id)
+            .values(**changes, last_updated_time=now())
+        )
+    except IntegrityError:  # renamed at the same moment to a name another request just took
+        raise _taken(row.owner, changes["name"]) from None
+    return _by_id(conn, row.id)
 
 
-def delete_model(conn: Connection, caller: Caller, name: str) -> None:
+def delete_model(conn: Connection, caller: Caller, row: Row) -> None:
     """Remove the model and its versions; their checkpoints are no longer kept for it."""
-    row = get_model(conn, name)
     _check_owner(caller, row.owner, f"delete model '{row.name}'")
     conn.execute(schema.model_versions.delete().where(schema.model_versions.c.model_id == row.id))
     conn.execute(schema.models.delete().where(schema.models.c.id == row.id))
@@ -233,11 +282,10 @@ def _version(model: Row, row: Row, validation: dict[str, Any]) -> dict[str, Any]
     }
 
 
-def register_version(conn: Connection, caller: Caller, name: str, fields: dict[str, Any]) -> Row:
+def register_version(conn: Connection, caller: Caller, model: Row, fields: dict[str, Any]) -> Row:
     """Register checkpoint ``fields["checkpoint_uuid"]`` as the model's next version."""
-    model = get_model(conn, name)
     uuid = fields["checkpoint_uuid"]
-    _check_may_edit(caller, f"register a version of model '{model.name}'")
+    _check_owner(caller, model.owner, f"register a version of model '{model.name}'")
     if model.archived:
         raise StateError(f"model '{model.name}' is archived; unarchive it to register new versions")
     checkpoint = conn.execute(select(schema.checkpoints).where(schema.checkpoints.c.uuid == uuid)).first()
@@ -266,10 +314,11 @@ def register_version(conn: Connection, caller: Caller, name: str, fields: dict[s
     return get_version(conn, model, version)
 
 
-def update_version(conn: Connection, caller: Caller, name: str, version: int, changes: dict[str, Any]) -> Row:
-    model = get_model(conn, name)
+def update_version(
+    conn: Connection, caller: Caller, model: Row, version: int, changes: dict[str, Any]
+) -> Row:
     row = get_version(conn, model, version)
-    _check_may_edit(caller, f"edit version {row.version} of model '{model.name}'")
+    _check_owner(caller, model.owner, f"edit version {row.version} of model '{model.name}'")
     if "labels" in changes:
         changes["labels"] = _labels(changes["labels"])
     conn.execute(
@@ -280,10 +329,10 @@ def update_version(conn: Connection, caller: Caller, name: str, version: int, ch
     return get_version(conn, model, row.version)
 
 
-def delete_version(conn: Connection, caller: Caller, name: str, version: int) -> None:
-    model = get_model(conn, name)
+def delete_version(conn: Connection, caller: Caller, model: Row, version: int) -> None:
+    # The model's owner decides what its versions are, whoever registered one.
     row = get_version(conn, model, version)
-    _check_owner(caller, row.owner, f"delete version {row.version} of model '{model.name}'")
+    _check_owner(caller, model.owner, f"delete version {row.version} of model '{model.name}'")
     conn.execute(schema.model_versions.delete().where(schema.model_versions.c.id == row.id))
 
 

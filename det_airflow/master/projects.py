@@ -3,8 +3,12 @@
 A workspace holds projects; a project holds experiments and its Markdown notes. They only group:
 who may read or change an experiment is still decided on its DAG (master/authz.py), so a project's
 list of experiments shows each caller the experiments they may read. Creating a workspace is for
-admins; creating a project or editing one needs the right to create DAG runs (what creating an
-experiment needs); moving an experiment is for its owner or an admin.
+admins; creating a project needs the right to create DAG runs (what creating an experiment needs).
+A project is its creator's: editing it (its description and notes) and filing experiments into it
+(moving one there, or creating one whose config names it) need the right to create DAG runs and
+being the project's owner, its workspace's owner, or an admin; moving an experiment also needs the
+right to change it (its owner or an admin). The Uncategorized project is everyone's place to file
+into and only admins' to edit.
 
 An experiment whose config names no workspace and project lives in the Uncategorized project of the
 Uncategorized workspace, as in Determined; one that names a project that does not exist is refused,
@@ -20,6 +24,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, func, select
 
+from det_airflow.config import read_yaml
 from det_airflow.errors import DetError
 from det_airflow.master import experiments, schema, serialize
 from det_airflow.master.authz import Caller, PermissionDenied, check_change, readable
@@ -205,6 +210,57 @@ def _check_may_edit(caller: Caller, what: str) -> None:
         raise PermissionDenied(f"user '{caller.name}' may not {what}: needs the right to create DAG runs")
 
 
+def _check_may_manage(conn: Connection, caller: Caller, project: Row, what: str) -> None:
+    """Refuse unless the caller may create DAG runs and owns the project or its workspace, or is an
+    admin. The Uncategorized workspace and project are nobody's: admins'."""
+    _check_may_edit(caller, what)
+    if caller.is_admin:
+        return
+    if _stored_id(conn, project) is None:
+        raise PermissionDenied(f"user '{caller.name}' may not {what}: the Uncategorized project is admins'")
+    workspace = get_workspace(conn, project.workspace_id)
+    owners = [project.created_by]
+    if workspace.name != schema.UNCATEGORIZED:
+        owners.append(workspace.created_by)
+    if caller.name in owners:
+        return
+    whose = f"it belongs to '{project.created_by}'"
+    if len(owners) > 1:
+        whose += f", its workspace '{workspace.name}' to '{workspace.created_by}'"
+    raise PermissionDenied(f"user '{caller.name}' may not {what}: {whose}; only they or an admin may")
+
+
+def check_may_file_into(conn: Connection, caller: Caller, project: Row, what: str) -> None:
+    """Refuse unless the caller may put experiments in ``project``: anyone in Uncategorized."""
+    if _stored_id(conn, project) is not None:
+        _check_may_manage(conn, caller, project, what)
+
+
+def check_config_placement(conn: Connection, caller: Caller, config_text: str) -> None:
+    """Refuse a submitted config whose ``workspace``/``project`` name a project the caller may not
+    file into. A config that does not parse, or names no project, is left to the config's checks."""
+    try:
+        raw = read_yaml(config_text, source_name="config")
+    except DetError:
+        return
+    if isinstance(raw, dict):
+        check_placement(conn, caller, raw.get("workspace"), raw.get("project"))
+
+
+def check_placement(conn: Connection, caller: Caller, workspace: Any, project: Any) -> None:
+    """Refuse an experiment named into project ``project`` of ``workspace`` that the caller may not
+    file into; names that are missing or not text are left to the config's checks."""
+    if not isinstance(workspace, str) or not isinstance(project, str):
+        return
+    try:
+        target = find_project(conn, workspace, project)
+    except ProjectError:  # the config's own check says how to make it
+        return
+    check_may_file_into(
+        conn, caller, target, f"create experiments in project '{project}' of workspace '{workspace}'"
+    )
+
+
 def create_project(conn: Connection, caller: Caller, workspace: Row, fields: dict[str, Any]) -> Row:
     name = check_name("project", fields["name"])
     _check_may_edit(caller, f"create project '{name}'")
@@ -227,7 +283,7 @@ def create_project(conn: Connection, caller: Caller, workspace: Row, fields: dic
 def update_project(conn: Connection, caller: Caller, project_id: int, changes: dict[str, Any]) -> Row:
     """Change ``description`` and ``notes`` (those given)."""
     row = get_project(conn, project_id)
-    _check_may_edit(caller, f"edit project '{row.name}'")
+    _check_may_manage(conn, caller, row, f"edit project '{row.name}'")
     if changes:
         conn.execute(schema.projects.update().where(schema.projects.c.id == row.id).values(**changes))
     return get_project(conn, project_id)
@@ -251,6 +307,12 @@ def move_experiment(
         raise NotFound(f"experiment {experiment_id} not found")
     check_change(caller, row, "move")
     target = find_project(conn, workspace, project)
+    check_may_file_into(
+        conn,
+        caller,
+        target,
+        f"move experiment {experiment_id} into project '{project}' of workspace '{workspace}'",
+    )
     if target.archived:
         raise ProjectError(f"project '{project}' of workspace '{workspace}' is archived")
     if row.state in (ExperimentState.DELETING, ExperimentState.DELETED):

@@ -5,27 +5,38 @@ with the secret its program chose (``X-Det-Task-Secret``; a notebook's token as 
 through the people ``tasks.check_open`` allows, adds that secret, and forwards the whole path: each
 server runs under the prefix ``/det/proxy/<id>/``, so its pages link to themselves through here.
 
-The task's server runs its owner's code, which nobody else trusts: the caller's Airflow login (the
-bearer token, the ``_token`` cookie) never goes upstream, and a cookie the server sets is confined to
-the task's prefix, where it cannot shadow Airflow's.
+The task's server runs its owner's code, which nobody else trusts, so its pages never run on the
+master's origin (docs/tasks.md):
+
+- On the master's origin, a client with a bearer token (the CLI: ``det shell``'s WebSocket, scripts)
+  is proxied with no cookie at all, and every answer carries ``Content-Security-Policy: sandbox``,
+  so that nothing it serves runs scripts there even if a browser opens it. A browser (Airflow's
+  login cookie) is sent on, after the same access check, to the task's own origin
+  (master/task_origin.py) with a short grant; a WebSocket with only the login cookie is refused.
+- On the task's origin (``task-<id>.<[det] task_proxy_host>``), only that task is served, to a
+  visitor with the origin's own session, checked again on every request; changes and WebSockets
+  must come from that origin's own pages. The caller's Airflow login is never accepted there, and
+  only the cookies the task's server set go up (master/proxy_cookies.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterable, Mapping
+import html
+import re
+from collections.abc import AsyncIterator, Mapping
 from typing import Annotated
-from urllib.parse import quote
+from urllib.parse import quote, urlencode, urlsplit
 
 import httpx
 from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
 from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
-from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request, WebSocket, status
-from fastapi.responses import RedirectResponse, Response, StreamingResponse
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, WebSocket, status
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import HTTPConnection
-from starlette.types import Scope
+from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
@@ -33,9 +44,11 @@ from websockets.frames import EXTERNAL_CLOSE_CODES
 from websockets.typing import Subprotocol
 
 from det_airflow.airflow_compat import requires_authenticated
-from det_airflow.master import auth, tasks
-from det_airflow.master.authz import Caller, CallerDep
+from det_airflow.errors import DetError
+from det_airflow.master import auth, proxy_cookies, task_origin, tasks
+from det_airflow.master.authz import Caller, CallerDep, PermissionDenied
 from det_airflow.master.db import get_database
+from det_airflow.master.lifecycle import NotFound, StateError
 from det_airflow.tasks import SECRET_HEADER
 
 # Headers that belong to one connection, not to the request or answer it carries (RFC 9110 7.6.1).
@@ -53,12 +66,15 @@ _HOP_BY_HOP = frozenset(
     }
 )
 # Never sent upstream: the caller's login, the proxy's own secret if a client sends one, the master's
-# host name (the server's is its own), cookies (sent again without Airflow's login), and Expect
+# host name (the server's is its own), cookies (only the task's own are sent again), and Expect
 # (the server here answers 100-continue itself).
 _NOT_FORWARDED = _HOP_BY_HOP | {"authorization", SECRET_HEADER.lower(), "host", "cookie", "expect"}
 # The master's server writes its own.
 _NOT_RETURNED = _HOP_BY_HOP | {"date", "server"}
 _METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+# What the master's origin adds to every answer of a task's server: a page that a browser opens
+# there anyway runs in a unique origin, without scripts, forms or the master's cookies.
+SANDBOX = "sandbox"
 
 # A request's connection may wait for a free slot this long; a server may take this long to start
 # answering (a notebook exports, a TensorBoard loads a large run) or to take a body.
@@ -98,7 +114,10 @@ async def _lifespan(_app: FastAPI) -> AsyncIterator[None]:
             _client = None
 
 
+# The master's origin: bearer clients, and browsers sent on to the task's origin.
 router = APIRouter(lifespan=_lifespan)
+# The task's origin: that task's pages, for visitors with the origin's session.
+task_router = APIRouter()
 
 
 # --- who may come through -------------------------------------------------------------------------
@@ -117,22 +136,25 @@ def refuse_cross_site(request: Request) -> None:
         raise HTTPException(status.HTTP_403_FORBIDDEN, refusal)
 
 
-def _login_token(connection: HTTPConnection) -> str | None:
+def _bearer(connection: HTTPConnection) -> str | None:
     scheme, _, token = connection.headers.get("authorization", "").partition(" ")
     if scheme.lower() == "bearer" and token.strip():
         return token.strip()
-    return connection.cookies.get(COOKIE_NAME_JWT_TOKEN) or None
+    return None
 
 
 async def websocket_user(websocket: WebSocket) -> BaseUser:
-    """Who opens a WebSocket, from Airflow's login as Airflow's own ``get_user`` reads it (a bearer
-    token first, else the login cookie); ``get_user`` itself takes only HTTP requests."""
+    """Who opens a WebSocket on the master's origin: Airflow's login as a bearer token, read as
+    Airflow's own ``get_user`` reads it (which takes only HTTP requests). The login cookie alone
+    is a browser's, whose WebSockets go to the task's own origin."""
     from jwt import ExpiredSignatureError, InvalidTokenError
 
     from det_airflow.airflow_compat import get_auth_manager
 
-    token = _login_token(websocket)
+    token = _bearer(websocket)
     if token is None:
+        if websocket.cookies.get(COOKIE_NAME_JWT_TOKEN):
+            raise HTTPException(status.HTTP_403_FORBIDDEN, _BROWSER_WEBSOCKET)
         raise HTTPException(status.HTTP_401_UNAUTHORIZED, "Not authenticated")
     try:
         return await get_auth_manager().get_user_from_token(token)
@@ -142,12 +164,58 @@ async def websocket_user(websocket: WebSocket) -> BaseUser:
         raise HTTPException(status.HTTP_403_FORBIDDEN, "Invalid JWT token") from None
 
 
+_BROWSER_WEBSOCKET = (
+    "a task's WebSocket opens on the task's own origin (its page's), or on the master's with a bearer "
+    "token; not with the master's login cookie"
+)
+
+
 def _target(caller: Caller, task_id: int) -> tasks.ProxyTarget:
     with get_database().read() as conn:
         return tasks.proxy_target(conn, caller, task_id)
 
 
-# --- what goes up and what comes back -------------------------------------------------------------
+def _refuse_other_origins(connection: HTTPConnection, task_id: int, what: str) -> None:
+    """On a task's origin: refuse what a page of any other origin sends, the master's included."""
+    fetch_site = connection.headers.get("sec-fetch-site")
+    if fetch_site is not None and fetch_site not in ("same-origin", "none"):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, f"{what}: refused a {fetch_site} request")
+    origin = connection.headers.get("origin")
+    if origin is None:
+        return
+    hosts = task_origin.task_hosts()
+    # The origin as configured, or as this request reached it (a front proxy may drop the port).
+    own = {connection.headers.get("host", "").lower()}
+    if hosts is not None:
+        own.add(urlsplit(hosts.origin(task_id)).netloc)
+    if urlsplit(origin).netloc.lower() not in own:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, f"{what}: refused a request from origin '{origin}'")
+
+
+def _session_user(connection: HTTPConnection, task_id: int) -> BaseUser | None:
+    """The visitor the task origin's session cookie names; None without a valid one."""
+    value = connection.cookies.get(task_origin.SESSION_COOKIE)
+    if not value:
+        return None
+    try:
+        return task_origin.user_of_session(value, task_id)
+    except task_origin.BadToken:
+        return None
+
+
+# --- paths ----------------------------------------------------------------------------------------
+
+
+def _browser_prefix(scope: Scope, task_id: int) -> str:
+    """The task's prefix as the browser sees it (under the app's mount: ``/det/proxy/<id>/``)."""
+    return f"{scope.get('root_path', '')}/proxy/{task_id}/"
+
+
+def _raw_target(scope: Scope) -> str:
+    """The path and query the client asked for, still percent-encoded."""
+    raw = scope.get("raw_path") or quote(scope["path"]).encode()
+    query = scope.get("query_string", b"")
+    return raw.decode("latin-1") + ("?" + query.decode("latin-1") if query else "")
 
 
 def _upstream_path(scope: Scope, task_id: int, path: str) -> str:
@@ -162,15 +230,7 @@ def _upstream_path(scope: Scope, task_id: int, path: str) -> str:
     return tasks.PROXY_PREFIX.format(id=task_id) + quote(path)
 
 
-def _cookies_without_login(headers: Iterable[str]) -> str | None:
-    """The request's cookies less Airflow's login (``_token`` and any cookie named like it)."""
-    kept = [
-        part.strip()
-        for header in headers
-        for part in header.split(";")
-        if part.strip() and not part.split("=", 1)[0].strip().startswith(COOKIE_NAME_JWT_TOKEN)
-    ]
-    return "; ".join(kept) or None
+# --- what goes up and what comes back -------------------------------------------------------------
 
 
 def _named_in_connection(headers: Mapping[str, str]) -> set[str]:
@@ -184,54 +244,54 @@ def _secret_headers(target: tasks.ProxyTarget) -> list[tuple[str, str]]:
     return headers
 
 
-def _upstream_headers(request: Request, target: tasks.ProxyTarget) -> list[tuple[str, str]]:
+def _upstream_headers(
+    request: Request, target: tasks.ProxyTarget, cookies: str | None
+) -> list[tuple[str, str]]:
     dropped = _NOT_FORWARDED | _named_in_connection(request.headers)
     headers = [(name, value) for name, value in request.headers.items() if name not in dropped]
     if "accept-encoding" not in request.headers:
         # The answer comes back as the server encoded it: only what the client can read.
         headers.append(("Accept-Encoding", "identity"))
-    if (cookies := _cookies_without_login(request.headers.getlist("cookie"))) is not None:
+    if cookies is not None:
         headers.append(("Cookie", cookies))
     return headers + _secret_headers(target)
 
 
 def confine_cookie(set_cookie: str, prefix: str) -> str | None:
-    """A ``Set-Cookie`` from a task's server, its path kept within ``prefix`` and its domain the
-    master's own; None for one Airflow's login could be shadowed by, or one that must span the site."""
-    name_value, *attributes = set_cookie.split(";")
-    name = name_value.split("=", 1)[0].strip()
-    if not name or name.startswith(COOKIE_NAME_JWT_TOKEN) or name.startswith("__Host-"):
-        return None
-    path = prefix
-    kept = [name_value.strip()]
-    for attribute in attributes:
-        key, _, value = attribute.strip().partition("=")
-        if key.lower() == "path":
-            if value.strip().startswith(prefix):
-                path = value.strip()
-        elif key.lower() != "domain" and attribute.strip():
-            kept.append(attribute.strip())
-    return "; ".join([*kept, f"Path={path}"])
+    """A ``Set-Cookie`` from a task's server as its origin passes it on (proxy_cookies.confine_cookie)."""
+    confined = proxy_cookies.confine_cookie(set_cookie, prefix)
+    return None if confined is None else confined[1]
 
 
-def _returned_headers(upstream: httpx.Response, target: tasks.ProxyTarget) -> list[tuple[bytes, bytes]]:
-    prefix = tasks.PROXY_PREFIX.format(id=target.task_id)
+def _returned_headers(
+    upstream: httpx.Response, target: tasks.ProxyTarget, prefix: str | None
+) -> tuple[list[tuple[bytes, bytes]], list[str]]:
+    """The server's headers as the client gets them, and the names of the cookies it set.
+
+    ``prefix``: the task's prefix on its own origin, where its cookies are kept; None on the
+    master's origin, where no cookie of the task's is set and the answer is sandboxed."""
     dropped = _NOT_RETURNED | _named_in_connection(upstream.headers)
     headers: list[tuple[bytes, bytes]] = []
+    names: list[str] = []
     for raw_name, raw_value in upstream.headers.raw:
         name = raw_name.decode("latin-1").lower()
         if name in dropped:
             continue
         if name == "set-cookie":
-            cookie = confine_cookie(raw_value.decode("latin-1"), prefix)
-            if cookie is None:
+            confined = (
+                None if prefix is None else proxy_cookies.confine_cookie(raw_value.decode("latin-1"), prefix)
+            )
+            if confined is None:
                 continue
-            raw_value = cookie.encode("latin-1")
+            names.append(confined[0])
+            raw_value = confined[1].encode("latin-1")
         elif name == "location" and raw_value.startswith(target.base_url.encode() + b"/"):
             # A server that names its own address sends the browser back through the proxy.
             raw_value = raw_value[len(target.base_url) :]
         headers.append((name.encode("latin-1"), raw_value))
-    return headers
+    if prefix is None:
+        headers.append((b"content-security-policy", SANDBOX.encode()))
+    return headers, names
 
 
 async def _body(upstream: httpx.Response) -> AsyncIterator[bytes]:
@@ -255,7 +315,61 @@ def _unreachable(target: tasks.ProxyTarget, exc: Exception) -> HTTPException:
     )
 
 
-# --- routes ---------------------------------------------------------------------------------------
+async def _forward(
+    request: Request,
+    task_id: int,
+    path: str,
+    target: tasks.ProxyTarget,
+    cookies: str | None,
+    prefix: str | None,
+) -> tuple[StreamingResponse, list[str]]:
+    """Send the request to the task's server, the body streamed up and the answer streamed back;
+    answers the response and the names of the cookies the server set."""
+    client = _http_client()
+    url = target.base_url + _upstream_path(request.scope, task_id, path)
+    if query := request.scope.get("query_string", b""):
+        url += "?" + query.decode("latin-1")
+    has_body = "content-length" in request.headers or "transfer-encoding" in request.headers
+    upstream_request = client.build_request(
+        request.method,
+        url,
+        headers=_upstream_headers(request, target, cookies),
+        content=request.stream() if has_body else None,
+    )
+    try:
+        upstream = await client.send(upstream_request, stream=True)
+    except httpx.TransportError as exc:
+        raise _unreachable(target, exc) from None
+    response = StreamingResponse(_body(upstream), status_code=upstream.status_code)
+    response.raw_headers, names = _returned_headers(upstream, target, prefix)
+    return response, names
+
+
+async def _connect_upstream(
+    websocket: WebSocket, task_id: int, path: str, target: tasks.ProxyTarget, cookies: str | None
+) -> ClientConnection:
+    url = "ws" + target.base_url.removeprefix("http") + _upstream_path(websocket.scope, task_id, path)
+    if query := websocket.scope.get("query_string", b""):
+        url += "?" + query.decode("latin-1")
+    headers = _secret_headers(target)
+    if cookies is not None:
+        headers.append(("Cookie", cookies))
+    subprotocols = [Subprotocol(p) for p in websocket.scope.get("subprotocols") or []]
+    try:
+        return await connect(
+            url,
+            additional_headers=headers,
+            subprotocols=subprotocols or None,
+            max_size=WEBSOCKET_MAX_MESSAGE,
+            compression=None,  # a loopback or cluster link: compressing costs more than it saves
+            proxy=None,
+            open_timeout=_OPEN_SECONDS,
+        )
+    except (OSError, InvalidHandshake, TimeoutError) as exc:
+        raise _unreachable(target, exc) from None
+
+
+# --- the master's origin --------------------------------------------------------------------------
 
 
 @router.api_route(
@@ -267,7 +381,7 @@ def _unreachable(target: tasks.ProxyTarget, exc: Exception) -> HTTPException:
 def to_prefix(task_id: int, request: Request) -> RedirectResponse:
     """The task's page is under its prefix, with the slash its relative links need."""
     query = request.url.query
-    return RedirectResponse(tasks.PROXY_PREFIX.format(id=task_id) + (f"?{query}" if query else ""))
+    return RedirectResponse(_browser_prefix(request.scope, task_id) + (f"?{query}" if query else ""))
 
 
 @router.api_route(
@@ -277,26 +391,41 @@ def to_prefix(task_id: int, request: Request) -> RedirectResponse:
     dependencies=[Depends(requires_authenticated()), Depends(refuse_cross_site)],
 )
 async def proxy_http(task_id: int, path: str, request: Request, caller: CallerDep) -> Response:
-    """Forward the request to the task's server, the body streamed up and the answer streamed back."""
+    """A bearer client's request goes to the task's server (no cookie up, the answer sandboxed); a
+    browser is sent on to the task's own origin with a grant."""
     target = await run_in_threadpool(_target, caller, task_id)
-    client = _http_client()
-    url = target.base_url + _upstream_path(request.scope, task_id, path)
-    if query := request.scope.get("query_string", b""):
-        url += "?" + query.decode("latin-1")
-    has_body = "content-length" in request.headers or "transfer-encoding" in request.headers
-    upstream_request = client.build_request(
-        request.method,
-        url,
-        headers=_upstream_headers(request, target),
-        content=request.stream() if has_body else None,
-    )
-    try:
-        upstream = await client.send(upstream_request, stream=True)
-    except httpx.TransportError as exc:
-        raise _unreachable(target, exc) from None
-    response = StreamingResponse(_body(upstream), status_code=upstream.status_code)
-    response.raw_headers = _returned_headers(upstream, target)
+    if _bearer(request) is None:
+        return await run_in_threadpool(_to_task_origin, request, caller, task_id)
+    response, _ = await _forward(request, task_id, path, target, None, None)
     return response
+
+
+def _to_task_origin(request: Request, caller: Caller, task_id: int) -> Response:
+    """303 to the task origin's login, which takes the grant and then shows the page asked for."""
+    try:
+        hosts = task_origin.required_task_hosts()
+    except task_origin.NoTaskOrigin as exc:
+        return _error_page(
+            status.HTTP_503_SERVICE_UNAVAILABLE, f"Task {task_id} cannot be opened here", str(exc)
+        )
+    query = urlencode({"grant": task_origin.grant(caller.user, task_id), "next": _raw_target(request.scope)})
+    location = (
+        hosts.origin(task_id) + _browser_prefix(request.scope, task_id) + task_origin.LOGIN_PATH + "?" + query
+    )
+    # The grant is in the address: no page may pass it on as a referrer, no cache may keep it.
+    return RedirectResponse(
+        location,
+        status.HTTP_303_SEE_OTHER,
+        headers={"Referrer-Policy": "no-referrer", "Cache-Control": "no-store"},
+    )
+
+
+def _error_page(status_code: int, title: str, message: str) -> HTMLResponse:
+    body = (
+        f"<!doctype html><meta charset=utf-8><title>{html.escape(title)}</title>"
+        f"<h1>{html.escape(title)}</h1><p>{html.escape(message)}</p>"
+    )
+    return HTMLResponse(body, status_code=status_code, headers={"Content-Security-Policy": SANDBOX})
 
 
 @router.websocket("/proxy/{task_id}/{path:path}")
@@ -306,35 +435,198 @@ async def proxy_websocket(
     path: str,
     user: Annotated[BaseUser, Depends(websocket_user)],
 ) -> None:
-    """Relay a WebSocket (a kernel's channels, a terminal) between the client and the task's server.
+    """Relay a bearer client's WebSocket (``det shell``'s terminal) to the task's server, no cookie up.
 
     Refusals come before the handshake completes, as the HTTP answer the routes would give."""
+    if _bearer(websocket) is None:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, _BROWSER_WEBSOCKET)
     refusal = auth.cross_site(websocket, f"WebSocket {websocket.url.path}")
     if refusal is not None:
         raise HTTPException(status.HTTP_403_FORBIDDEN, refusal)
     target = await run_in_threadpool(_target, Caller(user), task_id)
-    url = "ws" + target.base_url.removeprefix("http") + _upstream_path(websocket.scope, task_id, path)
-    if query := websocket.scope.get("query_string", b""):
-        url += "?" + query.decode("latin-1")
-    headers = _secret_headers(target)
-    if (cookies := _cookies_without_login(websocket.headers.getlist("cookie"))) is not None:
-        headers.append(("Cookie", cookies))
-    subprotocols = [Subprotocol(p) for p in websocket.scope.get("subprotocols") or []]
-    try:
-        upstream = await connect(
-            url,
-            additional_headers=headers,
-            subprotocols=subprotocols or None,
-            max_size=WEBSOCKET_MAX_MESSAGE,
-            compression=None,  # a loopback or cluster link: compressing costs more than it saves
-            proxy=None,
-            open_timeout=_OPEN_SECONDS,
-        )
-    except (OSError, InvalidHandshake, TimeoutError) as exc:
-        raise _unreachable(target, exc) from None
+    upstream = await _connect_upstream(websocket, task_id, path, target, None)
     async with upstream:
         await websocket.accept(subprotocol=upstream.subprotocol)
         await _relay(websocket, upstream)
+
+
+# --- the task's origin ----------------------------------------------------------------------------
+
+
+def _safe_next(scope: Scope, task_id: int, next_path: str) -> str:
+    """Where the login sends the browser: a path under the task's prefix, else the prefix."""
+    prefix = _browser_prefix(scope, task_id)
+    if next_path.startswith(prefix) and not re.search(r"[\x00-\x1f\x7f\\]", next_path):
+        return next_path
+    return prefix
+
+
+@task_router.get("/proxy/{task_id}/" + task_origin.LOGIN_PATH, include_in_schema=False)
+async def task_login(
+    task_id: int,
+    request: Request,
+    grant: Annotated[str, Query(max_length=4096)],
+    next: str = "",  # noqa: A002 - the address's own word
+) -> Response:
+    """Take a grant from the master's origin: a session of this origin for its user, then the page."""
+    try:
+        user = task_origin.user_of_grant(grant, task_id)
+    except task_origin.BadToken as exc:
+        return _error_page(
+            status.HTTP_403_FORBIDDEN,
+            f"Task {task_id} cannot be opened",
+            f"{exc}: open the task again from Airflow",
+        )
+    await run_in_threadpool(_target, Caller(user), task_id)
+    response = RedirectResponse(
+        _safe_next(request.scope, task_id, next[:8192]),
+        status.HTTP_303_SEE_OTHER,
+        headers={"Referrer-Policy": "no-referrer", "Cache-Control": "no-store"},
+    )
+    response.set_cookie(
+        task_origin.SESSION_COOKIE,
+        await run_in_threadpool(task_origin.session, user, task_id),
+        max_age=task_origin.SESSION_SECONDS,
+        path=_browser_prefix(request.scope, task_id),
+        secure=_is_https(request),
+        httponly=True,
+        samesite="lax",
+    )
+    return response
+
+
+def _is_https(connection: HTTPConnection) -> bool:
+    hosts = task_origin.task_hosts()
+    return connection.url.scheme in ("https", "wss") or (hosts is not None and hosts.scheme == "https")
+
+
+@task_router.api_route("/proxy/{task_id}", methods=["GET", "HEAD"], include_in_schema=False)
+def task_to_prefix(task_id: int, request: Request) -> RedirectResponse:
+    query = request.url.query
+    return RedirectResponse(_browser_prefix(request.scope, task_id) + (f"?{query}" if query else ""))
+
+
+@task_router.api_route("/proxy/{task_id}/{path:path}", methods=_METHODS, include_in_schema=False)
+async def task_http(task_id: int, path: str, request: Request) -> Response:
+    """The task's page for a visitor with this origin's session; the task's own cookies go up."""
+    user = await run_in_threadpool(_session_user, request, task_id)
+    if user is None:
+        return _login_again(request, task_id)
+    if request.method not in auth.SAFE_METHODS:
+        _refuse_other_origins(request, task_id, f"{request.method} {request.url.path}")
+    target = await run_in_threadpool(_target, Caller(user), task_id)
+    own = await run_in_threadpool(
+        task_origin.names_of, request.cookies.get(task_origin.OWN_COOKIES_COOKIE), task_id
+    )
+    cookies = proxy_cookies.cookie_header(request.headers.getlist("cookie"), own)
+    prefix = _browser_prefix(request.scope, task_id)
+    response, names = await _forward(request, task_id, path, target, cookies, prefix)
+    if set(names) - set(own):
+        signed = await run_in_threadpool(task_origin.signed_names, [*own, *names], task_id)
+        response.raw_headers.append(
+            (
+                b"set-cookie",
+                _cookie_line(task_origin.OWN_COOKIES_COOKIE, signed, prefix, _is_https(request)).encode(
+                    "latin-1"
+                ),
+            )
+        )
+    return response
+
+
+def _cookie_line(name: str, value: str, path: str, secure: bool) -> str:
+    return f"{name}={value}; HttpOnly; Path={path}; SameSite=Lax" + ("; Secure" if secure else "")
+
+
+def _login_again(request: Request, task_id: int) -> Response:
+    """No session here: a page is sent to the master's origin (which sends it back with a grant once
+    its visitor is logged in to Airflow); anything else is refused."""
+    if request.method in ("GET", "HEAD") and request.headers.get("sec-fetch-mode", "navigate") == "navigate":
+        parts = urlsplit(task_origin.public_url())
+        return RedirectResponse(
+            f"{parts.scheme}://{parts.netloc}{_raw_target(request.scope)}", status.HTTP_303_SEE_OTHER
+        )
+    raise HTTPException(
+        status.HTTP_401_UNAUTHORIZED, f"no session for task {task_id}: open it from Airflow again"
+    )
+
+
+@task_router.websocket("/proxy/{task_id}/{path:path}")
+async def task_websocket(websocket: WebSocket, task_id: int, path: str) -> None:
+    """Relay a WebSocket (a kernel's channels, a terminal) of this origin's own pages."""
+    _refuse_other_origins(websocket, task_id, f"WebSocket {websocket.url.path}")
+    user = await run_in_threadpool(_session_user, websocket, task_id)
+    if user is None:
+        raise HTTPException(
+            status.HTTP_401_UNAUTHORIZED, f"no session for task {task_id}: open it from Airflow again"
+        )
+    target = await run_in_threadpool(_target, Caller(user), task_id)
+    own = await run_in_threadpool(
+        task_origin.names_of, websocket.cookies.get(task_origin.OWN_COOKIES_COOKIE), task_id
+    )
+    cookies = proxy_cookies.cookie_header(websocket.headers.getlist("cookie"), own)
+    upstream = await _connect_upstream(websocket, task_id, path, target, cookies)
+    async with upstream:
+        await websocket.accept(subprotocol=upstream.subprotocol)
+        await _relay(websocket, upstream)
+
+
+_STATUS = ((PermissionDenied, 403), (NotFound, 404), (StateError, 409))
+
+
+def _task_origin_app() -> FastAPI:
+    app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
+    app.include_router(task_router)
+
+    @app.exception_handler(DetError)
+    async def _det_error(_request: Request, exc: DetError) -> JSONResponse:
+        code = next((code for kind, code in _STATUS if isinstance(exc, kind)), 400)
+        return JSONResponse({"detail": str(exc)}, status_code=code)
+
+    return app
+
+
+class TaskOrigins:
+    """ASGI middleware of the master's app: a request to a task's host name goes to that task's
+    origin (only its own prefix; anything else there is 404); every other request is the master's."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.task_app = _task_origin_app()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            host = dict(scope.get("headers") or []).get(b"host", b"").decode("latin-1")
+            if task_origin.looks_like_task_host(host):
+                try:
+                    hosts = task_origin.task_hosts()
+                except DetError as exc:  # a bad [det] task_proxy_host: said, not a 500
+                    await _answer(scope, receive, send, 503, str(exc))
+                    return
+                task_id = hosts.task_of(host) if hosts is not None else None
+                if task_id is not None:
+                    path = scope["path"].removeprefix(scope.get("root_path", ""))
+                    if path == f"/proxy/{task_id}" or path.startswith(f"/proxy/{task_id}/"):
+                        await self.task_app(scope, receive, send)
+                    else:
+                        where = _browser_prefix(scope, task_id)
+                        await _answer(
+                            scope, receive, send, 404, f"this host serves task {task_id} only, under {where}"
+                        )
+                    return
+        await self.app(scope, receive, send)
+
+
+async def _answer(scope: Scope, receive: Receive, send: Send, status_code: int, detail: str) -> None:
+    """An HTTP answer, or for a WebSocket the same answer to its handshake."""
+    response = JSONResponse({"detail": detail}, status_code=status_code)
+    if scope["type"] == "websocket":
+        await WebSocket(scope, receive, send).send_denial_response(response)
+        return
+    await response(scope, receive, send)
+
+
+# --- relaying a WebSocket -------------------------------------------------------------------------
 
 
 def _sendable(code: int | None, otherwise: int) -> int:

@@ -34,6 +34,8 @@ from det_airflow.states import ExperimentState, TrialState
 
 STATE_QUEUED = "STATE_QUEUED"
 STATE_SCHEDULED = "STATE_SCHEDULED"
+# Not one of Determined's job states: a paused experiment keeps its place but asks for nothing.
+STATE_PAUSED = "STATE_PAUSED"
 TYPE_EXPERIMENT = "TYPE_EXPERIMENT"
 
 
@@ -369,7 +371,13 @@ def job_rows(conn: Connection, pool: str, capacity: int | None = None) -> list[d
                 "acquired_slots": job.held,
                 "needed_slots": needed,
                 "slots_per_trial": job.slots_per_trial,
-                "state": STATE_SCHEDULED if job.held > 0 else STATE_QUEUED,
+                "state": (
+                    STATE_PAUSED
+                    if row.state == ExperimentState.PAUSED
+                    else STATE_SCHEDULED
+                    if job.held > 0
+                    else STATE_QUEUED
+                ),
                 "preempting_trials": preempting.get(job.id, 0),
                 "fits_pool": job.id not in result.unfit,
                 "largest_host_slots": largest_host,

@@ -46,6 +46,7 @@ from det_airflow.master import (
     housekeeping,
     importance,
     lifecycle,
+    projects,
     removals,
     reports,
     schema,
@@ -114,7 +115,9 @@ def create_experiment(body: CreateExperiment, caller: CallerDep) -> dict:
         config_yaml = body.config
         if body.template is not None:
             with db.read() as conn:
-                config_yaml = templates.apply(conn, body.template, body.config)
+                config_yaml = templates.apply(conn, caller, body.template, body.config)
+        with db.read() as conn:  # a config may name a project: only one the caller may file into
+            projects.check_config_placement(conn, caller, config_yaml)
         row, created = submission.create_once(
             db,
             config_yaml=config_yaml,

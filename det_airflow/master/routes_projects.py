@@ -74,7 +74,8 @@ def describe_project(project_id: int, caller: CallerDep) -> dict:
 
 @router.patch("/projects/{project_id}", response_model=ProjectAnswer)
 def update_project(project_id: int, body: PatchProject, caller: CallerDep) -> dict:
-    """Change the description or the Markdown notes (those given)."""
+    """Change the description or the Markdown notes (those given): the project's owner, its
+    workspace's owner, or an admin."""
     changes = body.model_dump(exclude_none=True)
     with get_database().begin() as conn:
         return {
@@ -97,7 +98,8 @@ def list_project_experiments(project_id: int, caller: CallerDep, all: bool = Fal
 
 @router.post("/experiments/{experiment_id}/move", response_model=ProjectAnswer)
 def move_experiment(experiment_id: int, body: MoveExperiment, caller: CallerDep) -> dict:
-    """Put the experiment in another project (its owner or an admin); answers that project."""
+    """Put the experiment in another project (its owner or an admin, who may file into that
+    project: its owner, its workspace's, an admin; anyone into Uncategorized); answers that project."""
     with get_database().begin() as conn:
         target = places.move_experiment(conn, caller, experiment_id, body.workspace, body.project)
         return {"project": places.describe_project(conn, target)}

@@ -1,6 +1,7 @@
 """Routes for tasks beside experiments (notebooks, TensorBoards, commands, shells): people start,
-list and kill them; the task's own program, with its trial's token, asks what to run and says where
-its server listens."""
+list and kill them; the task's own program, with its trial's token, asks what to run (and, in a pod,
+says where its server listens); a local or Docker task's runner, with det's service token, says
+where its server listens once it has checked that the port is the task's own."""
 
 from __future__ import annotations
 
@@ -9,13 +10,14 @@ from fastapi import APIRouter, Depends
 from det_airflow.airflow_compat import requires_authenticated
 from det_airflow.api.models import CreateTask, Empty, TaskAnswer, TaskList, TaskReady, TaskRuntime
 from det_airflow.master import caps, experiment_state, experiments, tasks, trials
-from det_airflow.master.auth import CrossSiteGuard, TrialAuth
+from det_airflow.master.auth import CrossSiteGuard, ServiceAuth, TrialAuth
 from det_airflow.master.authz import CallerDep, check_change, check_create, check_read
 from det_airflow.master.db import get_database
 from det_airflow.states import ExperimentState
 
 router = APIRouter(dependencies=[Depends(requires_authenticated()), CrossSiteGuard])
 runtime_router = APIRouter(prefix="/runtime")
+internal_router = APIRouter(prefix="/internal", dependencies=[ServiceAuth])
 
 
 @router.post("/tasks", response_model=TaskAnswer)
@@ -77,6 +79,15 @@ def task_runtime(trial_id: TrialAuth) -> dict:
 
 @runtime_router.post("/trials/{trial_id}/task/ready", response_model=Empty)
 def task_ready(trial_id: TrialAuth, body: TaskReady) -> dict:
+    """A pod's program: where its server listens (a local or Docker task's own report is refused)."""
     with get_database().begin() as conn:
         tasks.mark_ready(conn, trial_id, body.port, body.secret, body.address)
+    return {}
+
+
+@internal_router.post("/trials/{trial_id}/task/ready", response_model=Empty)
+def task_ready_by_runner(trial_id: int, body: TaskReady) -> dict:
+    """The trial's runner: the task's server listens on a port its own process holds."""
+    with get_database().begin() as conn:
+        tasks.mark_ready(conn, trial_id, body.port, body.secret, body.address, by_runner=True)
     return {}

@@ -1,9 +1,14 @@
-"""Routes for config templates (`det template`): any logged-in user reads them; setting one needs the
-right to create DAG runs, and replacing or removing another's needs being an admin."""
+"""Routes for config templates (`det template`): see master/templates.py for whose a name is.
+
+A caller reads, in full, their own templates and the shared ones (admins: every one); setting one
+needs the right to create DAG runs, and a shared one (``shared``) being an admin.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query
 
 from det_airflow.airflow_compat import requires_authenticated
 from det_airflow.api.models import Empty, SetTemplate, TemplateAnswer, TemplateList
@@ -14,29 +19,42 @@ from det_airflow.master.db import get_database
 
 router = APIRouter(dependencies=[Depends(requires_authenticated()), CrossSiteGuard])
 
+Owner = Annotated[
+    str | None, Query(max_length=256, description="whose personal template (another's: admins only)")
+]
+Shared = Annotated[bool, Query(description="the shared template of that name (admins manage them)")]
+
 
 @router.get("/templates", response_model=TemplateList)
 def list_templates(caller: CallerDep) -> dict:
+    """The caller's own templates and the shared ones; an admin's: every template."""
     with get_database().read() as conn:
-        return {"templates": [templates.describe(caller, row) for row in templates.list_templates(conn)]}
+        return {"templates": [templates.describe(row) for row in templates.list_templates(conn, caller)]}
 
 
 @router.get("/templates/{name}", response_model=TemplateAnswer)
-def describe_template(name: str, caller: CallerDep) -> dict:
+def describe_template(name: str, caller: CallerDep, owner: Owner = None, shared: Shared = False) -> dict:
+    """Without ``owner`` or ``shared``: the template the caller's experiments naming it get (their
+    own, else the shared one)."""
     with get_database().read() as conn:
-        return {"template": templates.describe(caller, templates.get_template(conn, name))}
+        row = templates.find_template(conn, caller, name, owner=owner, shared=shared)
+        return {"template": templates.describe(row)}
 
 
 @router.put("/templates/{name}", response_model=TemplateAnswer)
-def set_template(name: str, body: SetTemplate, caller: CallerDep) -> dict:
-    """Create the template, or replace its config."""
+def set_template(name: str, body: SetTemplate, caller: CallerDep, shared: Shared = False) -> dict:
+    """Create or replace the caller's own template, or with ``shared`` (admins) the shared one."""
     config = templates.read_config(body.config, source=f"template '{templates.check_name(name)}'")
     with get_database().begin() as conn:
-        return {"template": templates.describe(caller, templates.set_template(conn, caller, name, config))}
+        row = templates.set_template(conn, caller, name, config, shared=shared)
+        return {"template": templates.describe(row)}
 
 
 @router.delete("/templates/{name}", response_model=Empty)
-def remove_template(name: str, caller: CallerDep) -> dict:
+def remove_template(name: str, caller: CallerDep, owner: Owner = None, shared: Shared = False) -> dict:
+    """The caller's own template, another's (admins), or with ``shared`` (admins) the shared one:
+    never a shared one unless asked for by name."""
     with get_database().begin() as conn:
-        templates.remove_template(conn, caller, name)
+        row = templates.find_template(conn, caller, name, owner=owner or caller.name, shared=shared)
+        templates.remove_template(conn, caller, row)
     return {}

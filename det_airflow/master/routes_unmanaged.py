@@ -23,7 +23,17 @@ from det_airflow.api.models import (
     UnmanagedExit,
     UnmanagedRunAnswer,
 )
-from det_airflow.master import caps, experiments, lifecycle, schema, serialize, trial_logs, trials, unmanaged
+from det_airflow.master import (
+    caps,
+    experiments,
+    lifecycle,
+    projects,
+    schema,
+    serialize,
+    trial_logs,
+    trials,
+    unmanaged,
+)
 from det_airflow.master.auth import CrossSiteGuard, TrialAuth, hash_token, new_token
 from det_airflow.master.authz import CallerDep, check_create
 from det_airflow.master.db import get_database
@@ -46,6 +56,7 @@ def create_unmanaged(body: UnmanagedBody, caller: CallerDep) -> dict:
     token = new_token()
     with get_database().begin() as conn:
         _check_running_cap(conn, caller.name)
+        projects.check_placement(conn, caller, cfg.workspace, cfg.project)
         experiment_id, trial_id = unmanaged.create_unmanaged(
             conn, cfg, owner=caller.name, hparams=body.hparams, token_hash=hash_token(token)
         )

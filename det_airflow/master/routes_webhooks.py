@@ -27,17 +27,18 @@ runtime_router = APIRouter(prefix="/runtime")
 
 @router.post("/webhooks", response_model=WebhookAnswer)
 def create_webhook(body: CreateWebhook, caller: CallerDep) -> dict:
-    """Create a webhook; the answer is the only one that shows its signing key."""
+    """Create a webhook; the answer is the only one that shows its signing key. It is checked,
+    its URL's host resolved included, before the transaction that stores it."""
+    new = webhooks.check_new(
+        caller,
+        name=body.name,
+        url=body.url,
+        webhook_type=body.webhookType,
+        mode=body.mode,
+        triggers=[t.model_dump() for t in body.triggers],
+    )
     with get_database().begin() as conn:
-        row = webhooks.create(
-            conn,
-            caller,
-            name=body.name,
-            url=body.url,
-            webhook_type=body.webhookType,
-            mode=body.mode,
-            triggers=[t.model_dump() for t in body.triggers],
-        )
+        row = webhooks.create(conn, caller, new)
         return {"webhook": webhooks.describe(row, with_key=True)}
 
 

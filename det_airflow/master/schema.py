@@ -26,7 +26,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection
 
 # Bump when a table changes; `det admin migrate` brings a database up to this version.
-SCHEMA_VERSION = 16
+SCHEMA_VERSION = 18
 
 metadata = MetaData()
 
@@ -279,6 +279,8 @@ tasks = Table(
 templates = Table(
     "det_templates",
     metadata,
+    # Whose name it is: its owner's user name for a personal template, "" for a shared one (admins').
+    Column("namespace", String(256), primary_key=True),
     Column("name", String(256), primary_key=True),
     Column("config", JSON, nullable=False),
     Column("owner", String(256), nullable=False),
@@ -328,7 +330,7 @@ models = Table(
     "det_models",
     metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("name", String(256), nullable=False, unique=True),
+    Column("name", String(256), nullable=False),
     Column("description", Text, nullable=False),
     Column("notes", Text, nullable=False),
     Column("metadata", JSON, nullable=False),
@@ -337,6 +339,8 @@ models = Table(
     Column("archived", Boolean, nullable=False),
     Column("creation_time", DateTime(timezone=True), nullable=False),
     Column("last_updated_time", DateTime(timezone=True), nullable=False),
+    # Names are per owner: nobody can take, or shadow, the name of another's model.
+    UniqueConstraint("owner", "name", name="det_models_owner_name_uq"),
     sqlite_autoincrement=True,
 )
 
@@ -385,6 +389,17 @@ projects = Table(
     Column("archived", Boolean, nullable=False),
     UniqueConstraint("workspace_id", "name", name="det_projects_name_uq"),
     sqlite_autoincrement=True,
+)
+
+# Checkpoint uuids whose files a trial writes through the master (master/trial_storage.py): the
+# first trial to write a uuid's file claims it, and only that trial may write or delete its files
+# until it registers the checkpoint, which then never changes. Gone with the trial.
+checkpoint_claims = Table(
+    "det_checkpoint_claims",
+    metadata,
+    Column("uuid", String(64), primary_key=True),
+    Column("trial_id", Integer, ForeignKey("det_trials.id", ondelete="CASCADE"), nullable=False, index=True),
+    Column("claimed_at", DateTime(timezone=True), nullable=False),
 )
 
 # Where experiments that name no workspace and project live, as in Determined.

@@ -155,7 +155,7 @@ def create_once(
         return existing, False
     if row.dag_id is not None:
         queues = first_trials(db, experiment_id, trial_slots(cfg)) if first_trials is not None else None
-        experiment_files.publish_submitted(experiment_id, queues)
+        experiment_files.publish_submitted(db, experiment_id, queues)
     return row, True
 
 

@@ -20,13 +20,19 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from sqlalchemy import Connection, Row, select
 
-from det_airflow import runner_policy
+from det_airflow import object_storage, runner_policy
+from det_airflow.config._experiment import MAX_NAME_LENGTH
 from det_airflow.config._yaml import read_yaml
 from det_airflow.errors import ConfigError, DetError
 from det_airflow.master import experiments, schema
 from det_airflow.master.authz import Caller, PermissionDenied, check_pool, check_read
 from det_airflow.master.lifecycle import NotFound, StateError, now
 from det_airflow.states import ExperimentState, TrialState
+
+# The label that marks a task's experiment (its DAG's tags and title read it: dagfactory._task_type),
+# and what serves a web page (or a terminal) through the proxy.
+from det_airflow.tasks import LABEL_PREFIX, SERVED
+from det_airflow.text_input import as_name
 
 if TYPE_CHECKING:
     from det_airflow.master.db import Database
@@ -43,15 +49,19 @@ JOB_TYPES = {
 DEFAULT_SLOTS = {"command": 1, "notebook": 1, "tensorboard": 0, "shell": 1}
 # Where a TensorBoard that names no pool runs: Airflow's own general pool.
 TENSORBOARD_POOL = "default_pool"
-# What serves a web page (or a terminal) through the proxy.
-SERVED = ("notebook", "tensorboard", "shell")
 PROGRAMS = {
     "notebook": ["python3", "-m", "det_airflow.tasks.notebook"],
-    "tensorboard": ["python3", "-m", "det_airflow.tasks.tensorboard"],
+    # Isolated (-I): no PYTHON* variable, user site or working folder on its import path, so that
+    # nothing of its owner's runs in a program whose pages other people open.
+    "tensorboard": ["python3", "-I", "-m", "det_airflow.tasks.tensorboard"],
     "shell": ["python3", "-m", "det_airflow.tasks.shell"],
 }
-# The label that marks a task's experiment (its DAG's tags and title read it: dagfactory._task_type).
-LABEL_PREFIX = "det-task:"
+# What a TensorBoard's config may not set: it runs the platform's program in the platform's
+# environment, and other people open its pages.
+_PLATFORM_ONLY = ("environment", "bind_mounts", "work_dir")
+# Runners whose tasks' ports the runner checks and reports (the port must be the task process's own);
+# a pod's address and ports are its own, and its program reports them with its trial's token.
+RUNNER_REPORTED = ("local", "docker")
 PROXY_PREFIX = "/det/proxy/{id}/"
 
 # The fields of a task's config (Determined's command, notebook, shell and TensorBoard configs).
@@ -71,6 +81,8 @@ _TOP_FIELDS = (
 _RESOURCE_FIELDS = ("slots", "resource_pool", "priority", "weight", "devices", "shm_size", "is_single_node")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+# The longest duration a task's config may give (idle_timeout): longer is as good as none.
+MAX_DURATION_SECONDS = 30 * 86400.0
 
 # A task's states, as Determined names them, from its experiment's and its trial's.
 QUEUED, PULLING, STARTING, RUNNING, TERMINATING, TERMINATED = (
@@ -129,7 +141,7 @@ def parse_duration(value: Any, field: str) -> float | None:
             [(field, f"expected a duration such as '30m', '1h' or 90 (seconds), got {value!r}")]
         )
     if isinstance(value, int | float):
-        seconds = float(value)
+        seconds = float(min(value, MAX_DURATION_SECONDS + 1))  # an int past any float, capped first
     else:
         match = _DURATION.match(str(value))
         if match is None:
@@ -137,8 +149,9 @@ def parse_duration(value: Any, field: str) -> float | None:
                 [(field, f"expected a duration such as '30m', '1h' or 90 (seconds), got {value!r}")]
             )
         seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-    if seconds <= 0:
-        raise ConfigError([(field, f"expected a duration above 0, got {value!r}")])
+    # NaN and infinity (YAML's .nan and .inf) fail the comparison too.
+    if not 0 < seconds <= MAX_DURATION_SECONDS:
+        raise ConfigError([(field, f"expected a duration above 0 and at most 30 days (30d), got {value!r}")])
     return seconds
 
 
@@ -201,6 +214,8 @@ def experiment_config(
         if config.get("entrypoint") is not None:
             raise ConfigError([("entrypoint", f"a {task_type} runs its own program; leave 'entrypoint' out")])
         entrypoint = list(PROGRAMS[task_type])
+    if task_type == "tensorboard":
+        _check_platform_only(config)
     if (
         task_type == "tensorboard"
         and not resources.get("resource_pool")
@@ -209,7 +224,8 @@ def experiment_config(
         # It needs no GPU, yet as an Airflow task it holds one pool slot: not one of the GPU pools'.
         resources["resource_pool"] = TENSORBOARD_POOL
     result: dict[str, Any] = {
-        "name": f"{task_type}: {description}"[:256],
+        # Within the experiment name's limit, however long the command (an ellipsis says so).
+        "name": as_name(f"{task_type}: {description}", MAX_NAME_LENGTH),
         "description": description,
         "labels": [LABEL_PREFIX + task_type],
         "entrypoint": entrypoint,
@@ -226,6 +242,20 @@ def experiment_config(
     elif config.get("checkpoint_storage") is not None:
         result["checkpoint_storage"] = config["checkpoint_storage"]
     return result
+
+
+def _check_platform_only(config: Mapping[str, Any]) -> None:
+    """Refuse the fields that would change a TensorBoard's program or environment, naming each."""
+    names: list[str] = []
+    for key in _PLATFORM_ONLY:
+        value = config.get(key)
+        if isinstance(value, Mapping) and key == "environment":
+            names += [f"{key}.{field}" for field in value]
+        elif value not in (None, [], {}):
+            names.append(key)
+    if names:
+        why = "a TensorBoard runs the platform's own program in the platform's environment; leave it out"
+        raise ConfigError([(name, why) for name in names])
 
 
 def _default_description(task_type: str, command: Sequence[str]) -> str:
@@ -277,7 +307,8 @@ def tensorboard_sources(
             ]
         )
     unique = list({(s["experiment_id"], s["trial_id"]): s for s in sources}.values())
-    return unique, dict(next(iter(storages.values())) or {})
+    # Without the owners' credentials: the TensorBoard reads object stores through the master.
+    return unique, object_storage.without_credentials(next(iter(storages.values())) or {})
 
 
 # --- what the API answers ------------------------------------------------------------------------
@@ -467,7 +498,12 @@ def runtime_answer(conn: Connection, trial_id: int) -> dict[str, Any]:
         "proxy_prefix": PROXY_PREFIX.format(id=task.id),
         "bind_address": _bind_address(conn, trial),
         "idle_timeout": parse_duration((task.config or {}).get("idle_timeout"), "idle_timeout"),
+        "ready_to": "runner" if _runner(conn, task.id) in RUNNER_REPORTED else "master",
     }
+
+
+def _runner(conn: Connection, task_id: int) -> str:
+    return runner_policy.runner_of(experiments.get_experiment(conn, task_id).config)
 
 
 def _bind_address(conn: Connection, trial: Row) -> str:
@@ -491,8 +527,15 @@ def _is_loopback(address: str) -> bool:
         return False
 
 
-def mark_ready(conn: Connection, trial_id: int, port: int, secret: str, address: str | None) -> None:
-    """The task's server listens: the proxy may send requests to it from now on."""
+def mark_ready(
+    conn: Connection, trial_id: int, port: int, secret: str, address: str | None, *, by_runner: bool = False
+) -> None:
+    """The task's server listens: the proxy may send requests to it from now on.
+
+    ``by_runner``: the trial's runner says so (det's service token), having checked that the port
+    is held by the task's own process. Without it (the task's trial token) only a pod may say so:
+    a local or Docker task could otherwise name any port of its host, another user's or the
+    platform's, and have the proxy send its visitors there."""
     answer = runtime_answer(conn, trial_id)
     trial = conn.execute(select(schema.trials).where(schema.trials.c.id == trial_id)).first()
     if trial is None or TrialState(trial.state).is_terminal:
@@ -500,7 +543,13 @@ def mark_ready(conn: Connection, trial_id: int, port: int, secret: str, address:
     if answer["type"] not in SERVED:
         raise StateError(f"task {answer['id']} is a {answer['type']}: it serves no page")
     experiment = experiments.get_experiment(conn, answer["id"])
-    where = _checked_address(address, answer["bind_address"], runner_policy.runner_of(experiment.config))
+    runner = runner_policy.runner_of(experiment.config)
+    if runner in RUNNER_REPORTED and not by_runner:
+        raise PermissionDenied(
+            f"{answer['type']} {answer['id']} runs on the {runner} runner, which reports its port once "
+            "it has checked that the port is the task's own; the task's own report is refused"
+        )
+    where = _checked_address(address, answer["bind_address"], runner)
     conn.execute(
         schema.tasks.update()
         .where(schema.tasks.c.id == answer["id"])
@@ -565,6 +614,10 @@ def create_task(db: Database, caller: Caller, request: TaskRequest) -> dict[str,
         args["sources"] = sources
     elif request.experiment_ids or request.trial_ids:
         raise ConfigError([("experiment_ids", f"a {request.type} shows no experiments")])
+    if request.type == "tensorboard" and request.context:
+        raise ConfigError(
+            [("context", "a TensorBoard runs the platform's own program; send no context folder")]
+        )
     if request.type in ("command", "shell"):
         args["command"] = [str(arg) for arg in request.command]
     elif request.command:

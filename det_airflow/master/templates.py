@@ -1,5 +1,11 @@
 """Config templates (Determined's ``det template``): named config fragments kept on the master.
 
+A template's name is its owner's: each user has a namespace of their own, and admins keep one of
+shared templates. An experiment naming a template gets its owner's own template of that name, else
+the shared one, never another user's, so what runs in a trial is only ever its owner's or an
+admin's. Whoever may use a template reads it in full (nothing masked: it is what their trial
+will get); another user's personal template is not theirs to read, use or change.
+
 An experiment that names a template gets the template laid under its own config when it is created,
 by Determined's merge rule: the experiment's values win, mappings merge key by key, and lists are the
 experiment's, except ``bind_mounts`` and ``resources.devices`` (the template's entries for other
@@ -18,12 +24,15 @@ from sqlalchemy import Connection, Row, select
 
 from det_airflow.config import read_yaml
 from det_airflow.errors import ConfigError, DetError
-from det_airflow.master import schema, serialize
+from det_airflow.master import schema
 from det_airflow.master.authz import Caller, PermissionDenied
 from det_airflow.master.lifecycle import NotFound, now
+from det_airflow.text_input import NOT_IN_NAMES
 
 MAX_NAME = 256
-_NAME = re.compile(r"[^/\x00-\x1f\x7f]+")
+# The namespace of the shared templates (admins'); a personal template's is its owner's user name.
+SHARED = ""
+_NAME = re.compile(f"[^/{NOT_IN_NAMES}]+")
 
 # The fields of a section that every kind of it has: all a template of another kind may give.
 _SHARED_FIELDS = {
@@ -41,7 +50,7 @@ class TemplateError(DetError):
 def check_name(name: str) -> str:
     if len(name) > MAX_NAME or not _NAME.fullmatch(name) or name != name.strip():
         raise TemplateError(
-            f"template name {name!r}: 1 to {MAX_NAME} characters, no '/', control characters, "
+            f"template name {name!r}: 1 to {MAX_NAME} characters, no '/', control or bidirectional-formatting characters, "
             "or spaces at either end"
         )
     return name
@@ -59,61 +68,113 @@ def read_config(text: str, *, source: str) -> dict[str, Any]:
     return config
 
 
-def get_template(conn: Connection, name: str) -> Row:
-    row = conn.execute(select(schema.templates).where(schema.templates.c.name == name)).first()
+def _in(namespace: str, name: str) -> Any:
+    t = schema.templates.c
+    return (t.namespace == namespace) & (t.name == name)
+
+
+def _get(conn: Connection, namespace: str, name: str) -> Row | None:
+    return conn.execute(select(schema.templates).where(_in(namespace, name))).first()
+
+
+def usable(conn: Connection, caller: Caller, name: str) -> Row:
+    """The template an experiment of the caller naming ``name`` gets: the caller's own, else the
+    shared one; never another user's."""
+    row = _get(conn, caller.name, name) or _get(conn, SHARED, name)
     if row is None:
-        raise NotFound(f"template '{name}' not found")
+        raise NotFound(f"template '{name}' not found among yours or the shared ones")
     return row
 
 
-def list_templates(conn: Connection) -> list[Row]:
-    return list(conn.execute(select(schema.templates).order_by(schema.templates.c.name)).all())
+def find_template(
+    conn: Connection, caller: Caller, name: str, *, owner: str | None = None, shared: bool = False
+) -> Row:
+    """The shared template ``name``, the one of ``owner`` (theirs or an admin's to read), or without
+    either the one the caller's experiments get."""
+    if shared:
+        row = _get(conn, SHARED, name)
+        if row is None:
+            raise NotFound(f"shared template '{name}' not found")
+        return row
+    if owner is None:
+        return usable(conn, caller, name)
+    if owner != caller.name and not caller.is_admin:
+        raise PermissionDenied(
+            f"user '{caller.name}' may not read template '{name}' of '{owner}': a personal template "
+            "is its owner's (and admins')"
+        )
+    return _own(conn, owner, name)
 
 
-def describe(caller: Caller, row: Row) -> dict[str, Any]:
-    """The template as an answer: its secrets masked for anyone but its owner and admins."""
-    sees = row.owner == caller.name or caller.is_admin
+def _own(conn: Connection, owner: str, name: str) -> Row:
+    row = _get(conn, owner, name)
+    if row is None:
+        raise NotFound(f"template '{name}' of '{owner}' not found")
+    return row
+
+
+def list_templates(conn: Connection, caller: Caller) -> list[Row]:
+    """The caller's own templates and the shared ones; for an admin, every template."""
+    t = schema.templates.c
+    query = select(schema.templates).order_by(t.name, t.namespace)
+    if not caller.is_admin:
+        query = query.where(t.namespace.in_([caller.name, SHARED]))
+    return list(conn.execute(query).all())
+
+
+def describe(row: Row) -> dict[str, Any]:
+    """The template as an answer, in full: only those who may use it, and admins, read it."""
     return {
         "name": row.name,
         "owner": row.owner,
+        "shared": row.namespace == SHARED,
         "updated_at": row.updated_at.isoformat(),
-        "config": row.config if sees else serialize.masked_config(row.config),
+        "config": row.config,
     }
 
 
-def set_template(conn: Connection, caller: Caller, name: str, config: dict[str, Any]) -> Row:
-    """Create the template, or replace it (its owner or an admin; it stays its owner's)."""
+def set_template(
+    conn: Connection, caller: Caller, name: str, config: dict[str, Any], *, shared: bool = False
+) -> Row:
+    """Create or replace the caller's own template ``name``, or (admins) the shared one."""
+    what = f"set {'shared ' if shared else ''}template '{name}'"
     if not caller.may_create_runs():
-        raise PermissionDenied(
-            f"user '{caller.name}' may not set template '{name}': needs the right to create DAG runs"
-        )
+        raise PermissionDenied(f"user '{caller.name}' may not {what}: needs the right to create DAG runs")
+    if shared and not caller.is_admin:
+        raise PermissionDenied(f"user '{caller.name}' may not {what}: only admins manage shared templates")
+    namespace = SHARED if shared else caller.name
     table = schema.templates
-    existing = conn.execute(select(table).where(table.c.name == name)).first()
-    if existing is None:
-        conn.execute(table.insert().values(name=name, config=config, owner=caller.name, updated_at=now()))
-    else:
-        _check_owner(caller, existing, "replace")
-        conn.execute(table.update().where(table.c.name == name).values(config=config, updated_at=now()))
-    return get_template(conn, name)
-
-
-def remove_template(conn: Connection, caller: Caller, name: str) -> None:
-    row = get_template(conn, name)
-    _check_owner(caller, row, "remove")
-    conn.execute(schema.templates.delete().where(schema.templates.c.name == name))
-
-
-def _check_owner(caller: Caller, row: Row, action: str) -> None:
-    if row.owner != caller.name and not caller.is_admin:
-        raise PermissionDenied(
-            f"user '{caller.name}' may not {action} template '{row.name}': it belongs to "
-            f"'{row.owner}'; only its owner or an admin may"
+    if _get(conn, namespace, name) is None:
+        conn.execute(
+            table.insert().values(
+                namespace=namespace, name=name, config=config, owner=caller.name, updated_at=now()
+            )
         )
+    else:  # a shared one stays the admin's who made it
+        conn.execute(table.update().where(_in(namespace, name)).values(config=config, updated_at=now()))
+    return _own(conn, namespace, name)
 
 
-def apply(conn: Connection, name: str, config_text: str) -> str:
-    """The experiment's config text with template ``name`` laid under it, as YAML text."""
-    template = get_template(conn, name).config
+def remove_template(conn: Connection, caller: Caller, row: Row) -> None:
+    """Remove the template: a personal one by its owner or an admin, a shared one by an admin."""
+    if row.namespace == caller.name or caller.is_admin:
+        conn.execute(schema.templates.delete().where(_in(row.namespace, row.name)))
+        return
+    if row.namespace == SHARED:
+        raise PermissionDenied(
+            f"user '{caller.name}' may not remove shared template '{row.name}': only admins manage "
+            "shared templates"
+        )
+    raise PermissionDenied(
+        f"user '{caller.name}' may not remove template '{row.name}': it belongs to '{row.owner}'; "
+        "only its owner or an admin may"
+    )
+
+
+def apply(conn: Connection, caller: Caller, name: str, config_text: str) -> str:
+    """The experiment's config text with the caller's template ``name`` (their own, else the shared
+    one) laid under it, as YAML text."""
+    template = usable(conn, caller, name).config
     merged = merge(template, read_config(config_text, source="config"))
     return yaml.safe_dump(merged, sort_keys=False)
 

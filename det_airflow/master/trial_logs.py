@@ -1,5 +1,6 @@
 """A trial's log lines: stored as its processes send them, read back by people, and deleted once
-the trial has been over for longer than its experiment's ``retention_policy.log_retention_days``."""
+the trial has been over for longer than its experiment's ``retention_policy.log_retention_days``.
+TASK_LOG webhooks see the lines once their insert has committed (``webhook_log_matcher``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, Row, delete, exists, select
 
-from det_airflow.master import schema, webhook_events
+from det_airflow.master import schema, webhook_log_matcher
 from det_airflow.master.db import Database
 from det_airflow.master.lifecycle import now
 from det_airflow.states import TERMINAL_TRIAL_STATES
@@ -66,7 +67,8 @@ def append_logs(conn: Connection, trial_id: int, lines: list[dict[str, Any]]) ->
             for line in lines
         ],
     )
-    webhook_events.logs_appended(conn, trial_id, (str(line.get("message", "")) for line in lines))
+    # Matched after the commit, on the matcher's thread: no regex runs inside this transaction.
+    webhook_log_matcher.logs_appended(conn, trial_id, (str(line.get("message", "")) for line in lines))
 
 
 def read_logs(

@@ -1,29 +1,34 @@
 """Webhook events: recorded in the transaction of the change that causes them.
 
 An event is a row of ``det_webhook_deliveries``, written with the change (an experiment's state,
-a metric report, trial log lines, an alert), so it exists exactly when the change does;
-``webhook_sender`` POSTs it later, never inside that request. Recording never fails the change: it
-runs in a savepoint, and a failure is logged. Threshold and log events happen once per trial and
-trigger. The event sources test each change against this process's view of the webhooks (read again
-every few seconds), so with no webhook of a kind a change costs no query.
+a metric report, an alert), so it exists exactly when the change does; ``webhook_sender`` POSTs it
+later, never inside that request. Recording never fails the change: it runs in a savepoint, and a
+failure is logged. Trial log lines are the exception: ``webhook_log_matcher`` matches them after
+their insert has committed and records its events in a transaction of its own, so no regex runs
+while a write lock is held. Threshold and log events happen once per trial and trigger. The event
+sources test each change against this process's view of the webhooks (read again every few
+seconds), so with no webhook of a kind a change costs no query.
+
+One owner's webhooks may have at most MAX_PENDING_PER_OWNER events waiting to be sent; beyond that
+a new event is recorded as given up, saying why, so a receiver that is down for long costs its
+owner's events, never the master's memory or anyone else's deliveries.
 """
 
 from __future__ import annotations
 
 import logging
 import operator
-import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, select
+from sqlalchemy import Connection, Row, func, select
 
-from det_airflow.master import schema
+from det_airflow.master import schema, webhook_regex
 
 STATE_CHANGE = "EXPERIMENT_STATE_CHANGE"
 METRIC_THRESHOLD = "METRIC_THRESHOLD_EXCEEDED"
@@ -39,25 +44,30 @@ COMPARE_OPS: Mapping[str, Callable[[float, float], bool]] = {
 }
 # How long a process trusts its view of the webhooks: another API server process may change them.
 CACHE_SECONDS = 5.0
+# Events of one owner's webhooks waiting to be sent, at most; a new one beyond is given up at once.
+MAX_PENDING_PER_OWNER = 1000
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class Armed:
-    """A webhook as the event sources test it: its triggers by type, its regexes compiled."""
+    """A webhook as the event sources test it: its triggers by type, its regexes compiled by RE2."""
 
     id: int
     name: str
+    owner: str
     mode: str
     experiments_of: str | None
     triggers: tuple[tuple[str, Mapping[str, Any]], ...]
-    regexes: tuple[tuple[int, re.Pattern[str]], ...]
+    regexes: tuple[tuple[int, Any], ...]
 
     def of_type(self, kind: str) -> list[tuple[int, Mapping[str, Any]]]:
         return [(i, condition) for i, (t, condition) in enumerate(self.triggers) if t == kind]
 
 
 _cache_lock = threading.Lock()
+# The stored regexes RE2 refuses, (webhook id, trigger index), each logged once.
+_unrunnable: set[tuple[int, int]] = set()
 _cache: tuple[float, tuple[Armed, ...]] | None = None
 
 
@@ -83,12 +93,20 @@ def armed(conn: Connection) -> tuple[Armed, ...]:
 
 def _arm(row: Row) -> Armed:
     triggers = tuple((str(t["triggerType"]), dict(t.get("condition") or {})) for t in row.triggers)
-    regexes = tuple(
-        (i, re.compile(str(condition["regex"])))
-        for i, (kind, condition) in enumerate(triggers)
-        if kind == TASK_LOG
-    )
-    return Armed(row.id, row.name, row.mode, row.experiments_of, triggers, regexes)
+    regexes = []
+    for i, (kind, condition) in enumerate(triggers):
+        if kind != TASK_LOG:
+            continue
+        try:
+            regexes.append((i, webhook_regex.compile_regex(str(condition["regex"]))))
+        except webhook_regex.RegexRefused as exc:
+            # Stored before regexes had to be RE2's: never run with a backtracking engine.
+            if (row.id, i) not in _unrunnable:
+                _unrunnable.add((row.id, i))
+                log.warning(
+                    "webhook %s: TASK_LOG regex %r is not matched: %s", row.id, condition["regex"], exc
+                )
+    return Armed(row.id, row.name, row.owner, row.mode, row.experiments_of, triggers, tuple(regexes))
 
 
 def named_in(config: Mapping[str, Any]) -> tuple[set[str], set[int]]:
@@ -102,7 +120,8 @@ def named_in(config: Mapping[str, Any]) -> tuple[set[str], set[int]]:
     return names, ids
 
 
-def _watches(hook: Armed, experiment: Row) -> bool:
+def watches(hook: Armed, experiment: Row) -> bool:
+    """Whether ``hook`` fires for ``experiment``'s events."""
     if hook.mode == WORKSPACE:
         return True
     if hook.experiments_of is not None and hook.experiments_of != experiment.owner:
@@ -115,7 +134,7 @@ def _candidates(conn: Connection, kind: str) -> list[Armed]:
     return [hook for hook in armed(conn) if hook.of_type(kind)]
 
 
-def _experiment(conn: Connection, experiment_id: int) -> Row | None:
+def experiment_row(conn: Connection, experiment_id: int) -> Row | None:
     e = schema.experiments
     return conn.execute(
         select(e.c.id, e.c.name, e.c.owner, e.c.state, e.c.config, e.c.resource_pool, e.c.start_time).where(
@@ -129,17 +148,17 @@ def aware(value: datetime) -> datetime:
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
-def _safely(conn: Connection, record: Callable[..., object], *args: Any) -> None:
-    """Run ``record`` in a savepoint: an event that cannot be recorded is logged, and the change
+def _safely(conn: Connection, recorder: Callable[..., object], *args: Any) -> None:
+    """Run ``recorder`` in a savepoint: an event that cannot be recorded is logged, and the change
     that caused it stands."""
     try:
         with conn.begin_nested():
-            record(conn, *args)
+            recorder(conn, *args)
     except Exception:  # noqa: BLE001 - a webhook's event never fails the change it reports
-        log.exception("could not record a webhook event (%s)", getattr(record, "__name__", record))
+        log.exception("could not record a webhook event (%s)", getattr(recorder, "__name__", recorder))
 
 
-def _experiment_payload(experiment: Row, state: str) -> dict[str, Any]:
+def experiment_payload(experiment: Row, state: str) -> dict[str, Any]:
     config = experiment.config or {}
     resources = config.get("resources") or {}
     started: datetime | None = experiment.start_time
@@ -156,7 +175,7 @@ def _experiment_payload(experiment: Row, state: str) -> dict[str, Any]:
     }
 
 
-def _record(
+def record(
     conn: Connection,
     hook: Armed,
     kind: str,
@@ -165,12 +184,17 @@ def _record(
     data: dict[str, Any],
     event_key: str | None = None,
 ) -> None:
+    """Store one event of ``hook`` for the sender; an event ``event_key`` names is stored once."""
     table = schema.webhook_deliveries
     if event_key is not None:
         seen = select(table.c.id).where(table.c.webhook_id == hook.id, table.c.event_key == event_key)
         if conn.execute(seen).first() is not None:
             return
     at = datetime.now(UTC)
+    full = _pending_of(conn, hook.owner) >= MAX_PENDING_PER_OWNER
+    refused = (
+        f"not sent: {MAX_PENDING_PER_OWNER} events of {hook.owner}'s webhooks were already waiting to be sent"
+    )
     payload = {
         "event_id": str(uuid.uuid4()),
         "event_type": kind,
@@ -188,8 +212,20 @@ def _record(
             created_at=at,
             attempts=0,
             next_attempt_at=at,
+            gave_up_at=at if full else None,
+            last_error=refused if full else None,
         )
     )
+
+
+def _pending_of(conn: Connection, owner: str) -> int:
+    d, w = schema.webhook_deliveries, schema.webhooks
+    waiting = (
+        select(func.count())
+        .select_from(d.join(w, w.c.id == d.c.webhook_id))
+        .where(w.c.owner == owner, d.c.delivered_at.is_(None), d.c.gave_up_at.is_(None))
+    )
+    return int(conn.execute(waiting).scalar() or 0)
 
 
 def experiment_moved(conn: Connection, experiment_id: int, state: str) -> None:
@@ -200,14 +236,14 @@ def experiment_moved(conn: Connection, experiment_id: int, state: str) -> None:
 
 
 def _experiment_moved(conn: Connection, hooks: list[Armed], experiment_id: int, state: str) -> None:
-    experiment = _experiment(conn, experiment_id)
+    experiment = experiment_row(conn, experiment_id)
     if experiment is None:
         return
     for hook in hooks:
         matching = [c for _, c in hook.of_type(STATE_CHANGE) if c.get("state") == state]
-        if matching and _watches(hook, experiment):
-            data = {"experiment": _experiment_payload(experiment, state)}
-            _record(conn, hook, STATE_CHANGE, matching[0], experiment_id, data)
+        if matching and watches(hook, experiment):
+            data = {"experiment": experiment_payload(experiment, state)}
+            record(conn, hook, STATE_CHANGE, matching[0], experiment_id, data)
 
 
 def metrics_reported(
@@ -226,18 +262,18 @@ def _metrics_reported(
     trial_id: int,
     reports: list[tuple[str, int, Mapping[str, Any]]],
 ) -> None:
-    experiment = _experiment(conn, experiment_id)
+    experiment = experiment_row(conn, experiment_id)
     if experiment is None:
         return
     for hook in hooks:
-        if not _watches(hook, experiment):
+        if not watches(hook, experiment):
             continue
         for index, condition in hook.of_type(METRIC_THRESHOLD):
             crossed = _first_crossing(condition, reports)
             if crossed is not None:
                 steps, value = crossed
                 data = {
-                    "experiment": _experiment_payload(experiment, experiment.state),
+                    "experiment": experiment_payload(experiment, experiment.state),
                     "trial_id": trial_id,
                     "metric": {
                         "name": condition["metricName"],
@@ -247,7 +283,7 @@ def _metrics_reported(
                     },
                 }
                 key = f"metric:{trial_id}:{index}"
-                _record(conn, hook, METRIC_THRESHOLD, condition, experiment_id, data, key)
+                record(conn, hook, METRIC_THRESHOLD, condition, experiment_id, data, key)
 
 
 def _first_crossing(
@@ -263,43 +299,6 @@ def _first_crossing(
     return None
 
 
-def logs_appended(conn: Connection, trial_id: int, messages: Iterable[str]) -> None:
-    """Record an event the first time a trial's log line matches a webhook's regex. Lines are
-    matched against the compiled regexes of the webhooks that have some; the database is asked
-    nothing more unless one matches."""
-    hooks = [hook for hook in armed(conn) if hook.regexes]
-    if not hooks:
-        return
-    lines = list(messages)
-    matched = []
-    for hook in hooks:
-        for index, pattern in hook.regexes:
-            line = next((m for m in lines if pattern.search(m)), None)
-            if line is not None:
-                matched.append((hook, index, pattern, line))
-    if matched:
-        _safely(conn, _logs_matched, trial_id, matched)
-
-
-def _logs_matched(
-    conn: Connection, trial_id: int, matched: list[tuple[Armed, int, re.Pattern[str], str]]
-) -> None:
-    t = schema.trials
-    experiment_id = conn.execute(select(t.c.experiment_id).where(t.c.id == trial_id)).scalar()
-    experiment = _experiment(conn, int(experiment_id)) if experiment_id is not None else None
-    if experiment is None:
-        return
-    for hook, index, pattern, line in matched:
-        if _watches(hook, experiment):
-            data = {
-                "experiment": _experiment_payload(experiment, experiment.state),
-                "trial_id": trial_id,
-                "log": line,
-            }
-            key = f"log:{trial_id}:{index}"
-            _record(conn, hook, TASK_LOG, {"regex": pattern.pattern}, experiment.id, data, key)
-
-
 def alert_raised(conn: Connection, trial_id: int, *, title: str, description: str, level: str) -> int:
     """Record an event for each CUSTOM webhook watching the trial's experiment; answers how many."""
     hooks = _candidates(conn, CUSTOM)
@@ -307,17 +306,17 @@ def alert_raised(conn: Connection, trial_id: int, *, title: str, description: st
         return 0
     t = schema.trials
     experiment_id = conn.execute(select(t.c.experiment_id).where(t.c.id == trial_id)).scalar()
-    experiment = _experiment(conn, int(experiment_id)) if experiment_id is not None else None
+    experiment = experiment_row(conn, int(experiment_id)) if experiment_id is not None else None
     if experiment is None:
         return 0
     count = 0
     for hook in hooks:
-        if _watches(hook, experiment):
+        if watches(hook, experiment):
             data = {
-                "experiment": _experiment_payload(experiment, experiment.state),
+                "experiment": experiment_payload(experiment, experiment.state),
                 "trial_id": trial_id,
                 "data": {"title": title, "description": description, "level": level},
             }
-            _record(conn, hook, CUSTOM, {}, experiment.id, data)
+            record(conn, hook, CUSTOM, {}, experiment.id, data)
             count += 1
     return count

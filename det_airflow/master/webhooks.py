@@ -7,6 +7,10 @@ workspace); SPECIFIC, the experiments whose config names it under ``integrations
 SPECIFIC webhook set by someone not an admin watches that person's experiments only, so nobody sends
 another's experiment to an address of their choosing.
 
+Webhooks cannot be turned against the master or other users: a URL must resolve to public addresses
+only unless an admin allows its host (``webhook_address``), a regex must be one RE2 runs in linear
+time (``webhook_regex``), and every stored string has a bound.
+
 What makes a webhook fire is recorded by ``webhook_events``; ``webhook_sender`` POSTs it.
 """
 
@@ -15,13 +19,14 @@ from __future__ import annotations
 import re
 import secrets
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 from sqlalchemy import Connection, Row, select
 
+from det_airflow import webhook_address
 from det_airflow.errors import DetError
-from det_airflow.master import schema, webhook_events
+from det_airflow.master import schema, webhook_events, webhook_regex
 from det_airflow.master.authz import Caller, PermissionDenied
 from det_airflow.master.lifecycle import NotFound, now
 from det_airflow.master.webhook_events import (
@@ -39,6 +44,7 @@ WEBHOOK_TYPES = ("DEFAULT", "SLACK")
 MODES = (WORKSPACE, SPECIFIC)
 MAX_NAME = 256
 MAX_REGEX = 1000
+MAX_METRIC_NAME = 256
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
@@ -56,10 +62,21 @@ def check_name(name: str) -> str:
 
 
 def check_url(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise WebhookError(f"webhook url {url!r}: an http:// or https:// address with a host")
+    """``url`` if it is an http(s) address with a host and no user name or password; where it
+    resolves is checked by :func:`check_destination`."""
+    try:
+        webhook_address.check_shape(url)
+    except webhook_address.AddressRefused as exc:
+        raise WebhookError(str(exc)) from None
     return url
+
+
+def check_destination(url: str) -> None:
+    """Refuse ``url`` unless its host resolves to public addresses only or an admin allows it."""
+    try:
+        webhook_address.resolve(url, webhook_address.admin_allowed())
+    except webhook_address.AddressRefused as exc:
+        raise WebhookError(str(exc)) from None
 
 
 def check_choice(field: str, value: str, choices: Iterable[str]) -> str:
@@ -90,8 +107,10 @@ def _check_trigger(index: int, trigger: Mapping[str, Any]) -> dict[str, Any]:
     if kind == METRIC_THRESHOLD:
         name, op, value = condition.get("metricName"), condition.get("compareOp"), condition.get("value")
         group = condition.get("metricGroup", "validation")
-        if not isinstance(name, str) or not name:
-            raise WebhookError(f"{where}: condition.metricName names a metric")
+        if not isinstance(name, str) or not name or len(name) > MAX_METRIC_NAME:
+            raise WebhookError(
+                f"{where}: condition.metricName names a metric in 1 to {MAX_METRIC_NAME} characters"
+            )
         if op not in COMPARE_OPS:
             raise WebhookError(f"{where}: condition.compareOp {op!r}: one of {', '.join(COMPARE_OPS)}")
         if isinstance(value, bool) or not isinstance(value, int | float):
@@ -109,15 +128,28 @@ def _check_trigger(index: int, trigger: Mapping[str, Any]) -> dict[str, Any]:
                 f"{where}: condition.regex is a regular expression of 1 to {MAX_REGEX} characters"
             )
         try:
-            re.compile(regex)
-        except re.error as exc:
-            raise WebhookError(f"{where}: condition.regex {regex!r} does not compile: {exc}") from None
+            webhook_regex.compile_regex(regex)
+        except webhook_regex.RegexRefused as exc:
+            raise WebhookError(
+                f"{where}: condition.regex {regex!r} does not compile with RE2, which matches in linear "
+                f"time (no backreferences or lookarounds): {exc}"
+            ) from None
         return {"triggerType": kind, "condition": {"regex": regex}}
     return {"triggerType": kind, "condition": {}}
 
 
-def create(
-    conn: Connection,
+@dataclass(frozen=True)
+class NewWebhook:
+    """A webhook as asked for, checked: what :func:`create` stores."""
+
+    name: str
+    url: str
+    webhook_type: str
+    mode: str
+    triggers: list[dict[str, Any]]
+
+
+def check_new(
     caller: Caller,
     *,
     name: str,
@@ -125,8 +157,10 @@ def create(
     webhook_type: str,
     mode: str,
     triggers: list[Mapping[str, Any]],
-) -> Row:
-    """Store a webhook with a new signing key; everyone may set SPECIFIC ones, admins any."""
+) -> NewWebhook:
+    """The webhook ``caller`` asks for, checked: its fields, the caller's right (everyone may set
+    SPECIFIC ones, admins any) and, last, where its URL resolves. Call it outside any transaction:
+    resolving a name may take seconds."""
     name, url = check_name(name), check_url(url)
     webhook_type = check_choice("webhookType", webhook_type, WEBHOOK_TYPES)
     mode = check_choice("mode", mode, MODES)
@@ -141,16 +175,22 @@ def create(
             raise PermissionDenied(
                 f"user '{caller.name}' may not create webhook '{name}': needs the right to create DAG runs"
             )
+    check_destination(url)
+    return NewWebhook(name, url, webhook_type, mode, stored)
+
+
+def create(conn: Connection, caller: Caller, new: NewWebhook) -> Row:
+    """Store a webhook checked by :func:`check_new`, with a new signing key."""
     table = schema.webhooks
-    if conn.execute(select(table.c.id).where(table.c.name == name)).first() is not None:
-        raise WebhookError(f"webhook '{name}' already exists")
+    if conn.execute(select(table.c.id).where(table.c.name == new.name)).first() is not None:
+        raise WebhookError(f"webhook '{new.name}' already exists")
     conn.execute(
         table.insert().values(
-            name=name,
-            url=url,
-            webhook_type=webhook_type,
-            mode=mode,
-            triggers=stored,
+            name=new.name,
+            url=new.url,
+            webhook_type=new.webhook_type,
+            mode=new.mode,
+            triggers=new.triggers,
             signing_key=secrets.token_hex(32),
             owner=caller.name,
             experiments_of=None if caller.is_admin else caller.name,
@@ -158,7 +198,7 @@ def create(
         )
     )
     webhook_events.forget_cache()
-    return conn.execute(select(table).where(table.c.name == name)).one()
+    return conn.execute(select(table).where(table.c.name == new.name)).one()
 
 
 def get_webhook(conn: Connection, webhook_id: int) -> Row:

@@ -3,7 +3,9 @@ proxy presents, the wait for a server to answer, the idle clock, and the program
 
 A task's program runs as the one trial of a hidden experiment, with the trial environment
 (``det_airflow.trial_env``); its server is reached only through the master's proxy, which adds the
-secret the program chose (header ``X-Det-Task-Secret``) to every request it forwards.
+secret the program chose (header ``X-Det-Task-Secret``) to every request it forwards. Where it
+listens, it says as the master asks (:func:`report_ready`): to its runner, through a file of its
+work folder, or to the master itself.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import hmac
 import http.client
+import json
 import logging
 import math
 import os
@@ -26,6 +29,7 @@ from typing import Any, NoReturn
 from det_airflow import LOG_FORMAT, trial_env
 from det_airflow.api.runtime import RuntimeClient
 from det_airflow.errors import DetError
+from det_airflow.tasks import READY_FILE
 
 # How long a server may take from its start to its first answer (JupyterLab loads its extensions).
 READY_SECONDS = 120.0
@@ -49,6 +53,10 @@ class Task:
     proxy_prefix: str
     bind_address: str
     idle_timeout: float | None
+    # "runner": the port goes into the work folder's READY_FILE; "master": to the master itself.
+    ready_to: str = "master"
+    # The folder of det's own files in the work folder (from the trial environment), when there is one.
+    files_dir: str | None = None
 
     @classmethod
     def from_answer(cls, answer: Any, expected_type: str) -> Task:
@@ -60,6 +68,11 @@ class Task:
         prefix = answer.get("proxy_prefix")
         address = answer.get("bind_address")
         idle = answer.get("idle_timeout")
+        ready_to = answer.get("ready_to", "master")
+        if ready_to not in ("runner", "master"):
+            raise TaskError(
+                f"the master's task answer: ready_to: expected 'runner' or 'master', got {ready_to!r}"
+            )
         if isinstance(task_id, bool) or not isinstance(task_id, int):
             raise TaskError(f"the master's task answer: id: expected an integer, got {task_id!r}")
         if kind != expected_type:
@@ -89,6 +102,7 @@ class Task:
             proxy_prefix=prefix,
             bind_address=address,
             idle_timeout=None if idle is None else float(idle),
+            ready_to=ready_to,
         )
 
     @property
@@ -114,6 +128,8 @@ def connect(expected_type: str) -> tuple[RuntimeClient, Task]:
         raise TaskError(f"{trial_env.TRIAL_ID}: expected an integer, got {trial_id!r}") from None
     client = RuntimeClient(master, token, trial)
     task = Task.from_answer(client.task(), expected_type)
+    if config_file := os.environ.get(trial_env.EXPERIMENT_CONFIG_FILE):
+        task = dataclasses.replace(task, files_dir=os.path.dirname(config_file))
     if pod_ip := os.environ.get(trial_env.POD_IP):
         # A pod: the master reaches its server at the pod's own address, which only the pod knows.
         task = dataclasses.replace(task, bind_address=pod_ip)
@@ -141,6 +157,35 @@ def new_secret() -> str:
 
 def secret_matches(given: str | None, secret: str) -> bool:
     return given is not None and hmac.compare_digest(given.encode(), secret.encode())
+
+
+def report_ready(client: RuntimeClient, task: Task, port: int, secret: str) -> None:
+    """Say that the server listens at ``task.local_address`` and ``port``, and which secret the proxy
+    must present: to the runner (which checks that the port is this program's own before it tells
+    the master) or to the master, as the master asked."""
+    if task.ready_to == "master":
+        client.task_ready(port, secret, task.local_address)
+        return
+    if task.files_dir is None:
+        raise TaskError(
+            f"{trial_env.EXPERIMENT_CONFIG_FILE} is not set: the runner reads where the server listens "
+            "from the trial's work folder"
+        )
+    write_ready_file(task.files_dir, port, secret, task.local_address)
+
+
+def write_ready_file(folder: str, port: int, secret: str, address: str) -> None:
+    """READY_FILE in ``folder``, readable by this user alone, written whole or not at all."""
+    path = os.path.join(folder, READY_FILE)
+    partial = f"{path}.{os.getpid()}.partial"
+    data = json.dumps({"port": port, "secret": secret, "address": address}).encode()
+    try:
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(partial, path)
+    except OSError as exc:
+        raise TaskError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def wait_until_answers(host: str, port: int, path: str, headers: Mapping[str, str]) -> None:

@@ -30,6 +30,7 @@ from det_airflow.tasks._server import (
     logger,
     new_secret,
     redact_from_logs,
+    report_ready,
     run,
     wait_until_answers,
 )
@@ -103,7 +104,7 @@ class _Readiness(threading.Thread):
                 f"{self.task.proxy_prefix}api/status",
                 {"Authorization": f"token {self.secret}"},
             )
-            self.client.task_ready(self.serverapp.port, self.secret, self.task.local_address)
+            report_ready(self.client, self.task, self.serverapp.port, self.secret)
         except DetError as exc:
             self.error = exc
             self.serverapp.io_loop.add_callback(self.serverapp.stop)

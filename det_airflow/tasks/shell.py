@@ -45,6 +45,7 @@ from det_airflow.tasks._server import (
     connect,
     logger,
     new_secret,
+    report_ready,
     run,
     secret_matches,
 )
@@ -251,7 +252,7 @@ class ShellServer:
         async with serve(self.handle, self.task.bind_address, 0, process_request=self.check) as server:
             port = server.sockets[0].getsockname()[1]
             # In a thread: the master may try the server before it answers.
-            await asyncio.to_thread(client.task_ready, port, self.secret, self.task.local_address)
+            await asyncio.to_thread(report_ready, client, self.task, port, self.secret)
             logger.info("The shell is ready at %s%s", self.task.proxy_prefix, PATH)
             self.clock.touch()
             idle = self.task.idle_timeout

@@ -37,6 +37,7 @@ from det_airflow.tasks._server import (
     connect,
     logger,
     new_secret,
+    report_ready,
     run,
     secret_matches,
     wait_until_answers,
@@ -93,9 +94,14 @@ def _is_int(value: Any) -> TypeGuard[int]:
 class LogFolder:
     """The log folder TensorBoard reads: one entry per trial, linked or fetched."""
 
-    def __init__(self, root: Path, sources: list[Source], storage: dict[str, Any]) -> None:
+    def __init__(
+        self, root: Path, sources: list[Source], storage: dict[str, Any], client: Any = None
+    ) -> None:
+        """``client``: the task's StorageClient, through which object stores are read (the task
+        holds no store credentials)."""
         self.root = root
         self._storage = storage
+        self._client = client
         self._fetched: list[tuple[Source, Path]] = []
         for source in sources:
             entry = root / source.run_name
@@ -113,7 +119,9 @@ class LogFolder:
         that trial's fetch works again."""
         for source, entry in self._fetched:
             try:
-                fetch_tensorboard(self._storage, source.experiment_id, source.trial_id, entry)
+                fetch_tensorboard(
+                    self._storage, source.experiment_id, source.trial_id, entry, client=self._client
+                )
             except (DetError, OSError) as exc:  # the store, or this host's own disk
                 if source not in self._failing:
                     self._failing.add(source)
@@ -181,7 +189,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     root = Path(tempfile.mkdtemp(prefix="det-tensorboard-"))
     try:
-        folder = LogFolder(root, sources, storage)
+        folder = LogFolder(root, sources, storage, client.storage())
         folder.fetch()
         board = program.TensorBoard(server_class=secured_server)
         board.configure(argv=tensorboard_arguments(task, root))
@@ -191,7 +199,7 @@ def main() -> int:
             raise TaskError(exc.msg) from None
         server = servers[0]
         wait_until_answers(task.local_address, server.server_port, task.proxy_prefix, {SECRET_HEADER: secret})
-        client.task_ready(server.server_port, secret, task.local_address)
+        report_ready(client, task, server.server_port, secret)
         logger.info("TensorBoard is ready at %s", task.proxy_prefix)
         clock.touch()
         _serve(task, folder, clock, stop)

@@ -7,6 +7,7 @@ Shared by the trial runners (:mod:`det_airflow.operators.runners`) and ``det exp
 - ``_spec``: :class:`TrialSpec` (the master's answer) and the entrypoint's argv;
 - ``_environment``: the trial's environment variables and the files in its work folder;
 - ``_isolation``: the unprivileged user a trial runs as, and what it may reach;
+- ``_network``: the firewall rule that keeps trial uids off the host's own services;
 - ``_overlay_venv``: a throwaway virtual environment over det-airflow's, for a startup hook run
   on a user's machine;
 - ``_process``: starting, watching and stopping the process;
@@ -43,6 +44,12 @@ from det_airflow.trial_process._isolation import (
     prepare_checkpoint_root,
     trial_user,
 )
+from det_airflow.trial_process._network import (
+    TrialNetworkError,
+    allowed_ports,
+    ensure_trial_firewall,
+    keep_off_host_services,
+)
 from det_airflow.trial_process._output_lines import LineSplitter, OnOutput, pump_lines
 from det_airflow.trial_process._overlay_venv import OverlayVenvError, make_overlay_venv
 from det_airflow.trial_process._process import STARTUP_HOOK, run_trial_process
@@ -58,14 +65,18 @@ __all__ = [
     "OnOutput",
     "OverlayVenvError",
     "TrialIsolationError",
+    "TrialNetworkError",
     "TrialSpec",
     "TrialUser",
+    "allowed_ports",
     "check_can_write",
     "check_trial_access",
+    "ensure_trial_firewall",
     "ensure_writable_dir",
     "entrypoint_argv",
     "hand_over",
     "interpreter_paths",
+    "keep_off_host_services",
     "make_dirs_as",
     "make_overlay_venv",
     "make_passable_dirs",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +24,9 @@ class TrialLaunch:
     fetch_context: Callable[[], bytes | None]
     # The slot ids the master assigned, when its answer names them.
     assigned_slots: tuple[int, ...] | None = None
-    # The credentials of the experiment's object storage (AWS_* variables), read by the task from
-    # the Airflow connection the storage names; the trial's own environment variables win.
-    storage_variables: Mapping[str, str] = field(default_factory=dict)
+    # A task that serves pages (local and Docker runners): told (port, secret, address) once the
+    # runner found its program's port held by the task's own process (runners/_task_ready.py).
+    on_task_ready: Callable[[int, str, str], None] | None = None
 
     @classmethod
     def from_answer(
@@ -37,7 +37,6 @@ class TrialLaunch:
         master_url: str,
         workdir: Path,
         fetch_context: Callable[[], bytes | None],
-        storage_variables: Mapping[str, str] | None = None,
     ) -> TrialLaunch:
         """The launch of the trial whose ``spec`` the master answered (docs/master-api.md)."""
         assigned = spec.get("slot_ids")
@@ -48,15 +47,15 @@ class TrialLaunch:
             workdir=workdir,
             fetch_context=fetch_context,
             assigned_slots=None if assigned is None else tuple(int(s) for s in assigned),
-            storage_variables=dict(storage_variables or {}),
         )
 
     def environment(
         self, slot_ids: Iterable[int], *, base_env: Mapping[str, str] | None = None
     ) -> dict[str, str]:
-        """The trial process's whole environment (``trial_environment``) for this run, with the
-        storage credentials where the trial does not set the same variables itself."""
-        env = trial_environment(
+        """The trial process's whole environment (``trial_environment``) for this run. It holds no
+        credentials of the checkpoints' store: the trial reaches a store whose credentials are the
+        platform's through the master (docs/object-storage.md)."""
+        return trial_environment(
             self.spec,
             master_url=self.master_url,
             token=self.token,
@@ -64,7 +63,6 @@ class TrialLaunch:
             base_env=base_env,
             workdir=self.workdir,
         )
-        return {**self.storage_variables, **env}
 
     def held_slots(self) -> tuple[int, ...]:
         """The slot ids the trial holds: the master's, when its answer names them; else one per slot

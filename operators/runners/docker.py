@@ -5,7 +5,8 @@ the host network (a master on 127.0.0.1 stays reachable), with the checkpoint st
 mounted at the same path, the user's bind mounts, shared memory, capabilities and devices, and the
 GPUs of exactly the slots the trial holds. Nothing of Airflow's goes in: no environment, no
 configuration, and no host folder but those the cluster's runner policy allows
-(:mod:`det_airflow.runner_policy`, checked again here before anything starts). The container runs
+(:mod:`det_airflow.runner_policy`, checked again here before anything starts), each checked on what
+Docker will mount and handed to it in a form no trial can change (:mod:`._host_mounts`). The container runs
 as the trial owner's uid, never root unless the policy allows it, with ``no-new-privileges``, every
 capability dropped but those the policy allows, and a read-only root file system (a tmpfs on
 ``/tmp``; the work folder stays writable). Its output streams to the caller line by line; the
@@ -23,12 +24,17 @@ from typing import Any
 
 from docker import APIClient
 from docker.errors import APIError, ImageNotFound, NotFound
-from docker.types import DeviceRequest, Mount
+from docker.types import DeviceRequest
 
-from det_airflow import runner_policy
+from det_airflow import runner_policy, trial_env
+from det_airflow.core._tensorboard import prepare_tensorboard_root
 from det_airflow.errors import DetError
+from det_airflow.operators.runners import _host_mounts
 from det_airflow.operators.runners._base import OnContainer, OnPhase
 from det_airflow.operators.runners._container import LABEL_TRIAL, ContainerRunner, ContainerTrial
+from det_airflow.operators.runners._host_mounts import HostMount, TrialIdentities
+from det_airflow.operators.runners._launch import TrialLaunch
+from det_airflow.operators.runners._task_ready import OnTaskReady, watch_ready
 from det_airflow.settings import RunnerPolicy, Settings
 from det_airflow.settings import load as load_settings
 from det_airflow.trial_process import (
@@ -38,6 +44,7 @@ from det_airflow.trial_process import (
     TrialUser,
     check_can_write,
     hand_over,
+    keep_off_host_services,
     make_dirs_as,
     prepare_checkpoint_root,
 )
@@ -96,30 +103,44 @@ def container_user(trial: ContainerTrial, policy: RunnerPolicy) -> str:
     return NOBODY
 
 
-def container_request(
-    client: APIClient, trial: ContainerTrial, policy: RunnerPolicy | None = None
-) -> ContainerRequest:
-    """The container for ``trial``, as Docker will be asked for it, under ``policy`` (the runner
-    policy of the trial's pool; the cluster's default when not given)."""
-    policy = policy or RunnerPolicy()
+def requested_mounts(trial: ContainerTrial) -> list[HostMount]:
+    """The host folders ``trial``'s container mounts, as its config names them: the work folder and
+    the ``shared_fs`` storage's folder (``host_path/storage_path``), each at its own path, then
+    ``bind_mounts``."""
     config = trial.config
-    environment = config.get("environment") or {}
-    resources = config.get("resources") or {}
-    mounts = [Mount(str(trial.workdir), str(trial.workdir), type="bind")]
+    work = str(trial.workdir)
+    mounts = [HostMount("airflow.cfg [det] trial_work_dir", work, work, within=work)]
     storage = config.get("checkpoint_storage") or {}
     if storage.get("type") == "shared_fs" and storage.get("host_path"):
         folder = runner_policy.storage_folder(storage)
-        mounts.append(Mount(folder, folder, type="bind"))
-    for mount in config.get("bind_mounts") or []:
+        mounts.append(HostMount("checkpoint_storage.host_path", folder, folder))
+    for i, mount in enumerate(config.get("bind_mounts") or []):
         mounts.append(
-            Mount(
-                str(mount["container_path"]),
+            HostMount(
+                f"bind_mounts[{i}].host_path",
                 str(mount["host_path"]),
-                type="bind",
+                str(mount["container_path"]),
                 read_only=bool(mount.get("read_only")),
                 propagation=mount.get("propagation") or "rprivate",
             )
         )
+    return mounts
+
+
+def container_request(
+    client: APIClient,
+    trial: ContainerTrial,
+    policy: RunnerPolicy | None = None,
+    mounts: list[HostMount] | None = None,
+) -> ContainerRequest:
+    """The container for ``trial``, as Docker will be asked for it, under ``policy`` (the runner
+    policy of the trial's pool; the cluster's default when not given), with ``mounts`` (checked by
+    :func:`._host_mounts.checked`; the config's :func:`requested_mounts` when not given)."""
+    policy = policy or RunnerPolicy()
+    config = trial.config
+    environment = config.get("environment") or {}
+    resources = config.get("resources") or {}
+    mounts = requested_mounts(trial) if mounts is None else mounts
     devices = [
         f"{d['host_path']}:{d['container_path']}:{d.get('mode') or 'mrw'}"
         for d in resources.get("devices") or []
@@ -134,7 +155,7 @@ def container_request(
     added = runner_policy.allowed_added_capabilities(environment.get("add_capabilities") or [], policy)
     host_config = client.create_host_config(
         network_mode="host",
-        mounts=mounts,
+        mounts=[m.mount() for m in mounts],
         shm_size=resources.get("shm_size"),
         # Every capability dropped, then only those the policy allows and the config asks for.
         cap_drop=["ALL"],
@@ -160,11 +181,22 @@ def container_request(
 
 
 def check_trial(trial: ContainerTrial, settings: Settings) -> RunnerPolicy:
-    """The trial's config against this worker's runner policy (host paths resolved here, where they
-    are mounted from; the worker's airflow.cfg may be stricter than the master's); answers the
-    policy of the trial's pool."""
-    runner_policy.enforce(trial.config, settings, resolve=True, runner="docker")
+    """The trial's config against this worker's runner policy (the worker's airflow.cfg may be
+    stricter than the master's); answers the policy of the trial's pool. Its host folders are
+    checked where they are mounted from, by :func:`checked_mounts`."""
+    runner_policy.enforce(trial.config, settings, runner="docker")
     return settings.policy_for(runner_policy.pool_of(trial.config))
+
+
+def checked_mounts(
+    trial: ContainerTrial, settings: Settings, policy: RunnerPolicy, user: str
+) -> list[HostMount]:
+    """The trial's mounts as Docker must be given them: resolved once on this host, inside the
+    folders ``policy`` allows, free of links and out of reach of every trial identity (the
+    container's ``user`` among them)."""
+    uid = user.partition(":")[0]
+    trials = TrialIdentities.of(settings, int(uid) if uid else None)
+    return _host_mounts.checked(requested_mounts(trial), settings.allowed_roots(policy), trials)
 
 
 class DockerRunner(ContainerRunner):
@@ -196,6 +228,7 @@ class DockerRunner(ContainerRunner):
         self._on_container = on_container  # told each container's id once it exists
         # Told (trial state, why) as the run goes PULLING the image, STARTING, RUNNING.
         self._on_phase = on_phase or (lambda state, why: None)
+        self._on_task_ready: OnTaskReady | None = None
 
     @classmethod
     def from_config(
@@ -221,12 +254,18 @@ class DockerRunner(ContainerRunner):
     def run(self, trial: ContainerTrial, *, on_output: OnOutput, stop: threading.Event) -> int:
         settings = self.settings or load_settings()
         policy = check_trial(trial, settings)
-        request = container_request(self.client, trial, policy)
+        user = container_user(trial, policy)
         storage = trial.config.get("checkpoint_storage") or {}
         folder = None
         if storage.get("type") == "shared_fs" and storage.get("host_path"):
             folder = Path(runner_policy.storage_folder(storage))
-        _hand_over(trial, request.user, folder, settings)
+        _hand_over(trial, user, folder, settings)
+        if os.geteuid() == 0 and user:
+            # The container shares the host's network: its uid is kept off the host's services.
+            keep_off_host_services(settings, int(user.partition(":")[0]), trial.env.get(trial_env.MASTER, ""))
+        # After the hand-over, which makes the storage folder Docker refuses to bind when missing.
+        mounts = checked_mounts(trial, settings, policy, user)
+        request = container_request(self.client, trial, policy, mounts)
         self.sweep(trial.spec.trial_id)
         self._ensure_image(request.image, trial.config)
         try:
@@ -238,14 +277,26 @@ class DockerRunner(ContainerRunner):
         if self._on_container is not None:
             self._on_container(container)
         try:
-            return self._run_created(container, on_output, stop)
+            uid = int(request.user.partition(":")[0]) if request.user else None
+            return self._run_created(container, on_output, stop, trial.workdir, uid)
         finally:
             try:
                 self.client.remove_container(container, force=True)
             except NotFound:
                 pass
 
-    def _run_created(self, container: str, on_output: OnOutput, stop: threading.Event) -> int:
+    def run_trial(self, launch: TrialLaunch, *, on_output: OnOutput, stop: threading.Event) -> int:
+        self._on_task_ready = launch.on_task_ready  # a task's server, reported once it is its own
+        return super().run_trial(launch, on_output=on_output, stop=stop)
+
+    def _run_created(
+        self,
+        container: str,
+        on_output: OnOutput,
+        stop: threading.Event,
+        workdir: Path | None = None,
+        uid: int | None = None,
+    ) -> int:
         lock = threading.Lock()
 
         def emit(line: str, stream: str) -> None:
@@ -262,11 +313,22 @@ class DockerRunner(ContainerRunner):
         reader = threading.Thread(target=_drain, args=(output, emit), daemon=True)
         reader.start()
         stopping = False
-        while reader.is_alive():
-            reader.join(timeout=0.1)
-            if stop.is_set() and not stopping:
-                stopping = True
-                self._stop(container)
+
+        def leaders() -> set[int]:
+            """The container's first process, as this host numbers it (the rest descend from it)."""
+            try:
+                pid = self.client.inspect_container(container)["State"]["Pid"]
+            except APIError:
+                return set()
+            return {int(pid)} if pid else set()
+
+        on_ready = self._on_task_ready if workdir is not None else None
+        with watch_ready(on_ready, workdir or Path(), uid=uid, leaders=leaders, on_output=emit):
+            while reader.is_alive():
+                reader.join(timeout=0.1)
+                if stop.is_set() and not stopping:
+                    stopping = True
+                    self._stop(container)
         return int(self.client.wait(container)["StatusCode"])
 
     def _stop(self, container: str) -> None:
@@ -332,6 +394,7 @@ def _hand_over(trial: ContainerTrial, user: str, storage: Path | None, settings:
             return
         if root and (storage == settings.checkpoint_root or settings.checkpoint_root in storage.parents):
             prepare_checkpoint_root(settings.checkpoint_root)
+            prepare_tensorboard_root(settings.checkpoint_root)
         # Docker refuses to bind a missing folder: made here as the trial's user (a local trial makes
         # it itself on its first checkpoint), never as root.
         if not storage.exists():

@@ -158,10 +158,16 @@ def pods_for(slots: int, slots_per_node: int) -> int:
 
 
 def trial_workload(
-    trial: ContainerTrial, *, namespace: str, slots_per_node: int, policy: RunnerPolicy | None = None
+    trial: ContainerTrial,
+    *,
+    namespace: str,
+    slots_per_node: int,
+    policy: RunnerPolicy | None = None,
+    roots: Sequence[str] = (),
 ) -> TrialWorkload:
-    """The objects ``trial`` runs as, under ``policy`` (the runner policy of its pool). Each pod
-    holds the slots of one pod, numbered from 0 as the pod sees the devices Kubernetes gives it."""
+    """The objects ``trial`` runs as, under ``policy`` (the runner policy of its pool, which allows
+    host folders ``roots``). Each pod holds the slots of one pod, numbered from 0 as the pod sees
+    the devices Kubernetes gives it."""
     slots = len(trial.slot_ids)
     pods = pods_for(slots, slots_per_node)
     per_pod = tuple(range(slots // pods))
@@ -174,7 +180,7 @@ def trial_workload(
     name = secret_name(trial)
     secret = trial_secret(one, namespace=namespace, name=name)
     if pods == 1:
-        pod = trial_pod(one, namespace=namespace, secret=name, policy=policy)
+        pod = trial_pod(one, namespace=namespace, secret=name, policy=policy, roots=roots)
         return TrialWorkload(namespace, trial.name, name, 1, (secret, pod))
     return TrialWorkload(
         namespace,
@@ -184,7 +190,7 @@ def trial_workload(
         (
             secret,
             gang_service(one, namespace=namespace),
-            gang_job(one, namespace=namespace, pods=pods, secret=name, policy=policy),
+            gang_job(one, namespace=namespace, pods=pods, secret=name, policy=policy, roots=roots),
         ),
     )
 
@@ -408,7 +414,11 @@ class KubernetesRunner(ContainerRunner):
                 ]
             )
         return trial_workload(
-            trial, namespace=self.namespace, slots_per_node=self.slots_per_node, policy=policy
+            trial,
+            namespace=self.namespace,
+            slots_per_node=self.slots_per_node,
+            policy=policy,
+            roots=[str(r) for r in settings.allowed_roots(policy)],
         )
 
     def run(self, trial: ContainerTrial, *, on_output: OnOutput, stop: threading.Event) -> int:

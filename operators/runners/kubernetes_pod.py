@@ -22,15 +22,17 @@ The platform's fields win over the user's (:func:`harden`, after the merge): eve
 as the trial owner's uid (never root unless the runner policy allows it), without privilege
 escalation, with every capability dropped but those the policy allows, on a read-only root file
 system (an ``emptyDir`` on ``/tmp``) and the runtime's default seccomp profile; no service account
-token is mounted unless the pod names an account the policy allows. A forbidden field in the
-user's pod_spec is refused before this (:mod:`det_airflow.runner_policy`), never silently kept.
+token is mounted unless the pod names an account the policy allows. What the user's pod_spec may
+set is an allow-list (volume types, ConfigMaps and Secrets, variable sources, security fields):
+anything else is refused before this (:mod:`det_airflow.runner_policy`), never silently kept.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Mapping
+import os
+from collections.abc import Mapping, Sequence
 from secrets import token_hex
 from typing import Any
 
@@ -120,16 +122,22 @@ def trial_secret(trial: ContainerTrial, *, namespace: str, name: str) -> k8s.V1S
 
 
 def trial_pod(
-    trial: ContainerTrial, *, namespace: str, secret: str, policy: RunnerPolicy | None = None
+    trial: ContainerTrial,
+    *,
+    namespace: str,
+    secret: str,
+    policy: RunnerPolicy | None = None,
+    roots: Sequence[str] = (),
 ) -> k8s.V1Pod:
     """The pod of ``trial`` (one container holding all its slots), with ``environment.pod_spec``
     merged below the platform's fields, under ``policy`` (the runner policy of the trial's pool;
     the cluster's default when not given). Its :data:`SECRET_VARIABLES` come from Secret ``secret``
-    (:func:`trial_secret`), which must exist before the pod starts."""
+    (:func:`trial_secret`), which must exist before the pod starts. ``roots``: the host folders
+    the policy allows (``Settings.allowed_roots``), through which the checkpoint storage is mounted."""
     policy = policy or RunnerPolicy()
     config = trial.config
     resources = config.get("resources") or {}
-    volumes, mounts = _volumes(trial)
+    volumes, mounts = _volumes(trial, roots)
     limits: dict[str, str] = {}
     if trial.device in GPU_RESOURCE and trial.slot_ids:
         limits[GPU_RESOURCE[trial.device]] = str(len(trial.slot_ids))
@@ -251,7 +259,9 @@ def harden(spec: k8s.V1PodSpec, trial: ContainerTrial, policy: RunnerPolicy, add
         container.security_context = context
 
 
-def _volumes(trial: ContainerTrial) -> tuple[list[k8s.V1Volume], list[k8s.V1VolumeMount]]:
+def _volumes(
+    trial: ContainerTrial, roots: Sequence[str]
+) -> tuple[list[k8s.V1Volume], list[k8s.V1VolumeMount]]:
     config = trial.config
     volumes = [k8s.V1Volume(name="det-workdir", empty_dir=k8s.V1EmptyDirVolumeSource())]
     mounts = [k8s.V1VolumeMount(name="det-workdir", mount_path=str(trial.workdir))]
@@ -266,7 +276,7 @@ def _volumes(trial: ContainerTrial) -> tuple[list[k8s.V1Volume], list[k8s.V1Volu
         mounts.append(k8s.V1VolumeMount(name="det-shm", mount_path="/dev/shm"))
     storage = config.get("checkpoint_storage") or {}
     if storage.get("type") == "shared_fs" and storage.get("host_path"):
-        path = runner_policy.storage_folder(storage)
+        path = _through_root(runner_policy.storage_folder(storage), roots)
         volumes.append(k8s.V1Volume(name="det-checkpoints", host_path=k8s.V1HostPathVolumeSource(path=path)))
         mounts.append(k8s.V1VolumeMount(name="det-checkpoints", mount_path=path))
     for i, mount in enumerate(config.get("bind_mounts") or []):
@@ -283,6 +293,15 @@ def _volumes(trial: ContainerTrial) -> tuple[list[k8s.V1Volume], list[k8s.V1Volu
             )
         )
     return volumes, mounts
+
+
+def _through_root(folder: str, roots: Sequence[str]) -> str:
+    """The allowed folder ``folder`` lies in (the deepest), else ``folder``. The kubelet follows
+    links in a hostPath on the node when the pod starts, where the worker cannot look first: a
+    storage folder a trial made and may replace (its ``storage_path`` under the checkpoint root) is
+    reached through the admin's folder above it, and a link put in its place resolves in the pod."""
+    holding = [os.path.normpath(r) for r in roots if runner_policy.inside(folder, r)]
+    return max(holding, key=len) if holding else folder
 
 
 # Docker's bind propagation → Kubernetes' mountPropagation.
@@ -322,13 +341,19 @@ def gang_service(trial: ContainerTrial, *, namespace: str) -> k8s.V1Service:
 
 
 def gang_job(
-    trial: ContainerTrial, *, namespace: str, pods: int, secret: str, policy: RunnerPolicy | None = None
+    trial: ContainerTrial,
+    *,
+    namespace: str,
+    pods: int,
+    secret: str,
+    policy: RunnerPolicy | None = None,
+    roots: Sequence[str] = (),
 ) -> k8s.V1Job:
     """A trial spanning ``pods`` pods as one indexed Job: each pod holds ``trial.slot_ids`` (the
     slots of one pod), reads Secret ``secret`` as :func:`trial_pod`'s, knows its container rank from
     its completion index, and reaches the others through :func:`gang_service`. No pod is retried on
     its own: the trial's retries restart the gang."""
-    pod = trial_pod(trial, namespace=namespace, secret=secret, policy=policy)
+    pod = trial_pod(trial, namespace=namespace, secret=secret, policy=policy, roots=roots)
     addrs = [f"{trial.name}-{i}.{trial.name}" for i in range(pods)]
     container = pod.spec.containers[0]
     env = [e for e in container.env or [] if e.name not in _GANG_VARIABLES]

@@ -7,6 +7,7 @@ the experiment's owner, or the admin's ``[det] trial_user`` (docs/trial-isolatio
 
 from __future__ import annotations
 
+import os
 import shutil
 import threading
 from collections.abc import Mapping
@@ -15,13 +16,16 @@ from typing import Any
 
 from det_airflow.compat import determined_notice
 from det_airflow.core._storage import FolderStorage
+from det_airflow.core._tensorboard import prepare_tensorboard_root
 from det_airflow.operators.runners._base import OnContainer, OnPhase, TrialRunner
 from det_airflow.operators.runners._launch import TrialLaunch, lease_slots
+from det_airflow.operators.runners._task_ready import session_leaders_of, watch_ready
 from det_airflow.settings import Settings
 from det_airflow.slots import SlotLease, SlotsUnavailable
 from det_airflow.trial_process import (
     OnOutput,
     TrialIsolationError,
+    TrialNetworkError,
     TrialSpec,
     TrialUser,
     check_can_write,
@@ -29,6 +33,7 @@ from det_airflow.trial_process import (
     entrypoint_argv,
     hand_over,
     interpreter_paths,
+    keep_off_host_services,
     make_passable_dirs,
     prepare_checkpoint_root,
     prepare_workdir,
@@ -77,7 +82,7 @@ class LocalRunner(TrialRunner):
         on_output(determined_notice(), "stdout")
         try:
             user, slots = self._prepare(launch)
-        except (TrialIsolationError, SlotsUnavailable) as exc:
+        except (TrialIsolationError, TrialNetworkError, SlotsUnavailable) as exc:
             # Into the trial's logs, where its owner looks, not only the Airflow task log.
             on_output(f"error: {exc}", "stderr")
             shutil.rmtree(workdir, ignore_errors=True)
@@ -98,7 +103,14 @@ class LocalRunner(TrialRunner):
             )
         self._on_phase("RUNNING", f"its process starts as {runs_as}")
         try:
-            code = run_trial_process(workdir, argv, env, on_output=on_output, stop=stop, user=user)
+            with watch_ready(
+                launch.on_task_ready,
+                workdir,
+                uid=user.uid if user is not None else os.getuid(),
+                leaders=lambda: session_leaders_of(os.getpid()),  # the trial's process leads a session
+                on_output=on_output,
+            ):
+                code = run_trial_process(workdir, argv, env, on_output=on_output, stop=stop, user=user)
         finally:
             slots.release()
         shutil.rmtree(workdir, ignore_errors=True)
@@ -108,6 +120,8 @@ class LocalRunner(TrialRunner):
         """The trial's work folder, given to the user it runs as, and its slots leased."""
         workdir = launch.workdir
         user = self._trial_user(launch.spec, workdir)
+        if user is not None:
+            keep_off_host_services(self.settings, user.uid, launch.master_url)
         prepare_workdir(launch.fetch_context(), workdir)
         write_trial_files(launch.spec, workdir)
         if user is not None:
@@ -129,5 +143,6 @@ class LocalRunner(TrialRunner):
         if storage and storage.get("type", "shared_fs") == "shared_fs":
             # Only the checkpoint root is the platform's to make; folders in it are the trial's.
             prepare_checkpoint_root(self.settings.checkpoint_root)
+            prepare_tensorboard_root(self.settings.checkpoint_root)
             check_can_write(FolderStorage.from_config(storage).base, user)
         return user

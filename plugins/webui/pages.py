@@ -14,6 +14,9 @@ STATIC_DIR = Path(__file__).parent / "static"
 NOT_BUILT = "the det web UI was not built: run `make ui`"
 # Vite names every asset after its content, so a browser may keep it; index.html names the current ones.
 _HASHED = "assets"
+# Linux's NAME_MAX and PATH_MAX: a longer name or path is no file of the bundle.
+_MAX_NAME_BYTES = 255
+_MAX_PATH_BYTES = 4096
 
 
 def router(static_dir: Path | None = None) -> APIRouter:
@@ -55,7 +58,12 @@ def router(static_dir: Path | None = None) -> APIRouter:
 
 def _plain_path(path: str) -> bool:
     """Whether ``path`` names a file the way the bundle's own URLs do: no NUL or other control
-    characters (the OS refuses a NUL in a path), no backslash, no empty, ``.`` or ``..`` parts."""
+    characters (the OS refuses a NUL in a path), no backslash, no empty, ``.`` or ``..`` parts, and
+    no part longer than a file name may be (the OS refuses those too)."""
     if any(ord(c) < 0x20 or ord(c) == 0x7F for c in path) or "\\" in path:
         return False
-    return all(part not in ("", ".", "..") for part in path.split("/"))
+    if len(path.encode()) > _MAX_PATH_BYTES:
+        return False
+    return all(
+        part not in ("", ".", "..") and len(part.encode()) <= _MAX_NAME_BYTES for part in path.split("/")
+    )

@@ -63,9 +63,19 @@ _UI = "det/ui/#"
 _TAB = "det/ui/?in=tab#"
 
 
+class _RootMiddlewaresOnFirstRead:
+    """``fastapi_root_middlewares``, imported the first time Airflow reads it (the API server)."""
+
+    def __get__(self, instance: object, owner: type | None = None) -> list[dict[str, Any]]:
+        from det_airflow.webui.task_hosts import OnlyTheTaskOnItsHost
+
+        return [{"middleware": OnlyTheTaskOnItsHost, "args": [], "kwargs": {}, "name": "det task hosts"}]
+
+
 class DetPlugin(AirflowPlugin):
     name = "det"
     fastapi_apps = _BuiltOnFirstRead()
+    fastapi_root_middlewares = _RootMiddlewaresOnFirstRead()
     external_views = [
         {
             "name": "Experiments",

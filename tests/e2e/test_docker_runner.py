@@ -3,10 +3,14 @@ comes out of it, and what is left of it afterwards."""
 
 from __future__ import annotations
 
+import contextlib
+import multiprocessing
 import os
 import shutil
 import tempfile
 import threading
+import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +18,8 @@ from typing import Any
 import docker
 import pytest
 
+from det_airflow import settings
+from det_airflow.errors import DetError
 from det_airflow.operators.runners import LABEL_TRIAL, ContainerTrial
 from det_airflow.operators.runners.docker import ContainerError, DockerRunner
 from det_airflow.trial_process import TrialSpec
@@ -187,3 +193,128 @@ def test_an_image_the_daemon_cannot_get_is_a_clear_error(
         runner.run(trial, on_output=Lines(), stop=threading.Event())
     # The trial showed PULLING while the daemon tried; it never got further.
     assert phases == [("PULLING", "pulling image det-airflow-no-such-image:1")]
+
+
+# --- the review's race: a trial swaps its folder for a link to / between the check and the mount ---
+
+RACE_ATTEMPTS = 24
+
+
+def _swap_forever(folder: str, uid: int) -> None:
+    """As the trial's own uid, swap ``folder`` (its own, under the sticky checkpoint root) for a
+    link to the host's ``/`` for 10 ms, then back for 20 ms, over and over: a check made while it is
+    a folder and a mount made while it is a link are what the attack needs. The runner may make the
+    folder anew meanwhile: each step is tried again."""
+    os.setgid(uid)
+    os.setuid(uid)
+    aside = folder + ".aside"
+    while True:
+        for step, pause in (
+            (lambda: os.rename(folder, aside), 0.0),
+            (lambda: os.symlink("/", folder), 0.01),
+            (lambda: os.unlink(folder), 0.0),
+            (lambda: os.rename(aside, folder), 0.02),
+        ):
+            with contextlib.suppress(OSError):
+                step()
+            time.sleep(pause)
+
+
+@pytest.fixture
+def racing_folder(host_share: Path) -> Iterator[tuple[Path, Path]]:
+    """(checkpoint root, the trial owner's folder in it), the folder swapped by the owner's own uid for
+    a link to ``/`` and back all the while; and a marker file in the host's ``/var/tmp`` that only a
+    container given the host's ``/`` would see."""
+    root = host_share / "ckpt"
+    root.mkdir()
+    root.chmod(0o1733)  # the platform's checkpoint root (prepare_checkpoint_root)
+    folder = root / "bob"
+    folder.mkdir()
+    os.chown(folder, TRIAL_UID, TRIAL_UID)
+    swapper = multiprocessing.get_context("fork").Process(
+        target=_swap_forever, args=(str(folder), TRIAL_UID), daemon=True
+    )
+    swapper.start()
+    try:
+        yield root, folder
+        assert swapper.is_alive(), "the swap went on all along"
+    finally:
+        swapper.kill()
+        swapper.join()
+
+
+@pytest.fixture
+def host_marker() -> Iterator[str]:
+    marker = Path("/var/tmp") / f"det-race-{uuid.uuid4().hex}"
+    marker.write_text("the host's own /var/tmp\n")
+    marker.chmod(0o644)
+    yield marker.name
+    marker.unlink()
+
+
+def _attempt(docker_client: docker.APIClient, trial: ContainerTrial, root: Path) -> list[str] | str:
+    """The container's output lines, or why the runner refused to start it."""
+    runner = DockerRunner(docker_client, settings=settings.load({"checkpoint_storage_path": str(root)}))
+    out = Lines()
+    try:
+        runner.run(trial, on_output=out, stop=threading.Event())
+    except DetError as exc:
+        return str(exc)
+    return [line for line, _ in out.lines]
+
+
+@pytest.mark.parametrize("asked_as", ["checkpoint storage", "bind mount"])
+def test_a_folder_swapped_for_a_link_to_root_never_mounts_the_hosts_root(
+    docker_client: docker.APIClient,
+    trial_image: str,
+    tmp_path: Path,
+    racing_folder: tuple[Path, Path],
+    host_marker: str,
+    asked_as: str,
+) -> None:
+    root, folder = racing_folder
+    where = "/data" if asked_as == "bind mount" else str(folder)
+    script = f"if [ -e {where}/var/tmp/{host_marker} ]; then echo HOST-ROOT-SEEN; else echo own-view; fi"
+    if asked_as == "bind mount":
+        changes: dict[str, Any] = {"bind_mounts": [{"host_path": str(folder), "container_path": "/data"}]}
+    else:
+        changes = {"checkpoint_storage": {"type": "shared_fs", "host_path": str(root), "storage_path": "bob"}}
+
+    outcomes = []
+    for i in range(RACE_ATTEMPTS):
+        time.sleep(i * 0.011 % 0.03)  # attempts start at spread phases of the swap, not all in one
+        trial = make_trial(tmp_path, trial_image, ["sh", "-c", script], **changes)
+        outcomes.append(_attempt(docker_client, trial, root))
+
+    seen = [o for o in outcomes if isinstance(o, list) and "HOST-ROOT-SEEN" in o]
+    assert not seen, f"{len(seen)} of {RACE_ATTEMPTS} containers saw the host's /: {outcomes}"
+    # Each one either ran and saw its own file system, or was refused before it started, saying why.
+    ran = [o for o in outcomes if isinstance(o, list)]
+    assert all(set(o) == {"own-view"} for o in ran), outcomes
+    if asked_as == "bind mount":  # at another path it cannot be reached safely: never mounted
+        assert not ran, outcomes
+
+
+def test_a_storage_folder_of_the_trials_own_under_the_checkpoint_root_still_works(
+    docker_client: docker.APIClient, trial_image: str, tmp_path: Path, host_share: Path
+) -> None:
+    root = host_share / "ckpt"
+    root.mkdir()
+    folder = root / "bob"
+    folder.mkdir()
+    os.chown(folder, TRIAL_UID, TRIAL_UID)
+    storage = {"type": "shared_fs", "host_path": str(root), "storage_path": "bob"}
+    trial = make_trial(
+        tmp_path,
+        trial_image,
+        ["sh", "-c", f"echo 42 > {folder}/saved.txt && ls -d {folder}"],
+        checkpoint_storage=storage,
+    )
+    out = Lines()
+
+    runner = DockerRunner(docker_client, settings=settings.load({"checkpoint_storage_path": str(root)}))
+    code = runner.run(trial, on_output=out, stop=threading.Event())
+
+    assert code == 0, out.lines
+    assert (folder / "saved.txt").read_text() == "42\n"
+    assert (folder / "saved.txt").stat().st_uid == TRIAL_UID

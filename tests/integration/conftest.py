@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from det_airflow._pgcluster import PgCluster, find_bindir
-from det_airflow.localairflow import LocalAirflow, sqlite_url, write_config
+from det_airflow.localairflow import LocalAirflow, service_port, sqlite_url, write_config
 
 TERMINAL_RUN_STATES = frozenset({"success", "failed"})
 _HERE = Path(__file__).parent
@@ -76,7 +76,8 @@ def postgres_url() -> Iterator[str]:
         yield url
         return
     t0 = time.monotonic()
-    cluster = PgCluster.start_throwaway(_pg_bindir())
+    # Outside the ephemeral range, as a real deployment's database: trials may not reach it.
+    cluster = PgCluster.start_throwaway(_pg_bindir(), service_port())
     _timings.append(f"postgres: initdb + start + createdb {time.monotonic() - t0:.1f} s")
     _clusters.append(cluster)
     try:
@@ -147,6 +148,8 @@ def default_config_extra() -> dict[str, dict[str, str]]:
     det = {
         "preemption_pools": "det_preemption_gang,det_preemption_ignored,det_fair_share",
         "fair_share_pools": "det_fair_share",
+        # The webhook receivers of test_webhooks_airflow.py and tests/ui listen on loopback.
+        "webhook_allowed_hosts": "127.0.0.1",
     }
     return {"core": {"simple_auth_manager_users": users}, "det": det}
 

@@ -8,8 +8,10 @@ FAB lets edit the configuration: its Admin role, not Op (which may only read it)
 
 from __future__ import annotations
 
+import os
 import secrets
 import shutil
+import signal
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -248,6 +250,37 @@ def test_airflow_own_api_lets_only_the_owner_and_admins_change_an_experiment_dag
         == 200
     )
     assert state(det, tokens, e) == "PAUSED"
+
+
+def test_ownership_of_experiment_dags_survives_an_api_server_restart(
+    det: DetEnv, fab_airflow: tuple[LocalAirflow, dict[str, str]], tokens: dict[str, str]
+) -> None:
+    """FAB gives the User role its default permissions back at every API-server start (``[fab]
+    update_fab_perms``, true by default); the master takes DAG edits away again as it starts."""
+    made = create(det, "alice", tokens)
+    assert made.status_code == 200, made.text
+    dag_id = made.json()["experiment"]["dag_id"]
+    wait_until(
+        lambda: airflow_call(det, "admin", tokens, "GET", f"/dags/{dag_id}").status_code == 200,
+        f"{dag_id} in Airflow",
+        timeout=180,
+    )
+    af = fab_airflow[0]
+    pid = af.status()["api-server"]
+    assert pid
+    os.kill(pid, signal.SIGTERM)
+    wait_until(lambda: af.status()["api-server"] is None, "the API server gone", timeout=60)
+    af.start()
+    af.wait_ready(timeout=300)
+
+    for method, path, body in (
+        ("PATCH", f"/dags/{dag_id}", {"is_paused": True}),
+        ("DELETE", f"/dags/{dag_id}", None),
+    ):
+        answer = airflow_call(det, "bob", tokens, method, path, json=body)
+        assert answer.status_code == 403, (method, path, answer.status_code, answer.text)
+    answer = airflow_call(det, "alice", tokens, "PATCH", f"/dags/{dag_id}", json={"is_paused": True})
+    assert answer.status_code == 200, answer.text
 
 
 def test_the_cli_says_permission_denied_under_fab(

@@ -283,6 +283,72 @@ def test_gangs_are_placed_whole_on_both_hosts(det: DetEnv, s3_url: str, tmp_path
     )
 
 
+# A trial of bob's goes after the broker and the metadata database the way a hostile one would:
+# Redis on its port (taking a queued task's message, which names the DAG file the worker parses as
+# root), Redis's password in its files, the database's port. Each attempt prints `PRY <what>: ...`.
+PRY_BROKER = """\
+import os, socket
+from pathlib import Path
+
+home = Path(os.environ["AIRFLOW_HOME_OF_TEST"])
+
+
+def attempt(what, action):
+    try:
+        found = action()
+    except Exception as exc:
+        print(f"PRY {what}: refused ({type(exc).__name__})", flush=True)
+    else:
+        print(f"PRY {what}: GOT {found!r}"[:300], flush=True)
+
+
+def take_a_queued_message(port):
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(b"BRPOP default 1\\r\\n")
+        return s.recv(4096)
+
+
+attempt("broker", lambda: take_a_queued_message(int(os.environ["REDIS_PORT"])))
+attempt("broker password in airflow.cfg", lambda: (home / "airflow.cfg").read_text())
+attempt("broker password in redis.conf", lambda: (home / "redis" / "redis.conf").read_text())
+attempt("metadata database", lambda: socket.create_connection(("127.0.0.1", int(os.environ["DB_PORT"])), 5))
+print(f"PRY uid {os.getuid()}", flush=True)
+"""
+
+
+def test_a_trial_reaches_neither_the_broker_nor_the_metadata_database(
+    det: DetEnv, postgres_url: str, tmp_path: Path
+) -> None:
+    assert det.af.celery is not None
+    db_port = int(postgres_url.rsplit(":", 1)[1].split("/", 1)[0])
+    config, context = _experiment(
+        tmp_path, "pry-broker", trials=1, steps=1, step_seconds=0, slots=1,
+        entrypoint="python3 pry.py", script=PRY_BROKER,
+    )  # fmt: skip
+    loaded = yaml.safe_load(config.read_text())
+    loaded.pop("checkpoint_storage")
+    loaded["environment"]["environment_variables"] += [
+        f"AIRFLOW_HOME_OF_TEST={det.af.home}",
+        f"REDIS_PORT={det.af.celery.redis_port}",
+        f"DB_PORT={db_port}",
+    ]
+    loaded["searcher"]["metric"] = "loss"
+    config.write_text(yaml.safe_dump(loaded))
+    experiment_id = det.create(config, context)
+    det.wait_experiment(experiment_id, timeout=400)
+    (trial,) = det.get(f"/experiments/{experiment_id}/trials")["trials"]
+    logs = det.det("trial", "logs", str(trial["id"])).stdout
+    assert "PRY uid " in logs, logs
+    for what in (
+        "broker",
+        "broker password in airflow.cfg",
+        "broker password in redis.conf",
+        "metadata database",
+    ):
+        assert f"PRY {what}: refused" in logs, f"{what} was not refused:\n{logs}"
+    assert "GOT" not in logs
+
+
 def _checkpoint_uuids(s3_url: str, prefix: str) -> set[str]:
     """The checkpoints in the bucket under ``prefix`` (beside them: the trials' TensorBoard events)."""
     listed = s3_client(s3_url).list_objects_v2(Bucket=BUCKET, Prefix=f"{prefix}/").get("Contents", [])

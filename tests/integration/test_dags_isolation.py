@@ -1,5 +1,6 @@
-"""One broken experiment YAML in the DAGs folder of a real Airflow: it shows as an import error with
-our message, and every other experiment DAG keeps loading."""
+"""One broken experiment YAML in the DAGs folder of a real Airflow: it gets a DAG of its own, tagged
+invalid, with our message; the factory file has no import error, every other experiment DAG keeps
+loading, and experiments keep starting and finishing meanwhile."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
-from tests.integration.det_env import REPO, wait_until
+from tests.integration.det_env import EXAMPLE, REPO, DetEnv, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -39,28 +41,49 @@ def factory_import_error(airflow_api) -> str | None:  # type: ignore[no-untyped-
     return None
 
 
-def test_one_poisoned_yaml_among_ten_is_an_import_error_and_the_ten_load(folder: Path, airflow_api) -> None:  # type: ignore[no-untyped-def]
-    for index in range(10):
+def _dag(airflow_api, dag_id: str) -> dict | None:  # type: ignore[no-untyped-def]
+    answer = airflow_api.http.get(f"/api/v2/dags/{dag_id}")
+    return answer.json() if answer.status_code == 200 else None
+
+
+def test_a_poisoned_yaml_breaks_only_itself_and_experiments_keep_running(  # type: ignore[no-untyped-def]
+    folder: Path, airflow, airflow_api, tmp_path: Path
+) -> None:
+    for index in range(2):
         (folder / f"iso_{index}.yaml").write_text(CONFIG.format(index=index, max_restarts=3))
     poisoned = folder / "iso_poisoned.yaml"
     poisoned.write_text(CONFIG.format(index="poisoned", max_restarts=10**20))
 
-    for index in range(10):
+    for index in range(2):
         airflow_api.wait_for_dag(f"det_iso_{index}")
-    error = wait_until(
-        lambda: factory_import_error(airflow_api), f"an import error for {FACTORY} naming {poisoned.name}"
-    )
-
-    assert "InvalidExperimentYAML: invalid experiment YAML" in error
+    airflow_api.wait_for_dag("det_iso_poisoned")
+    invalid = _dag(airflow_api, "det_iso_poisoned")
+    assert invalid is not None
+    assert "invalid" in [tag["name"] for tag in invalid["tags"]]
     assert (
         f"iso_poisoned.yaml: max_restarts: expected an integer between 0 and 2147483647, got {10**20}"
-        in error
+        in invalid["description"]
     )
-    assert airflow_api.http.get("/api/v2/dags/det_iso_poisoned").status_code == 404
+    assert factory_import_error(airflow_api) is None
 
-    # Fixing the file clears the error and brings its DAG, the ten staying loaded throughout.
+    # Meanwhile a new experiment starts and completes.
+    det = DetEnv.install(airflow, tmp_path / "det-config")
+    config = yaml.safe_load((EXAMPLE / "const.yaml").read_text())
+    config["searcher"]["max_length"] = {"batches": 20}
+    (tmp_path / "const.yaml").write_text(yaml.safe_dump(config))
+    experiment = det.wait_experiment(det.create(tmp_path / "const.yaml"), timeout=300)["experiment"]
+    assert experiment["state"] == "COMPLETED"
+    assert factory_import_error(airflow_api) is None
+
+    # Fixing the file makes its DAG the experiment's, the others staying loaded throughout.
     poisoned.write_text(CONFIG.format(index="poisoned", max_restarts=3))
-    airflow_api.wait_for_dag("det_iso_poisoned")
-    wait_until(lambda: factory_import_error(airflow_api) is None, f"the import error of {FACTORY} to clear")
-    for index in range(10):
+    wait_until(
+        lambda: (
+            "invalid"
+            not in [t["name"] for t in (_dag(airflow_api, "det_iso_poisoned") or {"tags": []})["tags"]]
+            and _dag(airflow_api, "det_iso_poisoned")
+        ),
+        "det_iso_poisoned to become the experiment's DAG",
+    )
+    for index in range(2):
         assert airflow_api.http.get(f"/api/v2/dags/det_iso_{index}").status_code == 200

@@ -3,8 +3,8 @@ S3 server, fake-gcs-server and Azurite. The store's address and credentials are 
 connection of its type (`aws_default`, `google_cloud_default`, `wasb_default`); the experiment
 YAML names none.
 
-A trial saves checkpoints to the store, fails once and resumes from its latest checkpoint read
-back from it; garbage collection deletes the objects of the checkpoints the policy does not keep;
+A trial, which holds none of the connection's credentials, saves checkpoints to the store through
+the master, fails once and resumes from its latest checkpoint read back from it; garbage collection deletes the objects of the checkpoints the policy does not keep;
 a Viewer with no credentials downloads a checkpoint through the master, byte for byte; `det e
 delete` leaves no object behind; a YAML naming a connection the platform does not give out is
 refused at `det e create`.
@@ -38,11 +38,14 @@ WEIGHTS = bytes(range(256)) * 4096  # 1 MiB
 # Saves a checkpoint per step (a nested file and 1 MiB of weights); its first run fails after the
 # third, the restart resumes from the checkpoint it reads back from the store.
 TRAIN_PY = """
+import os
 import sys
 
 import det_airflow as det
 
 WEIGHTS = bytes(range(256)) * 4096
+names = ("AWS_", "AZURE_STORAGE_", "GOOGLE_APPLICATION_CREDENTIALS", "DET_GCS_CREDENTIALS")
+print("store credentials:", sorted(name for name in os.environ if name.startswith(names)))
 info = det.get_cluster_info()
 with det.core.init() as core:
     start = 0
@@ -203,6 +206,8 @@ def test_checkpoints_live_in_the_store_from_save_to_delete(det: DetEnv, store: S
     logs = det.det("trial", "logs", str(trial["id"])).stdout
 
     assert experiment["state"] == "COMPLETED", logs
+    # The connection's key stays with the master: the trial's files go through it.
+    assert logs.count("store credentials: []") == 2, logs
     assert trial["restarts"] == 1
     assert "resumed at step 3 from" in logs
     steps = [

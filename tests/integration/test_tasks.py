@@ -177,6 +177,41 @@ def test_a_notebook_runs_code_through_the_proxy_for_its_owner_only(
     assert proxy(det, tokens, "alice", "GET", f"{base}/api/status").status_code == 409
 
 
+def test_a_browser_opens_a_notebook_on_its_own_origin_without_its_airflow_login(
+    det: DetEnv, tokens: dict[str, str]
+) -> None:
+    """On a real Airflow (the master on loopback: tasks under *.localhost): a browser that opens the
+    notebook with Airflow's login cookie is sent to the task's own origin, gets a session of that
+    origin and JupyterLab there; the login cookie reaches neither the task nor that origin."""
+    notebook = wait_ready(det, tokens, start_task(det, tokens, "alice", type="notebook")["id"])
+    task_id = notebook["id"]
+    port = det.af.url.rsplit(":", 1)[1]
+    host = f"task-{task_id}.localhost:{port}"
+    login = {"Cookie": f"_token={tokens['alice']}"}
+    with httpx.Client(base_url=det.af.url, timeout=60, follow_redirects=False) as client:
+        sent = client.get(f"/det/proxy/{task_id}/api/status", headers=login)
+        assert sent.status_code == 303, sent.text
+        location = httpx.URL(sent.headers["location"])
+        assert (location.host, location.port) == (f"task-{task_id}.localhost", int(port))
+        assert location.path == f"/det/proxy/{task_id}/_det/login"
+        # *.localhost is loopback to browsers; here the Host header says which origin is asked.
+        taken = client.get(f"{location.path}?{location.query.decode()}", headers={"Host": host})
+        assert taken.status_code == 303, taken.text
+        assert taken.headers["location"] == f"/det/proxy/{task_id}/api/status"
+        session = taken.cookies["det_task_session"]
+        page = client.get(
+            taken.headers["location"], headers={"Host": host, "Cookie": f"det_task_session={session}"}
+        )
+        assert page.status_code == 200, page.text
+        assert "started" in page.json()  # JupyterLab's own answer
+        # Airflow's login is no login on the task's origin; nothing else of the master is served there.
+        assert (
+            client.get(f"/det/proxy/{task_id}/api/status", headers={"Host": host, **login}).status_code == 303
+        )
+        assert client.get("/det/api/v1/me", headers={"Host": host, **login}).status_code == 404
+    assert call(det, "alice", tokens, "POST", f"/tasks/{task_id}/kill").status_code == 200
+
+
 def test_a_tensorboard_serves_the_stored_metrics(
     det: DetEnv, passwords: dict[str, str], tokens: dict[str, str], tmp_path: Path
 ) -> None:

@@ -102,6 +102,16 @@ def page(admin_context: BrowserContext, request: pytest.FixtureRequest) -> Itera
     if request.node.stash.get(_FAILED, False):
         screenshot(page, f"FAILED-{request.node.name}")
     page.close()
+    # A page that threw or logged an error failed its user, whatever the test looked at. Refused
+    # requests a test makes on purpose log "Failed to load resource"; those are the responses'.
+    errors = [
+        event
+        for event in events
+        if event.startswith("uncaught:")
+        or (event.startswith("console error:") and "Failed to load resource" not in event)
+    ]
+    if errors and not request.node.stash.get(_FAILED, False):
+        pytest.fail("the page reported errors:\n" + "\n".join(errors), pytrace=False)
 
 
 def screenshot(page: Page, name: str) -> Path:

@@ -85,8 +85,10 @@ def test_register_a_trials_checkpoint_as_a_new_model_and_find_it_on_the_models_p
     dialog.get_by_role("button", name="Register").click()
     expect(dialog.get_by_test_id("register-done")).to_have_text("Registered as version 1 of ui-model.")
     screenshot(page, "register-checkpoint")
+    model_id = det.get("/models/ui-model")["model"]["id"]
     dialog.get_by_role("link", name="ui-model").click()
-    expect(page).to_have_url(re.compile(r"#/models/ui-model$"))
+    # A model's page is addressed by its id: names are each owner's own.
+    expect(page).to_have_url(re.compile(rf"#/models/{model_id}$"))
     expect(page.get_by_test_id("model-name")).to_have_text("ui-model")
 
     page.get_by_test_id("nav-models").click()

@@ -1,7 +1,8 @@
 """Tasks in the det web UI, in a real browser against a real Airflow: a person finds a command on
 the Tasks page (from Airflow's navigation too), follows it from the job queue, filters by type and
 kills it; on an experiment's page in Airflow's DAG view, Open TensorBoard starts a TensorBoard of the
-experiment, opens it in a new tab once it serves, and a second click opens the same one.
+experiment, opens it in a new tab once it serves, and a second click opens the same one. Notebooks
+and TensorBoards open on their own origins (``task-<id>.localhost``), never the master's.
 Screenshots go to test-results/ui/."""
 
 from __future__ import annotations
@@ -169,7 +170,10 @@ def test_the_tasks_page_opens_a_notebook_and_kills_it(
     with page.context.expect_page() as opened:
         row.get_by_test_id("task-open").click()
     lab = opened.value
-    expect(lab).to_have_url(re.compile(rf"/det/proxy/{task['id']}/lab"), timeout=60_000)
+    # On the task's own origin (the master is on loopback: *.localhost), never the master's.
+    expect(lab).to_have_url(
+        re.compile(rf"^http://task-{task['id']}\.localhost:\d+/det/proxy/{task['id']}/lab"), timeout=60_000
+    )
     expect(lab.locator("#jp-main-dock-panel, .jp-LabShell").first).to_be_visible(timeout=120_000)
     screenshot(lab, f"notebook-{task['id']}")
     lab.close()
@@ -207,8 +211,11 @@ def test_open_tensorboard_on_the_experiment_tab_opens_its_scalars_in_a_new_tab(
     assert board["owner"] == airflow.admin_user and board["trial_ids"] == trial_ids
     expect(frame.get_by_test_id("tensorboard-status")).to_contain_text(f"TensorBoard {board['id']}")
 
-    # The tab waits until the TensorBoard serves, then becomes it.
-    expect(tab).to_have_url(re.compile(rf"/det/proxy/{board['id']}/"), timeout=BOARD_TIMEOUT_MS)
+    # The tab waits until the TensorBoard serves, then becomes it, on the TensorBoard's own origin.
+    expect(tab).to_have_url(
+        re.compile(rf"^http://task-{board['id']}\.localhost:\d+/det/proxy/{board['id']}/"),
+        timeout=BOARD_TIMEOUT_MS,
+    )
     card = tab.locator("scalar-card", has_text="training/loss").first
     expect(card).to_be_visible(timeout=BOARD_TIMEOUT_MS)
     expect(card.locator("line-chart").first).to_be_visible()

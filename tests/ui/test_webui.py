@@ -571,3 +571,60 @@ def test_move_to_top_puts_a_job_first_in_its_pool(
     listed = {job["id"]: job for job in det.get(f"/jobs?resource_pool={pool}")["jobs"]}
     assert listed[last]["jobs_ahead"] == 0 and listed[first]["jobs_ahead"] == 2
     screenshot(page, "queue-moved-to-top")
+
+
+# One training and one validation point, then the trial ends: an ASHA trial stopped at its first rung.
+ONE_POINT = """\
+import det_airflow as det
+
+with det.core.init() as core_context:
+    core_context.train.report_training_metrics(10, {"loss": 0.5})
+    core_context.train.report_validation_metrics(10, {"validation_loss": 0.4})
+"""
+
+# How many pixels of a canvas have the colour of the chart's first legend entry.
+_COLOURED_PIXELS = """
+([figure]) => {
+  const legend = figure.querySelector('.legend');
+  const wanted = getComputedStyle(legend).color.match(/\\d+/g).slice(0, 3).map(Number);
+  let count = 0;
+  for (const canvas of figure.querySelectorAll('canvas')) {
+    const data = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
+    for (let i = 0; i < data.length; i += 4) {
+      if (data[i + 3] > 200 && Math.abs(data[i] - wanted[0]) < 8 && Math.abs(data[i + 1] - wanted[1]) < 8
+          && Math.abs(data[i + 2] - wanted[2]) < 8) count += 1;
+    }
+  }
+  return count;
+}
+"""
+
+
+def test_a_trial_of_one_point_per_metric_is_drawn(
+    page: Page, airflow: LocalAirflow, det: DetEnv, tmp_path: Path
+) -> None:
+    (tmp_path / "train.py").write_text(ONE_POINT)
+    config = {
+        "name": "ui-one-point",
+        "entrypoint": "python3 train.py",
+        "searcher": {"name": "single", "metric": "validation_loss", "max_length": {"batches": 10}},
+        "max_restarts": 0,
+    }
+    (tmp_path / "one.yaml").write_text(yaml.safe_dump(config))
+    answer = det.wait_experiment(det.create(tmp_path / "one.yaml", tmp_path), timeout=300)
+    assert answer["experiment"]["state"] == "COMPLETED", answer
+    (trial,) = answer["trials"]
+
+    page.goto(ui(airflow, f"trials/{trial['id']}"))
+    figures = page.get_by_test_id("metric-chart")
+    expect(figures).to_have_count(2)
+    for i in range(2):
+        figure = figures.nth(i)
+        expect(figure.locator("canvas").first).to_be_visible()
+        # The one point is a marker of the series' colour, not nothing.
+        wait_until(
+            lambda figure=figure: figure.evaluate_all(_COLOURED_PIXELS) > 10,
+            f"a marker drawn in {figure.get_attribute('data-metric')}'s chart",
+            timeout=30,
+        )
+    screenshot(page, "trial-one-point")

@@ -158,3 +158,31 @@ def test_the_master_client_comes_from_the_det_default_connection_in_the_environm
         assert client.session.retry_seconds == celery_config.HEARTBEAT_SECONDS
     finally:
         client.close()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://127.0.0.1:6379/0",
+        "redis://broker.internal:6379/0",
+        "rediss://broker.internal:6380/0",
+        "amqp://guest:guest@rabbit.internal//",
+        "amqp://rabbit.internal//",
+    ],
+)
+def test_a_broker_that_lets_anyone_in_is_named_with_the_fix(url: str) -> None:
+    problem = celery_config.broker_problem(url)
+    assert problem is not None
+    assert "broker_url" in problem
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://:s3cret@127.0.0.1:6379/0",
+        "rediss://det-workers:s3cret@broker.internal:6380/0",
+        "amqp://det:s3cret@rabbit.internal//",
+    ],
+)
+def test_a_broker_with_credentials_passes(url: str) -> None:
+    assert celery_config.broker_problem(url) is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 pytest.importorskip("airflow")
 
 from det_airflow import dagfactory  # noqa: E402
-from det_airflow.dagfactory import INVALID_DAG_ID, InvalidExperimentYAML, build_dags  # noqa: E402
+from det_airflow.dagfactory import INVALID_TASK_ID, build_dags  # noqa: E402
 
 CONST = """
 name: digits
@@ -91,7 +92,8 @@ def test_master_written_config_runs_once_and_starts_with_its_trial_slots(tmp_pat
     assert (nodes.partial_kwargs["pool"], nodes.partial_kwargs["pool_slots"]) == ("default_pool", 1)
     assert dag.task_dict["finalize"].experiment_id == 12
     assert dag.task_dict["finalize"].upstream_task_ids == {"trial", "trial_node"}
-    assert "Once" in type(dag.timetable).__name__
+    # No schedule: the master starts its one run; the scheduler never makes one that could race it.
+    assert dag.timetable.can_be_scheduled is False
 
 
 def test_a_master_written_dag_maps_the_trial_slots_the_master_counted(tmp_path: Path) -> None:
@@ -162,13 +164,14 @@ def test_invalid_experiment_yaml_is_reported_and_the_others_still_load(tmp_path:
     dags = build_dags(tmp_path)
 
     assert "det_good" in dags
-    with pytest.raises(
-        Exception, match=r"bad\.yaml: searcher\.max_trials: expected an integer >= 1, got 'ten'"
-    ):
-        dags["det_invalid_experiments"].validate()
+    # The bad YAML has a DAG of its own, tagged invalid, whose one task fails with the problem.
+    assert re.search(
+        r"bad\.yaml: searcher\.max_trials: expected an integer >= 1, got 'ten'",
+        invalid_message(dags, "det_bad"),
+    )
 
 
-def test_a_dropped_yaml_asking_its_runner_for_a_host_mount_is_an_import_error(tmp_path: Path) -> None:
+def test_a_dropped_yaml_asking_its_runner_for_a_host_mount_is_an_invalid_dag(tmp_path: Path) -> None:
     write(tmp_path / "good.yaml", CONST)
     write(
         tmp_path / "mount.yaml",
@@ -178,12 +181,11 @@ def test_a_dropped_yaml_asking_its_runner_for_a_host_mount_is_an_import_error(tm
 
     dags = build_dags(tmp_path)
 
-    assert "det_good" in dags and "det_mount" not in dags
-    with pytest.raises(
-        Exception,
-        match=r"mount\.yaml: bind_mounts\[0\]\.host_path: host path '/etc' is not allowed by the cluster's runner policy",
-    ):
-        dags[INVALID_DAG_ID].validate()
+    assert "det_good" in dags
+    assert re.search(
+        r"mount\.yaml: bind_mounts\[0\]\.host_path: host path '/etc' is not allowed by the cluster's runner policy",
+        invalid_message(dags, "det_mount"),
+    )
 
 
 def test_a_task_process_builds_only_its_own_dag(tmp_path: Path) -> None:
@@ -219,9 +221,18 @@ def ten_experiments(folder: Path) -> set[str]:
     return {f"det_good{i}" for i in range(10)}
 
 
-def invalid_message(dags: dict[str, object]) -> str:
-    with pytest.raises(InvalidExperimentYAML) as info:
-        dags[INVALID_DAG_ID].validate()  # type: ignore[attr-defined]
+def invalid_message(dags: dict[str, object], dag_id: str) -> str:
+    """The message of an invalid YAML's DAG: validated as Airflow does on a parse (it passes, so the
+    factory file has no import error), tagged invalid, its task failing with the message."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    dag = dags[dag_id]
+    dag.validate()  # type: ignore[attr-defined]
+    assert "invalid" in dag.tags  # type: ignore[attr-defined]
+    task = dag.task_dict[INVALID_TASK_ID]  # type: ignore[attr-defined]
+    with pytest.raises(AirflowFailException) as info:
+        task.execute({})
+    assert dag.description == str(info.value).splitlines()[0][:200]  # type: ignore[attr-defined]
     return str(info.value)
 
 
@@ -233,9 +244,8 @@ def test_one_poisoned_yaml_among_ten_fails_alone_with_its_message(tmp_path: Path
 
     dags = build_dags(tmp_path)
 
-    assert set(dags) == good | {INVALID_DAG_ID}
-    assert invalid_message(dags) == (
-        "invalid experiment YAML:\n"
+    assert set(dags) == good | {"det_poisoned"}
+    assert invalid_message(dags, "det_poisoned") == (
         f"{poisoned}: max_restarts: expected an integer between 0 and 2147483647, got 100000000000000000000"
     )
 
@@ -257,10 +267,10 @@ def test_an_unexpected_failure_while_building_one_experiment_spares_the_others(
 
     dags = build_dags(tmp_path)
 
-    assert set(dags) == good | {INVALID_DAG_ID}
+    assert set(dags) == good | {"det_poisoned"}
     assert (
         f"{poisoned}: cannot build the experiment DAG: OverflowError: int too large to convert to C int"
-        in (invalid_message(dags))
+        in invalid_message(dags, "det_poisoned")
     )
 
 
@@ -271,8 +281,10 @@ def test_an_unreadable_experiment_file_is_reported_and_the_others_load(tmp_path:
 
     dags = build_dags(tmp_path)
 
-    assert set(dags) == good | {INVALID_DAG_ID}
-    assert f"{dangling}: cannot build the experiment DAG: FileNotFoundError" in invalid_message(dags)
+    assert set(dags) == good | {"det_gone"}
+    assert f"{dangling}: cannot build the experiment DAG: FileNotFoundError" in invalid_message(
+        dags, "det_gone"
+    )
 
 
 BILLION_LAUGHS = (
@@ -283,16 +295,16 @@ BILLION_LAUGHS = (
 )
 
 
-def test_an_alias_bomb_is_refused_as_its_own_import_error(tmp_path: Path) -> None:
+def test_an_alias_bomb_is_refused_as_its_own_invalid_dag(tmp_path: Path) -> None:
     good = ten_experiments(tmp_path)
     bomb = write(tmp_path / "bomb.yaml", BILLION_LAUGHS)
 
     dags = build_dags(tmp_path)
 
-    assert set(dags) == good | {INVALID_DAG_ID}
+    assert set(dags) == good | {"det_bomb"}
     assert (
         f"{bomb}: refused YAML: it holds more than 100,000 values once its aliases (*name) are expanded"
-        in (invalid_message(dags))
+        in invalid_message(dags, "det_bomb")
     )
 
 
@@ -303,9 +315,10 @@ def test_a_dag_id_used_twice_is_reported_once_and_the_first_file_keeps_it(tmp_pa
 
     dags = build_dags(tmp_path)
 
-    assert set(dags) == {"det_same", INVALID_DAG_ID}
-    assert invalid_message(dags) == (
-        f"invalid experiment YAML:\n{second}: DAG id 'det_same' is already used by {first}; rename one file"
+    (other,) = set(dags) - {"det_same"}
+    assert other.startswith("det_same__")
+    assert invalid_message(dags, other) == (
+        f"{second}: DAG id 'det_same' is already used by {first}; rename one file"
     )
 
 
@@ -335,3 +348,12 @@ def test_det_settings_given_only_as_environment_variables_are_the_experiments_de
 
     trial = dag.get_task("trial")
     assert (trial.partial_kwargs["pool"], trial.partial_kwargs["queue"]) == ("gpu-a100", "gpus")
+
+
+def test_a_task_process_of_a_second_file_of_one_dag_id_builds_its_invalid_dag(tmp_path: Path) -> None:
+    write(tmp_path / "a" / "same.yaml", CONST)
+    write(tmp_path / "b" / "same.yaml", CONST)
+    (other,) = set(build_dags(tmp_path)) - {"det_same"}
+
+    assert list(build_dags(tmp_path, only_dag_id=other)) == [other]
+    assert list(build_dags(tmp_path, only_dag_id="det_same")) == ["det_same"]

@@ -13,7 +13,7 @@ pytest.importorskip("airflow")
 from airflow.sdk import Asset  # noqa: E402
 
 from det_airflow.config import config_to_dict, parse_config  # noqa: E402
-from det_airflow.dagfactory import INVALID_DAG_ID, build_dags  # noqa: E402
+from det_airflow.dagfactory import INVALID_TASK_ID, build_dags  # noqa: E402
 from det_airflow.errors import ConfigError  # noqa: E402
 
 BASE = {
@@ -76,11 +76,13 @@ def test_a_dropped_yaml_is_scheduled_on_its_assets(tmp_path: Path) -> None:
     assert dag.task_dict["finalize"].outlets == [Asset("det://experiments/det_digits", group="det")]
 
 
-def test_a_bad_schedule_is_an_import_error_naming_the_file(tmp_path: Path) -> None:
+def test_a_bad_schedule_is_an_invalid_dag_naming_the_file(tmp_path: Path) -> None:
+    from airflow.sdk.exceptions import AirflowFailException
+
     (tmp_path / "digits.yaml").write_text(YAML.format(schedule="mnist"))
 
-    dags = build_dags(tmp_path)
+    dag = build_dags(tmp_path)["det_digits"]
 
-    assert "det_digits" not in dags
-    with pytest.raises(Exception, match=r"digits.yaml.*airflow.schedule: expected an Asset URI"):
-        dags[INVALID_DAG_ID].validate()  # type: ignore[attr-defined]
+    assert "invalid" in dag.tags  # type: ignore[attr-defined]
+    with pytest.raises(AirflowFailException, match=r"digits.yaml.*airflow.schedule: expected an Asset URI"):
+        dag.task_dict[INVALID_TASK_ID].execute({})  # type: ignore[attr-defined]

@@ -65,8 +65,10 @@ def test_the_celery_config_names_executor_broker_result_backend_and_det_options(
     af = celery_home(tmp_path)
     cfg = read_cfg(af.home)
     assert cfg.get("core", "executor") == "CeleryExecutor"
+    assert af.celery is not None and af.celery.redis_password
     assert dict(cfg["celery"]) == {
-        "broker_url": "redis://127.0.0.1:6390/0",
+        # Redis asks a password only airflow.cfg's reader knows (trials run on this machine).
+        "broker_url": f"redis://:{af.celery.redis_password}@127.0.0.1:6390/0",
         "result_backend": f"db+{PG_URL}",
         "celery_config_options": "det_airflow.celery_config.DET_CELERY_CONFIG",
         # Twice the host's 3 slots, above the given 4: slots that start only to defer need room.
@@ -85,17 +87,27 @@ def test_the_celery_config_names_executor_broker_result_backend_and_det_options(
 def test_a_reloaded_home_knows_its_workers_and_redis(tmp_path: Path) -> None:
     af = celery_home(tmp_path, workers=3, host_slots=1)
     loaded = LocalAirflow.load(af.home)
-    assert loaded.celery == CeleryLayout(redis_port=6390, workers=celery_workers(3, 1))
+    assert af.celery is not None
+    password = af.celery.redis_password
+    assert loaded.celery == CeleryLayout(
+        redis_port=6390, workers=celery_workers(3, 1), redis_password=password
+    )
     commands = loaded.components()
     assert list(commands) == [
         "redis", "scheduler", "dag-processor", "triggerer", "api-server",
         "celery-worker-1", "celery-worker-2", "celery-worker-3",
     ]  # fmt: skip
+    # The password is in a file of the home's user alone, never on a command line others can read.
     assert commands["redis"] == [
-        "/usr/bin/redis-server", "--bind", "127.0.0.1", "--port", "6390",
+        "/usr/bin/redis-server", str(af.home / "redis" / "redis.conf"),
+        "--bind", "127.0.0.1", "--port", "6390",
         "--save", "", "--appendonly", "yes", "--appendfsync", "everysec",
         "--dir", str(af.home / "redis"),
     ]  # fmt: skip
+    assert password is not None and password not in " ".join(commands["redis"])
+    config = af.home / "redis" / "redis.conf"
+    assert f"requirepass {password}" in config.read_text().splitlines()
+    assert (config.stat().st_mode & 0o777, config.parent.stat().st_mode & 0o777) == (0o600, 0o700)
     assert commands["celery-worker-3"][:3] == [str(AIRFLOW_BIN), "celery", "worker"]
     assert loaded.postgres() is None  # the database was given, not the home's own
 
@@ -134,8 +146,10 @@ def test_local_mode_config_has_no_celery_pieces(tmp_path: Path) -> None:
 def test_reinit_keeps_the_redis_port(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(localairflow, "REDIS_SERVER", Path(sys.executable))
     home = celery_home(tmp_path).home
+    password = LocalAirflow.load(home).celery.redis_password  # type: ignore[union-attr]
     layout, url, opened = init_celery(home, workers=4, host_slots=2, sql_alchemy_conn=PG_URL)
     assert (layout.redis_port, len(layout.workers), url, opened) == (6390, 4, PG_URL, [])
+    assert layout.redis_password == password  # running workers keep their broker
 
 
 @pytest.mark.parametrize(("workers", "slots", "flag"), [(0, 2, "--workers"), (2, 0, "--host-slots")])

@@ -48,12 +48,17 @@ class Broker:
         self.proc.wait(timeout=20)
         self.proc = None
 
-    def command(self, *words: str) -> bytes:
-        """One command (Redis's inline protocol) and its reply, retried while Redis starts or loads."""
+    def command(self, *words: str, login: bool = True) -> bytes:
+        """One command (Redis's inline protocol) and its reply, after logging in with the home's
+        password unless ``login`` is False; retried while Redis starts or loads."""
+        assert self.af.celery is not None and self.af.celery.redis_password
         deadline = time.monotonic() + 20
         while True:
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=2) as s:
+                    if login:
+                        s.sendall(f"AUTH {self.af.celery.redis_password}\r\n".encode())
+                        assert s.recv(64) == b"+OK\r\n"
                     s.sendall(" ".join(words).encode() + b"\r\n")
                     reply = s.recv(4096)
             except OSError:
@@ -90,3 +95,13 @@ def test_queued_messages_outlive_a_restart_of_the_broker(broker: Broker, sig: si
     broker.start()
     assert broker.command("LRANGE", "default", "0", "-1") == b"*2\r\n$6\r\ntask-1\r\n$6\r\ntask-2\r\n"
     assert list((broker.af.home / "redis").iterdir()), "Redis keeps its data in the home"
+
+
+def test_the_broker_refuses_whoever_lacks_the_homes_password(broker: Broker) -> None:
+    """A process of this machine that reaches Redis, a trial among them, can neither take queued
+    tasks' messages nor put forged ones back without the password only airflow.cfg's reader has."""
+    broker.start()
+    assert broker.command("RPUSH", "default", "task-1") == b":1\r\n"
+    for words in (("BRPOP", "default", "1"), ("LRANGE", "default", "0", "-1"), ("RPUSH", "default", "x")):
+        assert broker.command(*words, login=False).startswith(b"-NOAUTH"), words
+    assert broker.command("LRANGE", "default", "0", "-1") == b"*1\r\n$6\r\ntask-1\r\n"

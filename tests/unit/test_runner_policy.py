@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -50,13 +51,16 @@ def test_host_path_and_storage_path_together_must_lie_under_a_root() -> None:
     assert fields({"checkpoint_storage": storage}) == ["checkpoint_storage.host_path"]
 
 
-def test_resolving_links_catches_a_link_out_of_an_allowed_folder(tmp_path: Path) -> None:
+def test_host_paths_are_judged_as_written_and_links_where_they_are_mounted(tmp_path: Path) -> None:
+    """The master cannot see a worker's folders: it judges the name. The Docker runner walks the
+    path on its host before the mount (tests/unit/operators/test_host_mounts.py)."""
     (tmp_path / "escape").symlink_to("/etc")
     cluster = settings.load({"checkpoint_storage_path": str(tmp_path)})
     config = {"airflow": {"trial_runner": "docker"}}
     mount = [{"host_path": str(tmp_path / "escape"), "container_path": "/x"}]
-    assert fields({**config, "bind_mounts": mount}, cluster) == []  # as the master sees the name
-    assert fields({**config, "bind_mounts": mount}, cluster, resolve=True) == ["bind_mounts[0].host_path"]
+    assert fields({**config, "bind_mounts": mount}, cluster) == []
+    outside = [{"host_path": str(tmp_path / "escape" / ".." / ".."), "container_path": "/x"}]
+    assert fields({**config, "bind_mounts": outside}, cluster) == ["bind_mounts[0].host_path"]
 
 
 def test_container_fields_are_judged_for_container_runners_only() -> None:
@@ -148,12 +152,12 @@ SECRET_REFERENCES: list[tuple[dict[str, Any], str, str | None]] = [
         {
             "spec": {
                 "volumes": [
-                    {"name": "cm", "configMap": {"name": "settings"}},
+                    {"name": "scratch", "emptyDir": {}},
                     {
                         "name": "p",
                         "projected": {
                             "sources": [
-                                {"configMap": {"name": "settings"}},
+                                {"downwardAPI": {"items": [{"path": "labels"}]}},
                                 {"secret": {"name": "det-trial-1-2-3"}},
                             ]
                         },
@@ -296,9 +300,9 @@ def test_a_pod_spec_naming_a_secret_is_refused_saying_which_setting_allows_it(
     assert check(normalized, CLUSTER) == [
         (
             f"environment.pod_spec.{path}",
-            f"{subject} is not allowed by the cluster's runner policy (its entry in allowed_pod_fields is "
-            "'secrets'; an admin may allow it in airflow.cfg [det] allowed_pod_fields, or for pool "
-            "'default_pool' in [det] pool_policies)",
+            f"{subject} is not allowed by the cluster's runner policy (a pod spec may name the Secrets of "
+            "allowed_secrets, or any with 'secrets' in allowed_pod_fields; an admin may allow it in "
+            "airflow.cfg [det] allowed_secrets, or for pool 'default_pool' in [det] pool_policies)",
         )
     ]
 
@@ -322,15 +326,281 @@ def test_an_admin_may_let_pod_specs_read_secrets_for_the_cluster_or_one_pool() -
 
 def test_harmless_pod_fields_pass() -> None:
     pod_spec = {
-        "metadata": {"labels": {"team": "vision"}},
+        "metadata": {"labels": {"team": "vision"}, "annotations": {"owner": "vision"}},
         "spec": {
             "nodeSelector": {"gpu": "a100"},
-            "tolerations": [{"key": "gpu", "operator": "Exists"}],
-            "securityContext": {"runAsUser": 1000, "runAsNonRoot": True},
-            "containers": [{"name": "c", "securityContext": {"allowPrivilegeEscalation": False}}],
+            "affinity": {"nodeAffinity": {}},
+            "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone"}],
+            "hostAliases": [{"ip": "10.0.0.5", "hostnames": ["data.internal"]}],
+            "terminationGracePeriodSeconds": 60,
+            "securityContext": {
+                "runAsUser": 1000,
+                "runAsNonRoot": True,
+                "fsGroupChangePolicy": "OnRootMismatch",
+                "seccompProfile": {"type": "RuntimeDefault"},
+                "appArmorProfile": {"type": "RuntimeDefault"},
+            },
+            "volumes": [
+                {"name": "scratch", "emptyDir": {"medium": "Memory"}},
+                {"name": "info", "downwardAPI": {"items": [{"path": "labels"}]}},
+                {"name": "p", "projected": {"sources": [{"downwardAPI": {}}, {"clusterTrustBundle": {}}]}},
+            ],
+            "containers": [
+                {
+                    "name": "c",
+                    "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True},
+                    "env": [{"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+                    "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
+                }
+            ],
         },
     }
     assert fields(kubernetes(pod_spec)) == []
+
+
+# --- the pod spec is an allow-list: volume types, variable sources and security fields ---
+
+# Volume types another team's data, the node's or the cloud's storage come through: each refused by
+# default, naming its path. (pod_spec volume, the type)
+VOLUME_TYPES: list[tuple[dict[str, Any], str]] = [
+    ({"persistentVolumeClaim": {"claimName": "team-b-datasets"}}, "persistentVolumeClaim"),
+    ({"nfs": {"server": "nfs.internal", "path": "/exports/team-b"}}, "nfs"),
+    (
+        {"csi": {"driver": "secrets-store.csi.k8s.io", "nodePublishSecretRef": {"name": "team-b-vault"}}},
+        "csi",
+    ),
+    ({"azureFile": {"secretName": "team-b-storage", "shareName": "models"}}, "azureFile"),
+    ({"gitRepo": {"repository": "https://git.internal/team-b/code.git"}}, "gitRepo"),
+    ({"iscsi": {"targetPortal": "10.0.0.9:3260", "iqn": "iqn.x", "lun": 0}}, "iscsi"),
+    ({"hostPath": {"path": "/var/run/docker.sock"}}, "hostPath"),
+    ({"cephfs": {"monitors": ["10.0.0.1"], "secretRef": {"name": "ceph"}}}, "cephfs"),
+    ({"rbd": {"monitors": ["10.0.0.1"], "image": "disk"}}, "rbd"),
+    ({"glusterfs": {"endpoints": "gluster", "path": "vol"}}, "glusterfs"),
+    ({"ephemeral": {"volumeClaimTemplate": {"spec": {"storageClassName": "fast"}}}}, "ephemeral"),
+    ({"image": {"reference": "registry.internal/team-b/weights:1"}}, "image"),
+    ({"awsElasticBlockStore": {"volumeID": "vol-123"}}, "awsElasticBlockStore"),
+    ({"fc": {"wwids": ["x"]}}, "fc"),
+    ({"flexVolume": {"driver": "x/y"}}, "flexVolume"),
+]
+
+
+def volumes(*sources: dict[str, Any]) -> dict[str, Any]:
+    return {"spec": {"volumes": [{"name": f"v{i}", **source} for i, source in enumerate(sources)]}}
+
+
+@pytest.mark.parametrize(("source", "kind"), VOLUME_TYPES, ids=[kind for _, kind in VOLUME_TYPES])
+def test_a_volume_type_the_policy_does_not_name_is_refused_by_its_path(
+    source: dict[str, Any], kind: str
+) -> None:
+    normalized = config_to_dict(parse_config({**BASE, **kubernetes(volumes({"emptyDir": {}}, source))}))
+    assert check(normalized, CLUSTER) == [
+        (
+            f"environment.pod_spec.spec.volumes[1].{kind}",
+            f"volume type {kind} is not allowed by the cluster's runner policy (an admin may allow it in "
+            "airflow.cfg [det] allowed_volume_types, or for pool 'default_pool' in [det] pool_policies)",
+        )
+    ]
+
+
+def test_volume_types_the_admin_names_pass_for_the_cluster_or_one_pool() -> None:
+    pod_spec = volumes(
+        {"persistentVolumeClaim": {"claimName": "team-a-datasets"}}, {"nfs": {"server": "n", "path": "/x"}}
+    )
+    cluster = settings.load(
+        {"checkpoint_storage_path": "/x/ckpt", "allowed_volume_types": "persistentVolumeClaim, nfs"}
+    )
+    assert fields(kubernetes(pod_spec), cluster) == []
+    in_pool = settings.load(
+        {
+            "checkpoint_storage_path": "/x/ckpt",
+            "pool_policies": '{"team-a": {"allowed_volume_types": ["persistentVolumeClaim", "nfs"]}}',
+        }
+    )
+    assert fields({**kubernetes(pod_spec), "resources": {"resource_pool": "team-a"}}, in_pool) == []
+    assert fields(kubernetes(pod_spec), in_pool) == [
+        "environment.pod_spec.spec.volumes[0].persistentVolumeClaim",
+        "environment.pod_spec.spec.volumes[1].nfs",
+    ]
+    # hostPath may still be allowed as the pod field it always was.
+    host = settings.load({"checkpoint_storage_path": "/x/ckpt", "allowed_pod_fields": "hostPath"})
+    assert fields(kubernetes(volumes({"hostPath": {"path": "/data"}})), host) == []
+
+
+def test_an_allowed_volume_type_still_names_only_allowed_secrets() -> None:
+    cluster = settings.load({"checkpoint_storage_path": "/x/ckpt", "allowed_volume_types": "csi,azureFile"})
+    pod_spec = volumes(
+        {"csi": {"driver": "d", "nodePublishSecretRef": {"name": "team-b-vault"}}},
+        {"azureFile": {"secretName": "team-b-storage", "shareName": "s"}},
+    )
+    assert fields(kubernetes(pod_spec), cluster) == [
+        "environment.pod_spec.spec.volumes[0].csi.nodePublishSecretRef",
+        "environment.pod_spec.spec.volumes[1].azureFile.secretName",
+    ]
+    named = settings.load(
+        {
+            "checkpoint_storage_path": "/x/ckpt",
+            "allowed_volume_types": "csi,azureFile",
+            "allowed_secrets": "team-b-*",
+        }
+    )
+    assert fields(kubernetes(pod_spec), named) == []
+
+
+CONFIG_MAP_REFERENCES: list[tuple[dict[str, Any], str]] = [
+    (volumes({"configMap": {"name": "team-b-settings"}}), "spec.volumes[0].configMap"),
+    (
+        volumes({"projected": {"sources": [{"configMap": {"name": "team-b-settings"}}]}}),
+        "spec.volumes[0].projected.sources[0].configMap",
+    ),
+    (
+        {"spec": {"containers": [{"name": "c", "envFrom": [{"configMapRef": {"name": "team-b-settings"}}]}]}},
+        "spec.containers[0].envFrom[0].configMapRef",
+    ),
+    (
+        {
+            "spec": {
+                "initContainers": [
+                    {
+                        "name": "c",
+                        "env": [
+                            {
+                                "name": "DB",
+                                "valueFrom": {"configMapKeyRef": {"name": "team-b-settings", "key": "db"}},
+                            }
+                        ],
+                    }
+                ]
+            }
+        },
+        "spec.initContainers[0].env[0].valueFrom.configMapKeyRef",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("pod_spec", "path"), CONFIG_MAP_REFERENCES, ids=[p for _, p in CONFIG_MAP_REFERENCES]
+)
+def test_a_config_map_the_admin_does_not_name_is_refused(pod_spec: dict[str, Any], path: str) -> None:
+    normalized = config_to_dict(parse_config({**BASE, **kubernetes(pod_spec)}))
+    assert check(normalized, CLUSTER) == [
+        (
+            f"environment.pod_spec.{path}",
+            "ConfigMap 'team-b-settings' is not allowed by the cluster's runner policy (an admin may allow "
+            "it in airflow.cfg [det] allowed_config_maps, or for pool 'default_pool' in [det] pool_policies)",
+        )
+    ]
+    named = settings.load({"checkpoint_storage_path": "/x/ckpt", "allowed_config_maps": "team-b-*"})
+    assert fields(kubernetes(pod_spec), named) == []
+
+
+def test_secrets_the_admin_names_pass_and_others_do_not() -> None:
+    pod_spec = {
+        "spec": {
+            "imagePullSecrets": [{"name": "team-a-registry"}, {"name": "team-b-registry"}],
+            "volumes": [{"name": "s", "secret": {"secretName": "team-a-keys"}}],
+            "containers": [{"name": "c", "envFrom": [{"secretRef": {"name": "team-a-env"}}]}],
+        }
+    }
+    cluster = settings.load({"checkpoint_storage_path": "/x/ckpt", "allowed_secrets": "team-a-*"})
+    assert fields(kubernetes(pod_spec), cluster) == ["environment.pod_spec.spec.imagePullSecrets[1]"]
+    assert fields(kubernetes(pod_spec)) == [
+        "environment.pod_spec.spec.imagePullSecrets[0]",
+        "environment.pod_spec.spec.imagePullSecrets[1]",
+        "environment.pod_spec.spec.volumes[0].secret",
+        "environment.pod_spec.spec.containers[0].envFrom[0].secretRef",
+    ]
+
+
+SECURITY_FIELDS: list[tuple[dict[str, Any], str]] = [
+    (
+        {"spec": {"securityContext": {"supplementalGroups": [1000]}}},
+        "spec.securityContext.supplementalGroups",
+    ),
+    (
+        {"spec": {"securityContext": {"seLinuxOptions": {"level": "s0:c123,c456"}}}},
+        "spec.securityContext.seLinuxOptions",
+    ),
+    (
+        {"spec": {"securityContext": {"appArmorProfile": {"type": "Unconfined"}}}},
+        "spec.securityContext.appArmorProfile.type",
+    ),
+    (
+        in_container({"appArmorProfile": {"type": "Localhost", "localhostProfile": "x"}}),
+        "spec.containers[0].securityContext.appArmorProfile.type",
+    ),
+    (
+        in_container({"seccompProfile": {"type": "Localhost", "localhostProfile": "x.json"}}),
+        "spec.containers[0].securityContext.seccompProfile.type",
+    ),
+    (
+        {"spec": {"securityContext": {"sysctls": [{"name": "kernel.shm_rmid_forced", "value": "0"}]}}},
+        "spec.securityContext.sysctls",
+    ),
+    (
+        in_container({"seLinuxOptions": {"type": "spc_t"}}),
+        "spec.containers[0].securityContext.seLinuxOptions",
+    ),
+    (
+        in_container({"windowsOptions": {"hostProcess": True}}),
+        "spec.containers[0].securityContext.windowsOptions",
+    ),
+    ({"spec": {"runtimeClassName": "unsandboxed"}}, "spec.runtimeClassName"),
+    ({"spec": {"tolerations": [{"key": "node-role.kubernetes.io/control-plane"}]}}, "spec.tolerations"),
+    ({"spec": {"schedulerName": "no-quota-scheduler"}}, "spec.schedulerName"),
+    (
+        {"spec": {"resourceClaims": [{"name": "gpu", "resourceClaimName": "team-b-gpu"}]}},
+        "spec.resourceClaims",
+    ),
+    (
+        {"metadata": {"annotations": {"container.apparmor.security.beta.kubernetes.io/c": "unconfined"}}},
+        "metadata.annotations['container.apparmor.security.beta.kubernetes.io/c']",
+    ),
+]
+
+
+@pytest.mark.parametrize(("pod_spec", "path"), SECURITY_FIELDS, ids=[p for _, p in SECURITY_FIELDS])
+def test_security_and_placement_fields_are_refused_unless_allowed(
+    pod_spec: dict[str, Any], path: str
+) -> None:
+    assert fields(kubernetes(pod_spec)) == [f"environment.pod_spec.{path}"]
+    problem = check(config_to_dict(parse_config({**BASE, **kubernetes(pod_spec)})), CLUSTER)[0][1]
+    entry = re.search(r"its entry in allowed_pod_fields is '(\w+)'", problem)
+    assert entry, problem
+    allowing = settings.load({"checkpoint_storage_path": "/x/ckpt", "allowed_pod_fields": entry.group(1)})
+    assert fields(kubernetes(pod_spec), allowing) == []
+
+
+def test_a_field_the_policy_does_not_know_is_refused() -> None:
+    pod_spec = {
+        "spec": {
+            "futureHostAccess": True,
+            "securityContext": {"hostNamespaces": True},
+            "volumes": [{"name": "p", "projected": {"sources": [{"podCertificate": {"signerName": "x"}}]}}],
+        }
+    }
+    assert fields(kubernetes(pod_spec)) == [
+        "environment.pod_spec.spec.futureHostAccess",
+        "environment.pod_spec.spec.securityContext.hostNamespaces",
+        "environment.pod_spec.spec.volumes[0].projected.sources[0].podCertificate",
+    ]
+
+
+def test_a_sidecars_image_is_judged_as_the_trials_is() -> None:
+    strict = settings.load({"checkpoint_storage_path": "/x/ckpt", "allowed_images": "registry.example/*"})
+    pod_spec = {
+        "spec": {
+            "containers": [
+                {"name": "determined-container", "image": "ignored/by-ours"},
+                {"name": "forwarder", "image": "registry.example/fluent-bit:3"},
+                {"name": "miner", "image": "evil/miner:1"},
+            ]
+        }
+    }
+    config = {
+        **kubernetes(pod_spec),
+        "environment": {**kubernetes(pod_spec)["environment"], "image": "registry.example/t:1"},
+    }
+    assert fields(config, strict) == ["environment.pod_spec.spec.containers[2].image"]
 
 
 @pytest.mark.parametrize(

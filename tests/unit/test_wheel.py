@@ -3,17 +3,33 @@ provider entry points, and every module (the mapped operators/, launchers/, plug
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_the_wheel_carries_the_ui_bundle_and_airflow_s_entry_points(tmp_path: Path) -> None:
+#: What a build never reads: environments, caches, dependencies, an earlier build's output (whose
+#: build/lib would hide a module the package list leaves out).
+_NOT_SOURCES = shutil.ignore_patterns(
+    ".git", ".venv", ".airflow", "build", "dist", "node_modules", "__pycache__", "*.egg-info", "tests",
+    ".mypy_cache", ".ruff_cache", ".pytest_cache", "test-results", "mutants",
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel of a copy of the tree as it is, built as `make wheel` builds it."""
     bundle = ROOT / "plugins/webui/static/index.html"
     assert bundle.is_file(), "build the web UI first (`make ui`): a wheel without it has no pages"
+    source = tmp_path_factory.mktemp("source") / "det-airflow"
+    shutil.copytree(ROOT, source, ignore=_NOT_SOURCES)
+    out = tmp_path_factory.mktemp("wheel")
     subprocess.run(
         [
             sys.executable,
@@ -24,14 +40,17 @@ def test_the_wheel_carries_the_ui_bundle_and_airflow_s_entry_points(tmp_path: Pa
             "--no-build-isolation",
             "-q",
             "-w",
-            str(tmp_path),
-            str(ROOT),
+            str(out),
+            str(source),
         ],
         check=True,
         capture_output=True,
     )
-    (wheel,) = tmp_path.glob("det_airflow-*.whl")
+    (built,) = out.glob("det_airflow-*.whl")
+    return built
 
+
+def test_the_wheel_carries_the_ui_bundle_and_airflow_s_entry_points(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
         (entry_points,) = (n for n in names if n.endswith(".dist-info/entry_points.txt"))
@@ -48,3 +67,25 @@ def test_the_wheel_carries_the_ui_bundle_and_airflow_s_entry_points(tmp_path: Pa
     assert "det = det_airflow.webui.plugin:DetPlugin" in declared
     assert "provider_info = det_airflow.provider:get_provider_info" in declared
     assert "det = det_airflow.cli.main:main" in declared
+
+
+def _tree_modules() -> set[str]:
+    """Every module of the tree as the wheel names it: det_airflow/ and the folders mapped into it."""
+    mapped = {"det_airflow": "det_airflow", "operators": "det_airflow/operators",
+              "launchers": "det_airflow/launchers", "plugins/webui": "det_airflow/webui"}  # fmt: skip
+    found = set()
+    for folder, package in mapped.items():
+        for path in (ROOT / folder).rglob("*.py"):
+            relative = path.relative_to(ROOT / folder)
+            if {"__pycache__", "node_modules", "ui"} & set(relative.parts):
+                continue
+            found.add(f"{package}/{relative.as_posix()}")
+    return found
+
+
+def test_every_module_of_the_tree_is_in_the_wheel(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as archive:
+        names = {n for n in archive.namelist() if n.endswith(".py")}
+    tree = _tree_modules()
+    assert len(tree) > 250
+    assert sorted(tree - names) == [], "modules of the tree missing from the wheel"

@@ -30,8 +30,8 @@ def test_a_model_is_created_a_checkpoint_registered_and_both_listed(det: Any, cl
     created = det("model", "create", "mnist", "--description", "digits")
     assert created.code == 0, created.err
     header, rows = _table(created.out)
-    assert header[:3] == ["ID", "Name", "Description"]
-    assert rows[0][:3] == ["1", "mnist", "digits"]
+    assert header[:4] == ["ID", "Name", "Owner", "Description"]
+    assert rows[0][:4] == ["1", "mnist", "alice", "digits"]
 
     registered = det("model", "register-version", "mnist", UUID)
     assert registered.code == 0, registered.err
@@ -42,8 +42,8 @@ def test_a_model_is_created_a_checkpoint_registered_and_both_listed(det: Any, cl
     assert '"loss": 0.5' in version_table
 
     header, rows = _table(det("model", "list").out)
-    assert header == ["ID", "Name", "Creation Time", "Last Updated Time", "Metadata"]
-    assert [row[:2] for row in rows] == [["1", "mnist"]]
+    assert header == ["ID", "Name", "Owner", "Creation Time", "Last Updated Time", "Metadata"]
+    assert [row[:3] for row in rows] == [["1", "mnist", "alice"]]
     listed = json.loads(det("m", "list-versions", "mnist", "--json").out)
     assert [v["checkpoint"]["uuid"] for v in listed["model_versions"]] == [UUID]
     described = det("model", "describe", "mnist")
@@ -55,12 +55,35 @@ def test_bad_input_gets_one_clear_line(det: Any, cluster: Cluster) -> None:
     assert det("model", "create", "mnist").code == 0
     again = det("model", "create", "mnist")
     assert again.code == 1
-    assert "a model named 'mnist' already exists" in again.err and again.err.count("\n") == 1
+    assert "'alice' already has a model named 'mnist'" in again.err and again.err.count("\n") == 1
     unknown = det("model", "register-version", "mnist", "no-such-uuid")
     assert unknown.code == 1
     assert "checkpoint no-such-uuid not found" in unknown.err and unknown.err.count("\n") == 1
     missing = det("model", "describe", "other")
     assert missing.code == 1 and "model 'other' not found" in missing.err
+
+
+def test_another_users_model_is_read_with_owner_and_never_changed(det: Any, cluster: Cluster) -> None:
+    _checkpoint(cluster)
+    assert det("model", "create", "resnet").code == 0
+    assert det("model", "register-version", "resnet", UUID).code == 0
+    cluster.login("bob")
+    refused = det("model", "register-version", "resnet", UUID)
+    assert refused.code == 1
+    assert refused.err == (
+        "Error: permission denied: user 'bob' may not register a version of model 'resnet': it belongs "
+        "to 'alice'; only its owner or an admin may\n"
+    )
+    # His own model of that name is his; alice's stays hers, read with --owner.
+    assert det("model", "create", "resnet").code == 0
+    header, rows = _table(det("model", "list").out)
+    assert sorted(row[1:3] for row in rows) == [["resnet", "alice"], ["resnet", "bob"]]
+    hers = det("model", "describe", "resnet", "--owner", "alice")
+    assert hers.code == 0 and UUID in hers.out and _table(hers.out.split("\n\n")[0])[1][0][2] == "alice"
+    cluster.login("viewer")
+    ambiguous = det("model", "describe", "resnet")
+    assert ambiguous.code == 1 and ambiguous.err.count("\n") == 1
+    assert "say whose (the CLI's --owner" in ambiguous.err
 
 
 def test_user_code_uses_determineds_client_for_the_registry(

@@ -185,7 +185,7 @@ def test_continue_creates_a_warm_started_experiment(det: Any, master: FakeMaster
     ("args", "message"),
     [
         (["token", "list"], "Airflow keeps no list of the tokens"),
-        (["token", "revoke", "3"], "cannot revoke one"),
+        (["token", "describe", "3"], "Airflow keeps no list of the tokens"),
         (["user", "activate", "bob"], "users are Airflow's"),
         (["user", "rename", "bob", "rob"], "simple_auth_manager_users"),
         (["u", "edit", "bob", "--active", "false"], "users are Airflow's"),

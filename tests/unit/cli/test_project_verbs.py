@@ -76,3 +76,21 @@ def test_bad_input_gets_one_clear_line(det: Any, cluster: Cluster) -> None:
     assert others.code == 1 and "it belongs to 'bob'" in others.err and others.err.count("\n") == 1
     usage = det("e", "move", str(experiment_id), "Uncategorized")
     assert usage.code == 2
+
+
+def test_moving_into_another_users_project_is_refused_in_one_line(det: Any, cluster: Cluster) -> None:
+    bobs = cluster.people.add_experiment(owner="bob")
+    cluster.login("admin")
+    assert det("workspace", "create", "research").code == 0
+    cluster.login("alice")
+    assert det("p", "create", "research", "vision").code == 0
+    cluster.login("bob")
+    refused = det("e", "move", str(bobs), "research", "vision")
+    assert refused.code == 1
+    assert refused.err == (
+        f"Error: permission denied: user 'bob' may not move experiment {bobs} into project 'vision' of "
+        "workspace 'research': it belongs to 'alice', its workspace 'research' to 'admin'; only they or "
+        "an admin may\n"
+    )
+    header, rows = _table(det("project", "list", "research").out)
+    assert rows == [["2", "vision", "", "0", "0"]]

@@ -269,6 +269,18 @@ def test_permission_denied(det: Any, real_master: RealMaster, as_user: Any) -> N
     assert _state(det, n) == ("ACTIVE", "False")
 
 
+def test_user_list_under_the_simple_auth_manager_says_where_users_are(
+    det: Any, real_master: RealMaster, as_user: Any
+) -> None:
+    """Airflow answers an unknown path with its web UI's page: that is no user list, and no error."""
+    as_user("carol")
+    result = det("user", "list")
+    assert result.code == 0, result.err
+    assert "carol" in result.out
+    assert "[core] simple_auth_manager_users" in result.err
+    assert "JSON" not in result.err
+
+
 def test_create_with_the_same_request_id_makes_one_experiment(real_master: RealMaster, as_user: Any) -> None:
     as_user("carol")
     client = api_user.connect(real_master.url)
@@ -299,3 +311,42 @@ def test_token_refused_after_a_new_jwt_secret_is_renewed_from_env(
     assert det("e", "list").code == 0
     assert det("user", "whoami").out == "You are logged in as user 'carol'\n"
     assert api_user.load_login(real_master.url).token != stale  # type: ignore[union-attr]
+
+
+def test_logout_revokes_the_token_through_airflows_logout(
+    det: Any, real_master: RealMaster, as_user: Any
+) -> None:
+    as_user("carol")
+    token = api_user.load_login(real_master.url).token  # type: ignore[union-attr]
+    me = f"{real_master.url}/det/api/v1/me"
+    assert httpx.get(me, headers={"Authorization": f"Bearer {token}"}).status_code == 200
+    result = det("user", "logout")
+    assert result.code == 0, result.err
+    assert result.err == ""
+    assert api_user.load_login(real_master.url) is None
+    # A copy of the token, kept anywhere, no longer works: not on det's API, not on Airflow's.
+    assert httpx.get(me, headers={"Authorization": f"Bearer {token}"}).json() == {
+        "detail": "Invalid JWT token"
+    }
+    dags = f"{real_master.url}/api/v2/dags"
+    assert httpx.get(dags, headers={"Authorization": f"Bearer {token}"}).json() == {
+        "detail": "Invalid JWT token"
+    }
+
+
+def test_token_revoke_takes_the_token_and_the_master_refuses_it_after(
+    det: Any, real_master: RealMaster, as_user: Any
+) -> None:
+    as_user("carol")
+    other = api_user.login(real_master.url, "carol", real_master.password("carol"))
+    me = f"{real_master.url}/det/api/v1/me"
+    result = det("token", "revoke", other)
+    assert (result.code, result.out, result.err) == (0, "Token revoked\n", "")
+    assert httpx.get(me, headers={"Authorization": f"Bearer {other}"}).status_code == 403
+    # The stored login is another token of carol's: it still works.
+    assert det("user", "whoami").out == "You are logged in as user 'carol'\n"
+    again = det("token", "revoke", other)
+    assert (again.code, again.err) == (
+        1,
+        "Error: det token revoke: the master does not accept this token (expired, or not its own)\n",
+    )

@@ -35,34 +35,58 @@ def test_a_template_is_set_listed_described_and_removed(det: Any, cluster: Clust
     assert (result.code, result.out) == (0, "Set template base\n"), result.err
 
     header, rows = _table(det("template", "list").out)
-    assert header == ["Name", "Owner", "Updated", "Fields"]
-    assert rows == [["base", "alice", rows[0][2], "resources, max_restarts, environment"]]
+    assert header == ["Name", "Owner", "Shared", "Updated", "Fields"]
+    assert rows == [["base", "alice", "False", rows[0][3], "resources, max_restarts, environment"]]
     detailed = det("tpl", "ls", "-d").out
     assert "Config" in detailed and "max_restarts: 9" in detailed
 
     described = det("template", "describe", "base")
     assert described.code == 0
+    assert described.out.splitlines()[0] == "# template base of alice"
     assert yaml.safe_load(described.out) == yaml.safe_load(TEMPLATE)
 
     removed = det("template", "remove", "base")
     assert (removed.code, removed.out) == (0, "Removed template base\n")
     gone = det("template", "describe", "base")
     assert gone.code == 1
-    assert "template 'base' not found" in gone.err and gone.err.count("\n") == 1
+    assert "template 'base' not found among yours or the shared ones" in gone.err
+    assert gone.err.count("\n") == 1
 
 
-def test_another_user_sees_the_template_with_its_secrets_masked(
+def test_another_users_template_is_not_seen_nor_used_and_a_shared_one_is_seen_whole(
     det: Any, cluster: Cluster, tmp_path: Path
 ) -> None:
-    path = tmp_path / "base.yaml"
-    path.write_text(TEMPLATE)
-    assert det("template", "set", "base", str(path)).code == 0
+    (tmp_path / "base.yaml").write_text(TEMPLATE)
+    (tmp_path / "exp.yaml").write_text(CONFIG)
+    assert det("template", "set", "base", str(tmp_path / "base.yaml")).code == 0
+    cluster.login("bob")
+    unseen = det("template", "describe", "base")
+    assert unseen.code == 1
+    assert unseen.err == "Error: template 'base' not found among yours or the shared ones\n"
+    theirs = det("template", "describe", "base", "--owner", "alice")
+    assert theirs.code == 1
+    assert theirs.err == (
+        "Error: permission denied: user 'bob' may not read template 'base' of 'alice': a personal "
+        "template is its owner's (and admins')\n"
+    )
+    unused = det("e", "create", str(tmp_path / "exp.yaml"), "--template", "base")
+    assert unused.code == 1 and "template 'base' not found" in unused.err
+
+    not_admin = det("template", "set", "--shared", "base", str(tmp_path / "base.yaml"))
+    assert not_admin.code == 1
+    assert not_admin.err == (
+        "Error: permission denied: user 'bob' may not set shared template 'base': only admins manage "
+        "shared templates\n"
+    )
+    cluster.login("admin")
+    shared = det("template", "set", "--shared", "base", str(tmp_path / "base.yaml"))
+    assert (shared.code, shared.out) == (0, "Set shared template base\n"), shared.err
     cluster.login("bob")
     described = det("template", "describe", "base")
-    assert described.code == 0 and "template-secret" not in described.out
-    refused = det("template", "set", "base", str(path))
-    assert refused.code == 1
-    assert "belongs to 'alice'" in refused.err and refused.err.count("\n") == 1
+    assert described.out.splitlines()[0] == "# shared template base"
+    assert "TOKEN=template-secret" in described.out  # what his trials get, in full
+    assert det("e", "create", str(tmp_path / "exp.yaml"), "--template", "base").code == 0
+    assert cluster.people.experiment(1).config["max_restarts"] == 9
 
 
 def test_an_experiment_created_with_a_template_gets_both_configs(

@@ -58,7 +58,10 @@ def test_a_trigger_the_cli_cannot_read_is_refused(text: str) -> None:
         parse_trigger(text)
 
 
-def test_a_webhook_is_created_listed_and_deleted(det: Any, cluster: Cluster) -> None:
+def test_a_webhook_is_created_listed_and_deleted(
+    det: Any, cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIRFLOW__DET__WEBHOOK_ALLOWED_HOSTS", "127.0.0.1")  # the admin allows loopback
     made = det(
         "webhook",
         "create",

@@ -3,6 +3,8 @@ records one CUSTOM webhook event for it; the master is the real app on SQLite be
 
 from __future__ import annotations
 
+import pytest
+
 from det_airflow.api.runtime import RuntimeClient
 from det_airflow.core import DistributedContext
 from det_airflow.core._context import Context
@@ -13,7 +15,11 @@ from tests.unit.master.people_app import people  # noqa: F401
 from tests.unit.operators.test_kubernetes_context import TOKEN, MasterOverHttp, add_trial
 
 
-def test_an_alert_becomes_an_event_of_the_custom_webhooks(creator: Creator) -> None:  # noqa: F811
+def test_an_alert_becomes_an_event_of_the_custom_webhooks(
+    creator: Creator,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("AIRFLOW__DET__WEBHOOK_ALLOWED_HOSTS", "127.0.0.1")  # the admin allows loopback
     people_app = creator.people
     made = people_app.call(
         "admin",

@@ -18,11 +18,11 @@ from airflow.utils.types import DagRunTriggeredByType, DagRunType
 from sqlalchemy import delete, select, update
 
 from det_airflow.master import housekeeping, trial_logs, trials
+from det_airflow.master.airflow_bridge import experiment_run_id
 from tests.unit.master import test_publish_dag
 from tests.unit.master.creating import Creator
 
 airflow_db = test_publish_dag.airflow_db  # Airflow's whole schema, and the factory
-RUN_ID = "scheduled__2026-01-01"
 ONE_TRIAL = """
 name: behind
 entrypoint: python3 train.py
@@ -40,17 +40,19 @@ def _running_trial(creator: Creator, max_restarts: int) -> tuple[int, int, str]:
         if session.scalar(select(LogTemplate.id)) is None:
             session.add(LogTemplate(filename="{{ ti.task_id }}.log", elasticsearch_id="{{ ti.task_id }}"))
             session.flush()
-        dag = SerializedDagModel.get_dag(dag_id, session=session)
-        assert dag is not None
-        dag.create_dagrun(
-            run_id=RUN_ID,
-            run_after=datetime.now(UTC),
-            run_type=DagRunType.SCHEDULED,
-            triggered_by=DagRunTriggeredByType.TEST,
-            state=DagRunState.RUNNING,
-            session=session,
-        )
-        session.flush()
+        # The master started the DAG's one run as it wrote the DAG, unless it could not then.
+        if session.scalar(select(DagRun.id).where(DagRun.dag_id == dag_id)) is None:
+            dag = SerializedDagModel.get_dag(dag_id, session=session)
+            assert dag is not None
+            dag.create_dagrun(
+                run_id=experiment_run_id(dag_id),
+                run_after=datetime.now(UTC),
+                run_type=DagRunType.MANUAL,
+                triggered_by=DagRunTriggeredByType.TEST,
+                state=DagRunState.RUNNING,
+                session=session,
+            )
+        session.execute(update(DagRun).where(DagRun.dag_id == dag_id).values(state=DagRunState.RUNNING))
         session.flush()
         # Slot 0's task runs: its first try asks the master for a trial.
         session.execute(
@@ -59,7 +61,13 @@ def _running_trial(creator: Creator, max_restarts: int) -> tuple[int, int, str]:
             .values(state=TaskInstanceState.RUNNING, try_number=1)
         )
         session.commit()
-    task = {"dag_id": dag_id, "run_id": RUN_ID, "task_id": "trial", "map_index": 0, "try_number": 1}
+    task = {
+        "dag_id": dag_id,
+        "run_id": experiment_run_id(dag_id),
+        "task_id": "trial",
+        "map_index": 0,
+        "try_number": 1,
+    }
     with creator.people.db.begin() as conn:
         acquired = trials.acquire(conn, e, 0, task, dry_run=False)
     assert acquired["status"] == "run", acquired
@@ -98,7 +106,10 @@ def test_a_trial_task_set_failed_through_airflow_ends_the_trial_past_its_restart
 
     assert [trial["state"] for trial in seen["trials"]] == ["ERROR"]
     assert seen["experiment"]["state"] == "ERROR"
-    assert any(f"its task {dag_id}/{RUN_ID}/trial/0 ended failed" in line for line in _logs(airflow_db, t))
+    assert any(
+        f"its task {dag_id}/{experiment_run_id(dag_id)}/trial/0 ended failed" in line
+        for line in _logs(airflow_db, t)
+    )
 
 
 def test_a_trial_task_cleared_through_airflow_requeues_the_trial_for_the_next_try(
@@ -115,7 +126,13 @@ def test_a_trial_task_cleared_through_airflow_requeues_the_trial_for_the_next_tr
     assert seen["experiment"]["state"] == "ACTIVE"
     assert any("was cleared through Airflow's API or UI" in line for line in _logs(airflow_db, t))
     # The cleared task's next try runs it again.
-    task = {"dag_id": dag_id, "run_id": RUN_ID, "task_id": "trial", "map_index": 0, "try_number": 2}
+    task = {
+        "dag_id": dag_id,
+        "run_id": experiment_run_id(dag_id),
+        "task_id": "trial",
+        "map_index": 0,
+        "try_number": 2,
+    }
     with airflow_db.people.db.begin() as conn:
         again = trials.acquire(conn, e, 0, task, dry_run=False)
     assert (again["status"], again["trial"].id, again["trial"].state) == ("run", t, "STARTING")
@@ -145,7 +162,7 @@ def test_an_experiment_whose_dag_run_was_deleted_through_airflow_ends_in_error(
 
     assert [trial["state"] for trial in seen["trials"]] == ["ERROR"]
     assert seen["experiment"]["state"] == "ERROR"
-    why = f"its DAG run '{RUN_ID}' is gone from Airflow (deleted through its API or UI)"
+    why = f"its DAG run '{experiment_run_id(dag_id)}' is gone from Airflow (deleted through its API or UI)"
     assert seen["experiment"]["error"] == why
     answer = airflow_db.people.call("alice", "GET", f"/trials/{t}")
     assert answer.json()["trial"]["state"] == "ERROR"
@@ -165,5 +182,5 @@ def test_an_experiment_whose_dag_run_was_ended_through_airflow_ends_in_error(
     assert seen["experiment"]["state"] == "ERROR"
     assert (
         seen["experiment"]["error"]
-        == f"its DAG run '{RUN_ID}' was ended in Airflow before the experiment ended"
+        == f"its DAG run '{experiment_run_id(dag_id)}' was ended in Airflow before the experiment ended"
     )

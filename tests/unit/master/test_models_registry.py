@@ -1,23 +1,49 @@
 """The model registry on the master's own routes (SQLite, Airflow's simple auth manager): models and
-versions made, read, edited and refused, and the checkpoints a version keeps from every deletion."""
+versions made, read, edited and refused; a model is its owner's, and its name too; the checkpoints a
+version keeps from every deletion."""
 
 from __future__ import annotations
 
-from sqlalchemy import update
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, text, update
 
 from det_airflow.master import checkpoint_gc, schema
+from tests.unit.master.older_schema import database_at
 from tests.unit.master.people_app import People, people
 
 __all__ = ["people"]  # the fixture, used here
 
 UUID = "c0ffee00-0000-4000-8000-000000000001"
+BOBS_UUID = "c0ffee00-0000-4000-8000-0000000000b0"
 
 
-def _experiment_with_checkpoint(people: People, *, owner: str = "alice", state: str = "COMPLETED") -> int:
+def _experiment_with_checkpoint(
+    people: People, *, owner: str = "alice", state: str = "COMPLETED", uuid: str = UUID
+) -> int:
     experiment_id = people.add_experiment(owner=owner, state=state)
     trial_id = people.add_trial(experiment_id, state=state)
-    people.add_checkpoint(trial_id, UUID)
+    people.add_checkpoint(trial_id, uuid)
     return trial_id
+
+
+def _alices_model_with_a_version(people: People) -> None:
+    """Alice's model ``resnet`` with her checkpoint as version 1; bob has a checkpoint of his own."""
+    _experiment_with_checkpoint(people)
+    _experiment_with_checkpoint(people, owner="bob", uuid=BOBS_UUID)
+    made = people.call("alice", "POST", "/models", json={"name": "resnet", "description": "alice's"})
+    assert made.status_code == 200, made.text
+    registered = people.call("alice", "POST", "/models/resnet/versions", json={"checkpoint_uuid": UUID})
+    assert registered.status_code == 200, registered.text
+
+
+def _model(people: People, user: str, path: str = "/models/resnet", **params: Any) -> dict[str, Any]:
+    answer = people.call(user, "GET", f"{path}/versions", params=params)
+    assert answer.status_code == 200, answer.text
+    return dict(answer.json())
 
 
 def test_a_model_is_created_listed_and_gets_a_checkpoint_as_version_1(people: People) -> None:
@@ -64,7 +90,7 @@ def test_labels_notes_and_descriptions_are_edited_on_models_and_versions(people:
     )
 
     changed = people.call(
-        "bob",
+        "alice",
         "PATCH",
         "/models/mnist",
         json={"description": "digits", "labels": ["prod"], "notes": "# mnist"},
@@ -83,10 +109,10 @@ def test_bad_input_is_refused_with_what_is_wrong(people: People) -> None:
     _experiment_with_checkpoint(people)
     assert people.call("alice", "POST", "/models", json={"name": "mnist"}).status_code == 200
 
-    duplicate = people.call("bob", "POST", "/models", json={"name": "mnist"})
+    duplicate = people.call("alice", "POST", "/models", json={"name": "mnist"})
     assert (duplicate.status_code, duplicate.json()["detail"]) == (
         400,
-        "a model named 'mnist' already exists",
+        "'alice' already has a model named 'mnist'",
     )
     slash = people.call("alice", "POST", "/models", json={"name": "a/b"})
     assert slash.status_code == 400 and "no '/'" in slash.json()["detail"]
@@ -110,21 +136,92 @@ def test_who_may_do_what(people: People) -> None:
         "user 'viewer' may not create model 'mnist': needs the right to create DAG runs"
     )
     assert people.call("dave", "POST", "/models", json={"name": "mnist"}).status_code == 200
+    # A version only from a checkpoint the caller may read, even into their own model.
     unreadable = people.call("dave", "POST", "/models/mnist/versions", json={"checkpoint_uuid": UUID})
     assert unreadable.status_code == 403
     assert "may not register a checkpoint of experiment 1" in unreadable.json()["detail"]
+    assert people.call("alice", "POST", "/models", json={"name": "mnist"}).status_code == 200
     assert (
         people.call("alice", "POST", "/models/mnist/versions", json={"checkpoint_uuid": UUID}).status_code
         == 200
     )
 
-    not_owner = people.call("bob", "DELETE", "/models/mnist/versions/1")
+    not_owner = people.call("bob", "DELETE", "/models/mnist/versions/1", params={"owner": "alice"})
     assert not_owner.status_code == 403 and "belongs to 'alice'" in not_owner.json()["detail"]
     assert people.call(None, "GET", "/models").status_code == 401
     assert people.call("alice", "DELETE", "/models/mnist/versions/1").status_code == 200
-    assert people.call("bob", "DELETE", "/models/mnist").status_code == 403
-    assert people.call("dave", "DELETE", "/models/mnist").status_code == 200
+    assert people.call("bob", "DELETE", "/models/mnist", params={"owner": "alice"}).status_code == 403
+    assert people.call("dave", "DELETE", "/models/mnist").status_code == 200  # dave's own
+    assert people.call("admin", "DELETE", "/models/mnist", params={"owner": "alice"}).status_code == 200
     assert people.call("alice", "GET", "/models").json()["models"] == []
+
+
+def test_only_the_models_owner_or_an_admin_changes_the_model_or_its_versions(people: People) -> None:
+    _alices_model_with_a_version(people)
+    before = _model(people, "alice")
+
+    # Bob may read bob's checkpoint, yet may not make it alice's latest version, nor change hers.
+    attempts = [
+        ("POST", "/models/resnet/versions", {"checkpoint_uuid": BOBS_UUID}, "register a version of"),
+        ("PATCH", "/models/resnet", {"description": "bob's now"}, "edit"),
+        ("PATCH", "/models/resnet", {"name": "resnet-old"}, "rename"),
+        ("POST", "/models/resnet/archive", None, "archive"),
+        ("POST", "/models/resnet/unarchive", None, "unarchive"),
+        ("PATCH", "/models/resnet/versions/1", {"notes": "bob was here"}, "edit version 1 of"),
+        ("DELETE", "/models/resnet/versions/1", None, "delete version 1 of"),
+        ("DELETE", "/models/resnet", None, "delete"),
+    ]
+    for method, path, body, action in attempts:
+        answer = people.call("bob", method, path, json=body)
+        assert answer.status_code == 403, (method, path, answer.text)
+        assert answer.json()["detail"] == (
+            f"user 'bob' may not {action} model 'resnet': it belongs to 'alice'; only its owner or an "
+            "admin may"
+        )
+    assert _model(people, "alice") == before
+
+    # Alice and an admin still do all of it.
+    assert people.call("alice", "PATCH", "/models/resnet", json={"description": "v2"}).status_code == 200
+    admin = {"owner": "alice"}
+    assert people.call("admin", "POST", "/models/resnet/archive", params=admin).json()["model"]["archived"]
+    assert people.call("admin", "POST", "/models/resnet/unarchive", params=admin).status_code == 200
+    edited = people.call("admin", "PATCH", "/models/resnet/versions/1", params=admin, json={"notes": "ok"})
+    assert edited.status_code == 200 and edited.json()["model_version"]["notes"] == "ok"
+    second = people.call("alice", "POST", "/models/resnet/versions", json={"checkpoint_uuid": UUID})
+    assert second.json()["model_version"]["version"] == 2
+    renamed = people.call("alice", "PATCH", "/models/resnet", json={"name": "resnet50"})
+    assert renamed.status_code == 200 and renamed.json()["model"]["owner"] == "alice"
+
+
+def test_model_names_are_per_owner_so_nobody_takes_or_shadows_anothers(people: People) -> None:
+    _alices_model_with_a_version(people)
+    # Bob may not take her name away (rename hers), only use the same name for a model of his own.
+    assert people.call("bob", "PATCH", "/models/resnet", json={"name": "old"}).status_code == 403
+    impostor = people.call("bob", "POST", "/models", json={"name": "resnet", "description": "bob's"})
+    assert impostor.status_code == 200, impostor.text
+    assert impostor.json()["model"]["owner"] == "bob"
+    into_his = people.call("bob", "POST", "/models/resnet/versions", json={"checkpoint_uuid": BOBS_UUID})
+    assert into_his.status_code == 200 and into_his.json()["model_version"]["model_id"] != 1
+
+    # Each owner's name means their own model; alice's latest version is still her checkpoint.
+    hers = _model(people, "alice")
+    assert (hers["model"]["description"], hers["model"]["owner"]) == ("alice's", "alice")
+    assert [v["checkpoint"]["uuid"] for v in hers["model_versions"]] == [UUID]
+    assert _model(people, "bob")["model"]["owner"] == "bob"
+    latest = people.call("viewer", "GET", "/models/resnet/versions/0", params={"owner": "alice"})
+    assert latest.json()["model_version"]["checkpoint"]["uuid"] == UUID
+
+    # Someone with neither must say whose: a name never silently means the newer model.
+    ambiguous = people.call("viewer", "GET", "/models/resnet")
+    assert ambiguous.status_code == 400
+    assert ambiguous.json()["detail"] == (
+        "model 'resnet' is a name of several users' models ('alice', 'bob') and not of yours: say "
+        "whose (the CLI's --owner, the API's owner parameter) or give its ID"
+    )
+    listed = people.call("viewer", "GET", "/models", params={"owner": "alice"}).json()["models"]
+    assert [(m["name"], m["owner"]) for m in listed] == [("resnet", "alice")]
+    missing = people.call("viewer", "GET", "/models/resnet", params={"owner": "carol"})
+    assert (missing.status_code, missing.json()["detail"]) == (404, "model 'resnet' of 'carol' not found")
 
 
 def test_a_registered_checkpoint_outlives_gc_checkpoint_delete_and_experiment_delete(people: People) -> None:
@@ -162,3 +259,36 @@ def test_a_registered_checkpoint_outlives_gc_checkpoint_delete_and_experiment_de
         "model 'mnist' version 1); delete those versions before deleting the experiment"
     )
     assert folder.is_dir() and people.checkpoint(UUID).state == "COMPLETED"
+
+
+@pytest.fixture
+def registry_of_version_16(tmp_path: Path) -> None:
+    """The det tables as det-airflow 16 left them, with alice's model ``resnet`` and its version."""
+    url = f"sqlite:///{tmp_path / 'airflow.db'}"  # where the people app's database is
+    database_at(url, 16)
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO det_models (name, description, notes, metadata, labels, owner, archived, "
+                "creation_time, last_updated_time) "
+                "VALUES ('resnet', 'stored', '', '{}', '[]', 'alice', 0, :now, :now)"
+            ),
+            {"now": now},
+        )
+    engine.dispose()
+
+
+def test_models_stored_before_names_were_per_owner_keep_their_owner(
+    registry_of_version_16: None, people: People
+) -> None:
+    # The people app upgraded the version-16 tables on start.
+    assert people.db.schema_version() == schema.SCHEMA_VERSION
+    _experiment_with_checkpoint(people, owner="bob", uuid=BOBS_UUID)
+    stored = people.call("viewer", "GET", "/models/resnet").json()["model"]
+    assert (stored["owner"], stored["description"]) == ("alice", "stored")
+    refused = people.call("bob", "POST", "/models/resnet/versions", json={"checkpoint_uuid": BOBS_UUID})
+    assert refused.status_code == 403
+    assert people.call("bob", "POST", "/models", json={"name": "resnet"}).status_code == 200
+    assert people.call("alice", "GET", "/models/resnet").json()["model"]["description"] == "stored"

@@ -1,10 +1,14 @@
 """Workspaces and projects on the master's routes: who may make them, where experiments land,
-moving them, and that a project shows each caller only the experiments they may read."""
+moving them, and that a project shows each caller only the experiments they may read. A project is
+its owner's (and its workspace's owner's): only they, or an admin, edit it or file experiments into it."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from sqlalchemy import update
+
+from det_airflow.master import schema
 from tests.unit.master.creating import CONFIG, Creator
 from tests.unit.master.people_app import People
 
@@ -71,7 +75,7 @@ def test_bad_and_duplicate_names_are_refused_with_one_clear_line(people: People)
 def test_notes_are_saved_and_read_back(people: People) -> None:
     project = _project(people, _workspace(people)["id"])
     notes = "# Plan\n\n- try a *bigger* batch\n"
-    saved = people.call("bob", "PATCH", f"/projects/{project['id']}", json={"notes": notes})
+    saved = people.call("alice", "PATCH", f"/projects/{project['id']}", json={"notes": notes})
     assert saved.status_code == 200 and saved.json()["project"]["notes"] == notes
     again = people.call("viewer", "GET", f"/projects/{project['id']}").json()["project"]
     assert (again["notes"], again["description"]) == (notes, "")
@@ -143,3 +147,73 @@ def test_a_config_naming_a_project_lands_there_and_an_unknown_one_is_refused(cre
         "workspace 'lab' not found; an admin creates it with `det workspace create lab`"
     )
     assert creator.count() == 1
+
+
+def test_only_the_project_or_workspace_owner_or_an_admin_edits_a_project(people: People) -> None:
+    workspace = _workspace(people)
+    project = _project(people, workspace["id"])  # alice's, in the admin's workspace
+    path = f"/projects/{project['id']}"
+    assert people.call("alice", "PATCH", path, json={"notes": "alice's plan"}).status_code == 200
+
+    refused = people.call("bob", "PATCH", path, json={"notes": "bob's plan", "description": "bob's"})
+    assert refused.status_code == 403
+    assert refused.json()["detail"] == (
+        "user 'bob' may not edit project 'vision': it belongs to 'alice', its workspace 'research' to "
+        "'admin'; only they or an admin may"
+    )
+    kept = people.call("viewer", "GET", path).json()["project"]
+    assert (kept["notes"], kept["description"]) == ("alice's plan", "")
+
+    assert people.call("admin", "PATCH", path, json={"description": "by an admin"}).status_code == 200
+    # The owner of the workspace edits its projects too (here, one an admin made for dave).
+    with people.db.begin() as conn:
+        w = schema.workspaces
+        conn.execute(update(w).where(w.c.id == workspace["id"]).values(created_by="dave"))
+    assert people.call("dave", "PATCH", path, json={"notes": "dave's review"}).status_code == 200
+    # Uncategorized is everyone's place for experiments, and only admins' to edit.
+    uncategorized = people.call("alice", "PATCH", "/projects/1", json={"notes": "mine"})
+    assert uncategorized.status_code == 403
+    assert uncategorized.json()["detail"] == (
+        "user 'alice' may not edit project 'Uncategorized': the Uncategorized project is admins'"
+    )
+    assert people.call("admin", "PATCH", "/projects/1", json={"notes": "shared"}).status_code == 200
+
+
+def test_experiments_are_filed_only_into_projects_the_caller_may_file_into(
+    people: People, creator: Creator
+) -> None:
+    project = _project(people, _workspace(people)["id"])  # alice's
+    bobs = people.add_experiment(owner="bob")
+    into_hers = {"workspace": "research", "project": "vision"}
+
+    refused = people.call("bob", "POST", f"/experiments/{bobs}/move", json=into_hers)
+    assert refused.status_code == 403
+    assert refused.json()["detail"] == (
+        f"user 'bob' may not move experiment {bobs} into project 'vision' of workspace 'research': it "
+        "belongs to 'alice', its workspace 'research' to 'admin'; only they or an admin may"
+    )
+    created = creator.create("bob", config=CONFIG + "workspace: research\nproject: vision\n")
+    assert created.status_code == 403
+    assert (
+        "may not create experiments in project 'vision' of workspace 'research'" in created.json()["detail"]
+    )
+    unmanaged = people.call(
+        "bob",
+        "POST",
+        "/experiments/unmanaged",
+        json={"config": {"name": "off-cluster", "workspace": "research", "project": "vision"}},
+    )
+    assert unmanaged.status_code == 403
+    assert "may not create experiments in project 'vision'" in unmanaged.json()["detail"]
+    assert _experiment_ids(people, "admin", project["id"]) == []
+
+    # Her project takes her experiments, and an admin's filing; bob's own go where he may put them.
+    alices = people.add_experiment(owner="alice")
+    assert people.call("alice", "POST", f"/experiments/{alices}/move", json=into_hers).status_code == 200
+    assert people.call("admin", "POST", f"/experiments/{bobs}/move", json=into_hers).status_code == 200
+    assert _experiment_ids(people, "admin", project["id"]) == [bobs, alices]
+    back = {"workspace": "Uncategorized", "project": "Uncategorized"}
+    assert people.call("bob", "POST", f"/experiments/{bobs}/move", json=back).status_code == 200
+    # Moving still needs the right to change the experiment, even into one's own project.
+    theirs = people.call("alice", "POST", f"/experiments/{bobs}/move", json=into_hers)
+    assert theirs.status_code == 403 and "it belongs to 'bob'" in theirs.json()["detail"]

@@ -49,6 +49,15 @@ def _serialized(dag_id: str) -> SerializedDagModel | None:
         return session.scalar(select(SerializedDagModel).where(SerializedDagModel.dag_id == dag_id))
 
 
+def _linked_run(creator: Creator, experiment_id: int) -> str | None:
+    """The DAG run the master linked the experiment to."""
+    from det_airflow.master import schema
+
+    exps = schema.experiments
+    with creator.people.db.read() as conn:
+        return conn.execute(select(exps.c.dag_run_id).where(exps.c.id == experiment_id)).scalar_one()
+
+
 def _versions(dag_id: str) -> int:
     with settings.Session() as session:  # type: ignore[misc]
         return int(session.scalar(select(func.count()).where(DagVersion.dag_id == dag_id)) or 0)
@@ -168,32 +177,39 @@ def test_a_staged_file_left_by_a_stopped_api_server_is_published_by_housekeeping
     assert not staged_experiment_file(folder, first).exists()
 
 
-def test_the_run_starts_with_the_dag_as_the_scheduler_would_start_it(airflow_db: Creator) -> None:
-    """The master starts a `det experiment create` DAG's one run as it writes the DAG, as Airflow's
-    scheduler would at its next loop; the scheduler then has no run of its own left to make."""
+def test_the_master_starts_the_one_run_with_the_dag_and_links_it(airflow_db: Creator) -> None:
+    """The master starts a `det experiment create` DAG's one run as it writes the DAG, and links the
+    experiment to it at once; the DAG has no schedule, so the scheduler has no run of its own to
+    make (a `@once` run made by both at once stopped the scheduler on a duplicate key)."""
     from airflow.models.dagrun import DagRun
     from airflow.utils.state import DagRunState
     from airflow.utils.types import DagRunType
 
     answer = airflow_db.create()
     assert answer.status_code == 200, answer.text
-    dag_id = experiment_dag_id(answer.json()["experiment"]["id"])
+    experiment_id = answer.json()["experiment"]["id"]
+    dag_id = experiment_dag_id(experiment_id)
     with settings.Session() as session:  # type: ignore[misc]
-        runs = session.execute(select(DagRun.run_type, DagRun.state).where(DagRun.dag_id == dag_id)).all()
+        runs = session.execute(
+            select(DagRun.run_id, DagRun.run_type, DagRun.state).where(DagRun.dag_id == dag_id)
+        ).all()
         dag_model = session.get(DagModel, dag_id)
         assert dag_model is not None
         assert dag_model.next_dagrun_create_after is None
-    assert runs == [(DagRunType.SCHEDULED, DagRunState.QUEUED)]
+    assert runs == [(f"det__exp_{experiment_id}", DagRunType.MANUAL, DagRunState.QUEUED)]
+    assert _linked_run(airflow_db, experiment_id) == f"det__exp_{experiment_id}"
     waiting = airflow_bridge.slots_waiting_for_trials({dag_id: None})
     assert waiting[dag_id][1] == airflow_bridge.WaitingSlots(unstarted=[0])
 
 
-def test_a_run_that_cannot_start_now_is_left_to_the_scheduler(
+def test_a_run_that_cannot_start_with_its_dag_is_started_by_housekeeping(
     airflow_db: Creator, caplog: pytest.LogCaptureFixture
 ) -> None:
     """No log template (a database `airflow db migrate` did not write): the run cannot be made; the
-    DAG is written all the same and the scheduler makes the run."""
+    DAG is written all the same, and housekeeping starts the run once it can, exactly once."""
     from airflow.models.dagrun import DagRun
+
+    from det_airflow.master import housekeeping
 
     with settings.Session() as session:  # type: ignore[misc]
         session.execute(delete(LogTemplate))
@@ -201,11 +217,51 @@ def test_a_run_that_cannot_start_now_is_left_to_the_scheduler(
     with caplog.at_level(logging.WARNING, logger="det_airflow.master.airflow_bridge"):
         answer = airflow_db.create()
     assert answer.status_code == 200, answer.text
-    dag_id = experiment_dag_id(answer.json()["experiment"]["id"])
-    assert f"could not start DAG {dag_id}'s run now; Airflow's scheduler will" in caplog.text
+    experiment_id = answer.json()["experiment"]["id"]
+    dag_id = experiment_dag_id(experiment_id)
+    assert f"could not start DAG {dag_id}'s run now; housekeeping will" in caplog.text
     assert _serialized(dag_id) is not None
     with settings.Session() as session:  # type: ignore[misc]
         assert session.scalars(select(DagRun).where(DagRun.dag_id == dag_id)).all() == []
-        dag_model = session.get(DagModel, dag_id)
-        assert dag_model is not None
-        assert dag_model.next_dagrun_create_after is not None
+        session.add(LogTemplate(filename="{{ ti.task_id }}.log", elasticsearch_id="{{ ti.task_id }}"))
+        session.commit()
+    assert housekeeping.run_job(housekeeping.START_EXPERIMENT_RUNS)
+    assert housekeeping.run_job(housekeeping.START_EXPERIMENT_RUNS)  # nothing more to start
+    with settings.Session() as session:  # type: ignore[misc]
+        runs = session.scalars(select(DagRun.run_id).where(DagRun.dag_id == dag_id)).all()
+    assert runs == [f"det__exp_{experiment_id}"]
+    assert _linked_run(airflow_db, experiment_id) == f"det__exp_{experiment_id}"
+
+
+def test_a_run_failed_or_deleted_before_any_trial_asked_ends_the_experiment(airflow_db: Creator) -> None:
+    """The experiment is linked to its run from the start: a run that fails (or is deleted) in Airflow
+    before any trial slot asked for a trial ends the experiment ERROR, naming why, instead of leaving
+    it ACTIVE with nothing running."""
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.state import DagRunState
+    from sqlalchemy import update
+
+    from det_airflow.master import housekeeping
+
+    ids = []
+    for _ in range(2):
+        answer = airflow_db.create()
+        assert answer.status_code == 200, answer.text
+        ids.append(answer.json()["experiment"]["id"])
+    failed, deleted = ids
+    with settings.Session() as session:  # type: ignore[misc]
+        session.execute(
+            update(DagRun).where(DagRun.dag_id == experiment_dag_id(failed)).values(state=DagRunState.FAILED)
+        )
+        session.execute(delete(DagRun).where(DagRun.dag_id == experiment_dag_id(deleted)))
+        session.commit()
+    assert housekeeping.run_job("end experiments ended in Airflow", airflow_db.people.db)
+    for experiment_id, why in (
+        (failed, f"its DAG run 'det__exp_{failed}' was ended in Airflow before the experiment ended"),
+        (deleted, f"its DAG run 'det__exp_{deleted}' is gone from Airflow (deleted through its API or UI)"),
+    ):
+        experiment = airflow_db.people.call("alice", "GET", f"/experiments/{experiment_id}").json()[
+            "experiment"
+        ]
+        assert experiment["state"] == "ERROR"
+        assert why in experiment["error"]

@@ -120,6 +120,17 @@ def test_job_list_is_in_scheduling_order(people: People, creator: Creator) -> No
     assert jobs(people, resource_pool="elsewhere") == []
 
 
+def test_a_paused_experiment_is_listed_paused_not_queued(people: People, creator: Creator) -> None:
+    set_pool_slots(4)
+    paused = experiment(people)
+    assert people.call("alice", "POST", f"/experiments/{paused}/pause").status_code == 200
+    waiting = experiment(people)
+    states = {j["id"]: j["state"] for j in jobs(people)}
+    assert (states[paused], states[waiting]) == ("STATE_PAUSED", "STATE_QUEUED")
+    assert people.call("alice", "POST", f"/experiments/{paused}/activate").status_code == 200
+    assert {j["id"]: j["state"] for j in jobs(people)}[paused] == "STATE_QUEUED"
+
+
 def test_jobs_the_caller_may_not_read_hide_name_and_owner(people: People, creator: Creator) -> None:
     set_pool_slots(4)
     readable = experiment(people)  # DAG det_1: carol may read it

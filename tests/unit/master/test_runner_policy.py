@@ -89,6 +89,26 @@ FORBIDDEN = {
         pod({"spec": {"serviceAccountName": "cluster-admin"}}),
         "environment.pod_spec.spec.serviceAccountName",
     ),
+    "another team's claim": (
+        pod({"spec": {"volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "team-b"}}]}}),
+        "environment.pod_spec.spec.volumes[0].persistentVolumeClaim",
+    ),
+    "nfs volume": (
+        pod({"spec": {"volumes": [{"name": "d", "nfs": {"server": "nfs.internal", "path": "/"}}]}}),
+        "environment.pod_spec.spec.volumes[0].nfs",
+    ),
+    "envFrom a ConfigMap": (
+        pod({"spec": {"containers": [{"name": "c", "envFrom": [{"configMapRef": {"name": "team-b"}}]}]}}),
+        "environment.pod_spec.spec.containers[0].envFrom[0].configMapRef",
+    ),
+    "supplementalGroups": (
+        pod({"spec": {"securityContext": {"supplementalGroups": [1001]}}}),
+        "environment.pod_spec.spec.securityContext.supplementalGroups",
+    ),
+    "tolerations": (
+        pod({"spec": {"tolerations": [{"operator": "Exists"}]}}),
+        "environment.pod_spec.spec.tolerations",
+    ),
     "pod namespace kube-system": (
         pod({"metadata": {"namespace": "kube-system"}}),
         "environment.pod_spec.metadata.namespace",

@@ -29,14 +29,14 @@ class Run(NamedTuple):
 
 def start_run(creator: Creator) -> Run:
     """Submit an experiment (3 trial slots: its max_concurrent_trials): the master writes its DAG and
-    starts its one run as Airflow's scheduler would."""
+    starts its one run."""
     config = CONFIG.replace("name: single", "name: random\n  max_trials: 3\n  max_concurrent_trials: 3")
     answer = creator.create(config=config)
     assert answer.status_code == 200, answer.text
     dag_id = experiment_dag_id(answer.json()["experiment"]["id"])
     with settings.Session() as session:  # type: ignore[misc]
         runs = session.execute(select(DagRun.run_id, DagRun.run_type).where(DagRun.dag_id == dag_id)).all()
-    assert [run_type for _, run_type in runs] == [DagRunType.SCHEDULED]
+    assert [run_type for _, run_type in runs] == [DagRunType.MANUAL]
     return Run(dag_id, runs[0][0])
 
 

@@ -54,8 +54,8 @@ def test_a_notebook_is_a_task_not_an_experiment(people: People, creator: Creator
     assert [(j["id"], j["type"]) for j in jobs] == [(notebook["id"], "TYPE_NOTEBOOK")]
 
 
-def test_a_tasks_program_learns_what_to_run_and_says_where_it_listens(
-    people: People, creator: Creator
+def test_a_tasks_program_learns_what_to_run_and_its_runner_says_where_it_listens(
+    people: People, creator: Creator, service_headers: dict[str, str]
 ) -> None:
     shell = started(people, "alice", type="shell", command=["bash", "-l"], config="idle_timeout: 90\n")
     token = run_token(people, shell["id"])
@@ -70,22 +70,94 @@ def test_a_tasks_program_learns_what_to_run_and_says_where_it_listens(
         "proxy_prefix": f"/det/proxy/{shell['id']}/",
         "bind_address": "127.0.0.1",
         "idle_timeout": 90.0,
+        "ready_to": "runner",
     }
     secret = "s" * 32
     ready = people.client.post(
-        f"/api/v1/runtime/trials/{trial_id}/task/ready", headers=bearer, json={"port": 4321, "secret": secret}
+        f"/api/v1/internal/trials/{trial_id}/task/ready",
+        headers=service_headers,
+        json={"port": 4321, "secret": secret, "address": "127.0.0.1"},
     )
     assert ready.status_code == 200, ready.text
     assert people.call("alice", "GET", f"/tasks/{shell['id']}").json()["task"]["ready"] is True
+    # Only det's service token says so for a runner: not a trial's token, not a person's login.
+    for headers in (bearer, {"X-Test-User": "alice", "Authorization": "Bearer login-of-alice"}):
+        refused = people.client.post(
+            f"/api/v1/internal/trials/{trial_id}/task/ready",
+            headers=headers,
+            json={"port": 1, "secret": secret},
+        )
+        assert refused.status_code == 403, refused.text
+
+
+def test_a_local_tasks_own_word_on_its_port_is_refused(
+    people: People, creator: Creator, service_headers: dict[str, str]
+) -> None:
+    """The task's program (its owner's code) could name any port of its host: another user's server
+    or one of the platform's. On a local or Docker runner only the runner, which checks that the port
+    is held by the task's own process, may say where it listens."""
+    notebook = started(people, "alice", type="notebook")
+    token = run_token(people, notebook["id"])
+    trial_id = people.call("alice", "GET", f"/tasks/{notebook['id']}").json()["task"]["trial_id"]
+    for port in (8080, 5432, 6379):
+        refused = people.client.post(
+            f"/api/v1/runtime/trials/{trial_id}/task/ready",
+            headers={"Authorization": f"Bearer {token}"},
+            json={"port": port, "secret": "s" * 32},
+        )
+        assert refused.status_code == 403, refused.text
+        assert "the task's own report is refused" in refused.json()["detail"]
+    assert people.call("alice", "GET", f"/tasks/{notebook['id']}").json()["task"]["ready"] is False
+    with people.db.read() as conn:
+        assert tasks.get_task(conn, notebook["id"]).port is None
     # Another task's trial token says nothing for this one.
     other = started(people, "alice", type="notebook")
     other_token = run_token(people, other["id"])
     refused = people.client.post(
         f"/api/v1/runtime/trials/{trial_id}/task/ready",
         headers={"Authorization": f"Bearer {other_token}"},
-        json={"port": 1, "secret": secret},
+        json={"port": 1, "secret": "s" * 32},
     )
     assert refused.status_code in (401, 403)
+
+
+def test_a_tensorboard_runs_in_the_platforms_environment(people: People, creator: Creator) -> None:
+    """Other people open a TensorBoard's pages: its owner chooses neither its program nor its
+    environment (a PYTHONPATH with a sitecustomize ran the owner's script in every visitor's page)."""
+    experiment = people.add_experiment(owner="bob")
+    people.add_trial(experiment, state="COMPLETED")
+    cases = [
+        (
+            "environment: {environment_variables: [PYTHONPATH=/tmp/mine]}\n",
+            "environment.environment_variables",
+        ),
+        ("environment: {image: bob/tensorboard:latest}\n", "environment.image"),
+        ("environment: {pod_spec: {spec: {}}}\n", "environment.pod_spec"),
+        ("bind_mounts: [{host_path: /tmp, container_path: /mine}]\n", "bind_mounts"),
+        ("work_dir: /tmp/mine\n", "work_dir"),
+    ]
+    for config, field in cases:
+        refused = start(people, "bob", type="tensorboard", experiment_ids=[experiment], config=config)
+        assert refused.status_code == 400, (config, refused.text)
+        assert field in refused.json()["detail"], refused.text
+        assert "platform's own program" in refused.json()["detail"]
+    with_context = start(
+        people, "bob", type="tensorboard", experiment_ids=[experiment], context="H4sIAAAAAAAA"
+    )
+    assert with_context.status_code == 400, with_context.text
+    assert "context" in with_context.json()["detail"]
+    assert people.call("bob", "GET", "/tasks").json()["tasks"] == []
+
+    board = started(
+        people, "bob", type="tensorboard", experiment_ids=[experiment], config="idle_timeout: 1h\n"
+    )
+    config = people.experiment(board["id"]).config
+    # Isolated: no PYTHON* variable, user site or working folder on its import path.
+    assert config["entrypoint"][:3] == ["python3", "-I", "-m"]
+    environment = config.get("environment") or {}
+    assert not any((environment.get("environment_variables") or {}).values()), environment
+    assert not any((environment.get("image") or {}).values()), environment
+    assert not config.get("bind_mounts")
 
 
 def test_only_the_owner_or_an_admin_opens_a_notebook(people: People, creator: Creator) -> None:
@@ -192,21 +264,22 @@ def test_an_experiment_cannot_start_in_a_pool_the_caller_may_not_use(
     assert creator.count() == 0
 
 
-def test_a_task_may_only_say_it_listens_where_the_master_told_it(people: People, creator: Creator) -> None:
+def test_a_task_may_only_say_it_listens_where_the_master_told_it(
+    people: People, creator: Creator, service_headers: dict[str, str]
+) -> None:
     notebook = started(people, "alice", type="notebook")
-    token = run_token(people, notebook["id"])
+    run_token(people, notebook["id"])
     trial_id = people.call("alice", "GET", f"/tasks/{notebook['id']}").json()["task"]["trial_id"]
-    bearer = {"Authorization": f"Bearer {token}"}
-    path = f"/api/v1/runtime/trials/{trial_id}/task/ready"
+    path = f"/api/v1/internal/trials/{trial_id}/task/ready"
     for elsewhere in ("169.254.169.254", "10.0.0.5", "db.internal"):
         refused = people.client.post(
-            path, headers=bearer, json={"port": 80, "secret": "s" * 32, "address": elsewhere}
+            path, headers=service_headers, json={"port": 80, "secret": "s" * 32, "address": elsewhere}
         )
         assert refused.status_code == 400, refused.text
         assert "listens where the master told it: 127.0.0.1" in refused.json()["detail"]
     assert people.call("alice", "GET", f"/tasks/{notebook['id']}").json()["task"]["ready"] is False
     ok = people.client.post(
-        path, headers=bearer, json={"port": 8888, "secret": "s" * 32, "address": "127.0.0.1"}
+        path, headers=service_headers, json={"port": 8888, "secret": "s" * 32, "address": "127.0.0.1"}
     )
     assert ok.status_code == 200, ok.text
     # A pod's address is the cluster network's; never the master's loopback or a link-local one.

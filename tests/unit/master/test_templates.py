@@ -1,13 +1,22 @@
-"""Config templates through the master's routes: who may set, read, replace and remove them, their
-secrets kept from other readers, and experiments created with a template laid under their config."""
+"""Config templates through the master's routes: each user's own names and the admins' shared ones,
+who may set, read, replace and remove them, and experiments created with a template laid under their
+config: only ever their owner's own template or a shared one, which they read in full."""
 
 from __future__ import annotations
 
+import json
 import textwrap
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
+import pytest
+from sqlalchemy import create_engine, text
+
+from det_airflow.master import schema
 from det_airflow.master.templates import merge
 from tests.unit.master.creating import Creator, load_yaml
+from tests.unit.master.older_schema import database_at
 from tests.unit.master.people_app import People
 
 TEMPLATE = textwrap.dedent(
@@ -36,17 +45,33 @@ PARTIAL = textwrap.dedent(
 )
 
 
-def put(people: People, user: str, name: str, config: str) -> Any:
-    return people.call(user, "PUT", f"/templates/{name}", json={"config": config})
+# What bob would have run in the trials of anyone naming his template.
+BOBS = textwrap.dedent(
+    """\
+    entrypoint: python3 bobs_code.py
+    environment:
+      environment_variables: [FROM=bob]
+    """
+)
+
+
+def put(people: People, user: str, name: str, config: str, **params: Any) -> Any:
+    return people.call(user, "PUT", f"/templates/{name}", json={"config": config}, params=params)
+
+
+def _config_of(people: People, answer: Any) -> dict[str, Any]:
+    assert answer.status_code == 200, answer.text
+    experiment_id = answer.json()["experiment"]["id"]
+    return dict(people.call("admin", "GET", f"/experiments/{experiment_id}/config").json()["config"])
 
 
 def test_a_template_is_set_listed_described_replaced_and_removed(people: People) -> None:
     answer = put(people, "alice", "base", TEMPLATE)
     assert answer.status_code == 200, answer.text
-    assert answer.json()["template"]["owner"] == "alice"
+    assert (answer.json()["template"]["owner"], answer.json()["template"]["shared"]) == ("alice", False)
     assert answer.json()["template"]["config"]["resources"] == {"priority": 3, "slots_per_trial": 1}
 
-    listed = people.call("bob", "GET", "/templates").json()["templates"]
+    listed = people.call("alice", "GET", "/templates").json()["templates"]
     assert [t["name"] for t in listed] == ["base"]
     assert put(people, "alice", "base", "max_restarts: 1\n").status_code == 200
     assert people.call("alice", "GET", "/templates/base").json()["template"]["config"] == {"max_restarts": 1}
@@ -54,35 +79,90 @@ def test_a_template_is_set_listed_described_replaced_and_removed(people: People)
     assert people.call("alice", "DELETE", "/templates/base").status_code == 200
     missing = people.call("alice", "GET", "/templates/base")
     assert missing.status_code == 404
-    assert missing.json()["detail"] == "template 'base' not found"
+    assert missing.json()["detail"] == "template 'base' not found among yours or the shared ones"
 
 
-def test_others_read_a_template_with_its_secrets_masked(people: People) -> None:
+def test_another_users_template_is_never_laid_under_an_experiment(people: People, creator: Creator) -> None:
+    # Bob took the name first; alice's experiment naming it must not get his code.
+    assert put(people, "bob", "team-gpu", BOBS).status_code == 200
+    refused = creator.create(config=PARTIAL, template="team-gpu")
+    assert refused.status_code == 404
+    assert refused.json()["detail"] == "template 'team-gpu' not found among yours or the shared ones"
+    assert creator.count() == 0
+
+    # An admin's shared template of that name is what alice gets...
+    shared = put(people, "admin", "team-gpu", "max_restarts: 5\n", shared="true")
+    assert shared.status_code == 200, shared.text
+    assert (shared.json()["template"]["shared"], shared.json()["template"]["owner"]) == (True, "admin")
+    config = _config_of(people, creator.create(config=PARTIAL, template="team-gpu"))
+    assert (config["entrypoint"], config["max_restarts"]) == ("python3 train.py", 5)
+    # ...until she has her own, which comes first for her; bob still gets his.
+    assert put(people, "alice", "team-gpu", "max_restarts: 6\n").status_code == 200
+    assert _config_of(people, creator.create(config=PARTIAL, template="team-gpu"))["max_restarts"] == 6
+    bobs = _config_of(people, creator.create("bob", config=PARTIAL, template="team-gpu"))
+    assert bobs["environment"]["environment_variables"]["cpu"] == ["FROM=bob", "SHARED=experiment"]
+    assert "FROM=bob" not in json.dumps(
+        _config_of(people, creator.create(config=PARTIAL, template="team-gpu"))
+    )
+
+
+def test_a_user_reads_in_full_the_templates_they_may_use_and_no_one_elses(people: People) -> None:
     assert put(people, "alice", "base", TEMPLATE).status_code == 200
-    seen_by_owner = people.call("alice", "GET", "/templates/base").text
-    assert "template-secret" in seen_by_owner
+    assert (
+        put(
+            people,
+            "admin",
+            "gpu",
+            "environment: {environment_variables: [KEY=shared-secret]}\n",
+            shared="true",
+        ).status_code
+        == 200
+    )
+
+    # Her own, in full: exactly what her trials will get.
+    assert "template-secret" in people.call("alice", "GET", "/templates/base").text
+    # Nobody else's personal template is theirs to read (nor to use).
     for reader in ("bob", "viewer"):
-        seen = people.call(reader, "GET", "/templates/base")
-        assert seen.status_code == 200
-        assert "template-secret" not in seen.text
-        assert "template-secret" not in people.call(reader, "GET", "/templates").text
-    assert "template-secret" in people.call("admin", "GET", "/templates/base").text
+        assert people.call(reader, "GET", "/templates/base").status_code == 404
+        listed = people.call(reader, "GET", "/templates").json()["templates"]
+        assert [(t["name"], t["shared"]) for t in listed] == [("gpu", True)]
+    theirs = people.call("bob", "GET", "/templates/base", params={"owner": "alice"})
+    assert theirs.status_code == 403
+    assert theirs.json()["detail"] == (
+        "user 'bob' may not read template 'base' of 'alice': a personal template is its owner's (and admins')"
+    )
+    # A shared template, unmasked, to everyone who may name it.
+    seen = people.call("bob", "GET", "/templates/gpu").json()["template"]
+    assert seen["config"]["environment"]["environment_variables"] == ["KEY=shared-secret"]
+    # Admins read every template.
+    assert "template-secret" in people.call("admin", "GET", "/templates/base", params={"owner": "alice"}).text
+    everyone = people.call("admin", "GET", "/templates").json()["templates"]
+    assert [(t["name"], t["owner"]) for t in everyone] == [("base", "alice"), ("gpu", "admin")]
 
 
-def test_only_its_owner_or_an_admin_replaces_or_removes_a_template(people: People) -> None:
+def test_each_user_sets_their_own_and_only_admins_manage_shared_templates(people: People) -> None:
     assert put(people, "alice", "base", TEMPLATE).status_code == 200
-    refused = put(people, "bob", "base", "max_restarts: 0\n")
-    assert refused.status_code == 403
-    assert "belongs to 'alice'" in refused.json()["detail"]
-    assert people.call("bob", "DELETE", "/templates/base").status_code == 403
+    # Bob's PUT makes bob's own template; alice's is untouched.
+    assert put(people, "bob", "base", "max_restarts: 0\n").json()["template"]["owner"] == "bob"
+    kept = people.call("alice", "GET", "/templates/base").json()["template"]
+    assert (kept["owner"], kept["config"]["max_restarts"]) == ("alice", 9)
     viewer = put(people, "viewer", "mine", "max_restarts: 0\n")
     assert viewer.status_code == 403
     assert "needs the right to create DAG runs" in viewer.json()["detail"]
 
-    assert put(people, "admin", "base", "max_restarts: 2\n").status_code == 200
-    kept = people.call("alice", "GET", "/templates/base").json()["template"]
-    assert (kept["owner"], kept["config"]) == ("alice", {"max_restarts": 2})
-    assert people.call("admin", "DELETE", "/templates/base").status_code == 200
+    not_admin = put(people, "alice", "gpu", "max_restarts: 1\n", shared="true")
+    assert not_admin.status_code == 403
+    assert not_admin.json()["detail"] == (
+        "user 'alice' may not set shared template 'gpu': only admins manage shared templates"
+    )
+    assert put(people, "admin", "gpu", "max_restarts: 1\n", shared="true").status_code == 200
+    removed = people.call("alice", "DELETE", "/templates/gpu", params={"shared": "true"})
+    assert removed.status_code == 403 and "only admins manage shared templates" in removed.json()["detail"]
+    # Without --shared a remove means one's own template: never the shared one by accident.
+    assert people.call("alice", "DELETE", "/templates/gpu").status_code == 404
+    assert people.call("admin", "DELETE", "/templates/gpu", params={"shared": "true"}).status_code == 200
+    assert people.call("admin", "DELETE", "/templates/base", params={"owner": "alice"}).status_code == 200
+    assert people.call("bob", "GET", "/templates/base").json()["template"]["owner"] == "bob"
 
 
 def test_a_template_that_is_not_a_mapping_or_too_large_is_refused(people: People) -> None:
@@ -124,7 +204,7 @@ def test_an_experiment_gets_its_template_under_its_own_config(people: People, cr
 def test_an_unknown_template_is_a_404_and_creates_nothing(people: People, creator: Creator) -> None:
     answer = creator.create(config=PARTIAL, template="nope")
     assert answer.status_code == 404
-    assert answer.json()["detail"] == "template 'nope' not found"
+    assert answer.json()["detail"] == "template 'nope' not found among yours or the shared ones"
     assert creator.count() == 0
 
 
@@ -157,3 +237,37 @@ def test_merge_follows_determined_rule_for_kinds_and_hyperparameters() -> None:
         {"host_path": "/dev/c", "container_path": "/dev/x"},
         "/dev/b:/dev/y",
     ]
+
+
+@pytest.fixture
+def templates_of_version_16(tmp_path: Path) -> None:
+    """The det tables as det-airflow 16 left them, with bob's template ``team-gpu`` and alice's ``base``."""
+    url = f"sqlite:///{tmp_path / 'airflow.db'}"  # where the people app's database is
+    database_at(url, 16)
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        for name, owner, config in (
+            ("team-gpu", "bob", {"entrypoint": "python3 bobs_code.py"}),
+            ("base", "alice", {"max_restarts": 9}),
+        ):
+            conn.execute(
+                text("INSERT INTO det_templates (name, config, owner, updated_at) VALUES (:n, :c, :o, :t)"),
+                {"n": name, "c": json.dumps(config), "o": owner, "t": datetime(2026, 1, 1, tzinfo=UTC)},
+            )
+    engine.dispose()
+
+
+def test_templates_stored_before_names_were_owned_become_their_creators_own(
+    templates_of_version_16: None, people: People, creator: Creator
+) -> None:
+    # The people app upgraded the version-16 tables on start.
+    assert people.db.schema_version() == schema.SCHEMA_VERSION
+    assert _config_of(people, creator.create(config=PARTIAL, template="base"))["max_restarts"] == 9
+    refused = creator.create(config=PARTIAL, template="team-gpu")
+    assert refused.status_code == 404
+    bobs = people.call("bob", "GET", "/templates/team-gpu").json()["template"]
+    assert (bobs["owner"], bobs["shared"], bobs["config"]) == (
+        "bob",
+        False,
+        {"entrypoint": "python3 bobs_code.py"},
+    )

@@ -9,6 +9,7 @@ import hmac
 import http.server
 import json
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -17,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from det_airflow.master import housekeeping, schema, webhook_events, webhook_sender
+from det_airflow.master import housekeeping, schema, webhook_events, webhook_log_matcher, webhook_sender
 from det_airflow.master.auth import hash_token
 from det_airflow.master.lifecycle import now
 from det_airflow.webhook_notifier import SIGNATURE_HEADER, TIMESTAMP_HEADER
@@ -29,23 +30,32 @@ PAUSED = [{"triggerType": "EXPERIMENT_STATE_CHANGE", "condition": {"state": "PAU
 class Receiver:
     """An HTTP server on loopback that keeps every POST it gets."""
 
-    def __init__(self, port: int = 0) -> None:
+    def __init__(self, port: int = 0, host: str = "127.0.0.1", tls: ssl.SSLContext | None = None) -> None:
         self.posts: list[tuple[dict[str, str], bytes]] = []
-        posts = self.posts
+        receiver = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 - http.server's name
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                posts.append((dict(self.headers.items()), body))
-                self.send_response(200)
-                self.end_headers()
+                receiver.answer(self, self.rfile.read(int(self.headers["Content-Length"])))
 
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        self.server = http.server.ThreadingHTTPServer((host, port), Handler)
+        if tls is not None:
+            self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
+        self.port = int(self.server.server_address[1])
+        self.url = f"{'https' if tls else 'http'}://{host}:{self.port}/hook"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @classmethod
+    def on(cls, host: str, port: int = 0, tls: ssl.SSLContext | None = None) -> Receiver:
+        return cls(port, host, tls)
+
+    def answer(self, handler: http.server.BaseHTTPRequestHandler, body: bytes) -> None:
+        self.posts.append((dict(handler.headers.items()), body))
+        handler.send_response(200)
+        handler.end_headers()
 
     def close(self) -> None:
         self.server.shutdown()
@@ -63,6 +73,12 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@pytest.fixture(autouse=True)
+def loopback_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The receivers here listen on loopback, which webhooks reach only when an admin allows it."""
+    monkeypatch.setenv("AIRFLOW__DET__WEBHOOK_ALLOWED_HOSTS", "127.0.0.1")
 
 
 @pytest.fixture(autouse=True)
@@ -297,6 +313,7 @@ def test_a_log_line_matching_a_regex_is_posted_once_per_trial(
             f"/api/v1/internal/trials/{trial_id}/logs", json=logs, headers=service_headers
         )
         assert answer.status_code == 200, answer.text
+        assert webhook_log_matcher.wait_matched(timeout=30)  # matched after the lines are stored
     assert webhook_sender.deliver_due(people.db) == 1
     assert json.loads(receiver.posts[0][1])["event_data"]["log"] == "RuntimeError: CUDA out of memory"
 

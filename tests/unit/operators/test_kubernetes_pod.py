@@ -3,6 +3,7 @@ through the kubernetes client's models and the provider's serializer (no cluster
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -405,9 +406,9 @@ def test_the_kubernetes_runner_refuses_a_pod_spec_that_names_a_secret(tmp_path: 
     assert refused.value.problems == [
         (
             "environment.pod_spec.spec.volumes[0].secret",
-            "Secret 'det-trial-3-11-1' is not allowed by the cluster's runner policy (its entry in "
-            "allowed_pod_fields is 'secrets'; an admin may allow it in airflow.cfg [det] allowed_pod_fields, "
-            "or for pool 'default_pool' in [det] pool_policies)",
+            "Secret 'det-trial-3-11-1' is not allowed by the cluster's runner policy (a pod spec may name "
+            "the Secrets of allowed_secrets, or any with 'secrets' in allowed_pod_fields; an admin may allow "
+            "it in airflow.cfg [det] allowed_secrets, or for pool 'default_pool' in [det] pool_policies)",
         )
     ]
 
@@ -425,3 +426,170 @@ def test_the_runners_own_secret_references_come_after_the_policy_and_pass_it(tmp
     for name in [*CREDENTIALS, SESSION_TOKEN]:
         ref = {"name": name, "valueFrom": {"secretKeyRef": {"name": workload.secret, "key": name}}}
         assert ref in container["env"]
+
+
+# --- the pod spec's volumes, variable sources and security fields: an allow-list ---
+
+# Every volume type through which another team's claims, the node's or the cloud's storage, or a
+# Secret of the namespace would reach the pod: (the volume as the pod spec gives it, its type).
+REFUSED_VOLUMES: list[tuple[dict[str, Any], str]] = [
+    ({"persistentVolumeClaim": {"claimName": "team-b-datasets"}}, "persistentVolumeClaim"),
+    ({"nfs": {"server": "nfs.internal", "path": "/exports/team-b"}}, "nfs"),
+    ({"csi": {"driver": "secrets-store.csi.k8s.io", "nodePublishSecretRef": {"name": "team-b"}}}, "csi"),
+    ({"azureFile": {"secretName": "team-b-storage", "shareName": "models"}}, "azureFile"),
+    ({"gitRepo": {"repository": "https://git.internal/team-b/code.git"}}, "gitRepo"),
+    ({"iscsi": {"targetPortal": "10.0.0.9:3260", "iqn": "iqn.2024-01.internal:disk", "lun": 0}}, "iscsi"),
+    ({"hostPath": {"path": "/var/run/docker.sock"}}, "hostPath"),
+    ({"cephfs": {"monitors": ["10.0.0.1:6789"], "secretRef": {"name": "ceph"}}}, "cephfs"),
+    ({"ephemeral": {"volumeClaimTemplate": {"spec": {"storageClassName": "fast"}}}}, "ephemeral"),
+]
+
+
+def volume_trial(tmp_path: Path, *volumes: dict[str, Any], **spec: Any) -> ContainerTrial:
+    pod_spec = {
+        "spec": {
+            "volumes": [{"name": f"v{i}", **v} for i, v in enumerate(volumes)],
+            "containers": [
+                {
+                    "name": TRIAL_CONTAINER,
+                    "volumeMounts": [{"name": f"v{i}", "mountPath": f"/v{i}"} for i in range(len(volumes))],
+                }
+            ],
+            **spec,
+        }
+    }
+    return kubernetes_trial(tmp_path, pod_spec, env={"DET_TRIAL_ID": "12"})
+
+
+def rendered(runner: KubernetesRunner, trial: ContainerTrial) -> dict[str, Any]:
+    """The pod as the runner would send it to the API server."""
+    _, pod = runner.workload(trial).objects
+    return dict(PodGenerator.serialize_pod(pod))
+
+
+@pytest.mark.parametrize(("volume", "kind"), REFUSED_VOLUMES, ids=[kind for _, kind in REFUSED_VOLUMES])
+def test_the_runner_refuses_each_volume_type_the_policy_does_not_name(
+    tmp_path: Path, volume: dict[str, Any], kind: str
+) -> None:
+    trial = volume_trial(tmp_path, {"emptyDir": {}}, volume)
+    runner = KubernetesRunner(None, namespace="default", settings=settings.load({}))  # type: ignore[arg-type]
+    with pytest.raises(PolicyError) as refused:
+        runner.workload(trial)
+    assert refused.value.problems == [
+        (
+            f"environment.pod_spec.spec.volumes[1].{kind}",
+            f"volume type {kind} is not allowed by the cluster's runner policy (an admin may allow it in "
+            "airflow.cfg [det] allowed_volume_types, or for pool 'default_pool' in [det] pool_policies)",
+        )
+    ]
+
+
+def test_the_pods_own_volume_types_pass_and_reach_the_pod(tmp_path: Path) -> None:
+    trial = volume_trial(
+        tmp_path,
+        {"emptyDir": {"medium": "Memory"}},
+        {"downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}},
+        {"projected": {"sources": [{"downwardAPI": {"items": [{"path": "name", "fieldRef": {"fieldPath": "metadata.name"}}]}}]}},
+    )  # fmt: skip
+    runner = KubernetesRunner(None, namespace="default", settings=settings.load({}))  # type: ignore[arg-type]
+
+    pod = rendered(runner, trial)
+
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert volumes["v0"]["emptyDir"] == {"medium": "Memory"}
+    assert volumes["v1"]["downwardAPI"]["items"][0]["path"] == "labels"
+    assert volumes["v2"]["projected"]["sources"][0]["downwardAPI"]["items"][0]["path"] == "name"
+
+
+def test_what_the_admin_names_passes_and_reaches_the_pod(tmp_path: Path) -> None:
+    trial = volume_trial(
+        tmp_path,
+        {"persistentVolumeClaim": {"claimName": "team-a-datasets", "readOnly": True}},
+        {"nfs": {"server": "nfs.internal", "path": "/exports/team-a"}},
+        {"configMap": {"name": "team-a-settings"}},
+        {"secret": {"secretName": "team-a-keys"}},
+        imagePullSecrets=[{"name": "team-a-registry"}],
+    )
+    admin = settings.load(
+        {
+            "pool_policies": json.dumps(
+                {
+                    "default_pool": {
+                        "allowed_volume_types": ["persistentVolumeClaim", "nfs"],
+                        "allowed_config_maps": ["team-a-*"],
+                        "allowed_secrets": ["team-a-*"],
+                    }
+                }
+            )
+        }
+    )
+    runner = KubernetesRunner(None, namespace="default", settings=admin)  # type: ignore[arg-type]
+
+    pod = rendered(runner, trial)
+
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert volumes["v0"]["persistentVolumeClaim"] == {"claimName": "team-a-datasets", "readOnly": True}
+    assert volumes["v1"]["nfs"] == {"server": "nfs.internal", "path": "/exports/team-a"}
+    assert volumes["v2"]["configMap"] == {"name": "team-a-settings"}
+    assert volumes["v3"]["secret"] == {"secretName": "team-a-keys"}
+    assert pod["spec"]["imagePullSecrets"] == [{"name": "team-a-registry"}]
+    # Another pool's policy names none of them.
+    other = kubernetes_trial(
+        tmp_path, {"spec": {"volumes": [{"name": "d", "nfs": {"server": "n", "path": "/"}}]}}, env={}
+    )
+    other_config = {**other.config, "resources": {**other.config["resources"], "resource_pool": "team-b"}}
+    other = ContainerTrial(
+        spec=dataclasses.replace(other.spec, config=other_config), workdir=tmp_path, argv=other.argv, env={}
+    )
+    with pytest.raises(PolicyError, match=r"volumes\[0\]\.nfs: volume type nfs is not allowed"):
+        runner.workload(other)
+
+
+def test_the_runner_refuses_variables_from_config_maps_and_other_groups(tmp_path: Path) -> None:
+    pod_spec = {
+        "spec": {
+            "securityContext": {"supplementalGroups": [1001]},
+            "tolerations": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}],
+            "runtimeClassName": "unsandboxed",
+            "containers": [
+                {
+                    "name": TRIAL_CONTAINER,
+                    "envFrom": [{"configMapRef": {"name": "team-b-settings"}}],
+                    "securityContext": {"appArmorProfile": {"type": "Unconfined"}},
+                }
+            ],
+        }
+    }
+    trial = kubernetes_trial(tmp_path, pod_spec, env={})
+    runner = KubernetesRunner(None, namespace="default", settings=settings.load({}))  # type: ignore[arg-type]
+    with pytest.raises(PolicyError) as refused:
+        runner.workload(trial)
+    assert [path for path, _ in refused.value.problems] == [
+        "environment.pod_spec.spec.securityContext.supplementalGroups",
+        "environment.pod_spec.spec.tolerations",
+        "environment.pod_spec.spec.runtimeClassName",
+        "environment.pod_spec.spec.containers[0].securityContext.appArmorProfile.type",
+        "environment.pod_spec.spec.containers[0].envFrom[0].configMapRef",
+    ]
+
+
+def test_a_storage_folder_under_an_allowed_folder_is_mounted_through_that_folder(tmp_path: Path) -> None:
+    """The kubelet follows links in a hostPath when the pod starts: a trial's own storage_path
+    folder, which it could swap for a link to the node's /, is reached through the admin's folder,
+    where such a link resolves inside the pod."""
+    storage = {"type": "shared_fs", "host_path": "/srv/ckpt", "storage_path": "team-a/runs"}
+    config = config_to_dict(
+        parse_config({**MINIMAL, "airflow": {"trial_runner": "kubernetes"}, "checkpoint_storage": storage})
+    )
+    spec = TrialSpec(trial_id=12, experiment_id=3, request_id="r", trial_seed=5, config=config, run_id=2)
+    trial = ContainerTrial(spec=spec, workdir=tmp_path, argv=("python3", "train.py"), env={})
+    cluster = settings.load({"checkpoint_storage_path": "/srv/ckpt"})
+    runner = KubernetesRunner(None, namespace="default", settings=cluster)  # type: ignore[arg-type]
+
+    pod = rendered(runner, trial)
+
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    (container,) = pod["spec"]["containers"]
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert volumes["det-checkpoints"]["hostPath"] == {"path": "/srv/ckpt"}
+    assert mounts["det-checkpoints"]["mountPath"] == "/srv/ckpt"  # the trial writes /srv/ckpt/team-a/runs

@@ -5,6 +5,7 @@ best checkpoint, the trigger that waits for the end, and how the task ends."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -188,3 +189,94 @@ def test_a_config_is_a_path_a_dict_or_the_name_of_a_dropped_yaml(tmp_path: Path)
         resolve_config("exp_3", None, base=tmp_path, dags_folder=dags)
     with pytest.raises(PipelineError, match=r"config: no file .*/missing/x.yaml"):
         resolve_config("missing/x.yaml", None, base=tmp_path, dags_folder=dags)
+
+
+# --- what every reader of the DAG sees of a config: its rendered fields, masked ---
+
+# A config as a DAG writes it, its secrets templated in from params (or Variables, or XCom).
+# det's mask, and Airflow's where its own masker also hides a value (under a key such as "password").
+MASKS = ("********", "***")
+SECRETS = {
+    "wandb": "wandb-api-key-0123456789",
+    "registry": "registry-password-abcdef",
+    "reader": "reader-password-987654",
+    "token": "data-token-zyxwvu",
+}
+TEMPLATED_CONFIG = {
+    "name": "masked-{{ params.run }}",
+    "entrypoint": "python3 train.py",
+    "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": 10}},
+    "environment": {
+        "environment_variables": ["WANDB_API_KEY={{ params.wandb }}", "LOG_LEVEL=info"],
+        "registry_auth": {"username": "bob", "password": "{{ params.registry }}"},
+    },
+    "data": {
+        "url": "https://reader:{{ params.reader }}@data.internal/set",
+        "secrets": {"token": "{{ params.token }}"},
+    },
+}
+
+
+def test_the_rendered_config_every_dag_reader_sees_is_masked_and_the_submitted_one_is_not(
+    master: tuple[People, str],  # noqa: F811
+    hook: DetHook,
+    tmp_path: Path,
+) -> None:
+    from airflow.sdk import DAG
+    from airflow.sdk.execution_time.task_runner import _serialize_rendered_fields
+
+    with DAG("pipeline_masking", schedule=None) as dag:
+        operator = DetExperimentOperator(task_id="train", config=TEMPLATED_CONFIG)
+    # As the task runner does: a copy locked for execution, rendered, then its rendered fields
+    # serialized for the API server, which stores them (RenderedTaskInstanceFields) for every reader.
+    task = operator.prepare_for_execution()
+    task.render_template_fields({"params": {"run": "7", **SECRETS}}, jinja_env=dag.get_template_env())
+    shown = _serialize_rendered_fields(task)
+
+    assert not [s for s in SECRETS.values() if s in json.dumps(shown)], shown
+    config = shown["config"]
+    assert config["name"] == "masked-7"  # rendered
+    assert config["environment"]["environment_variables"] == ["WANDB_API_KEY=********", "LOG_LEVEL=********"]
+    assert config["environment"]["registry_auth"]["username"] == "bob"
+    # Under keys Airflow's own masker knows (password, token) it shows its own mask over det's.
+    assert config["environment"]["registry_auth"]["password"] in MASKS
+    assert config["data"]["url"] == "https://********@data.internal/set"
+    assert config["data"]["secrets"]["token"] in MASKS
+
+    # The experiment itself gets the values, which its owner (and no one else) sees through det's API.
+    app, _ = master
+    outcome = submit(hook, task.config, None, owner="alice", request_id="masked-1", base=tmp_path, log=LOG)
+    stored = app.experiment(outcome.experiment_id).config
+    assert f"WANDB_API_KEY={SECRETS['wandb']}" in stored["environment"]["environment_variables"]["cpu"]
+    assert stored["data"]["secrets"] == {"token": SECRETS["token"]}
+    assert stored["environment"]["registry_auth"]["password"] == SECRETS["registry"]
+
+
+def test_a_config_an_xcom_renders_is_masked_too() -> None:
+    """A config from an upstream task's XCom is set on the task as it renders: masked all the same."""
+    from airflow.sdk.execution_time.task_runner import _serialize_rendered_fields
+
+    task = DetExperimentOperator(task_id="train", config="const.yaml").prepare_for_execution()
+    variables = [f"WANDB_API_KEY={SECRETS['wandb']}"]
+    task.config = {**TEMPLATED_CONFIG, "environment": {"environment_variables": variables}}  # as rendered
+
+    shown = _serialize_rendered_fields(task)
+    assert SECRETS["wandb"] not in json.dumps(shown)
+    assert shown["config"]["environment"]["environment_variables"] == ["WANDB_API_KEY=********"]
+    assert dict(task.config)["environment"]["environment_variables"] == variables
+
+
+def test_a_config_naming_an_upstream_output_still_depends_on_it() -> None:
+    from airflow.sdk import DAG, task
+
+    with DAG("pipeline_upstream", schedule=None):
+
+        @task
+        def pick_lr() -> float:
+            return 0.1
+
+        lr = pick_lr()
+        train = DetExperimentOperator(
+            task_id="train", config={**TEMPLATED_CONFIG, "hyperparameters": {"lr": lr}}
+        )
+    assert train.upstream_task_ids == {"pick_lr"}

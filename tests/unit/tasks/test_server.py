@@ -46,6 +46,7 @@ def test_a_server_bound_everywhere_is_reached_on_loopback(bound: str, reached: s
         ({"bind_address": ""}, "bind_address: expected an address, got ''"),
         ({"idle_timeout": 0}, "idle_timeout: expected seconds above 0 or null, got 0"),
         ({"idle_timeout": True}, "idle_timeout: expected seconds above 0 or null, got True"),
+        ({"ready_to": "anyone"}, "ready_to: expected 'runner' or 'master', got 'anyone'"),
     ],
 )
 def test_a_bad_answer_is_named(change: dict[str, Any], message: str) -> None:

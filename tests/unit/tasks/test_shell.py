@@ -4,6 +4,7 @@ the proxy's secret alone, ending with the process's exit code."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from collections.abc import Iterator
@@ -170,3 +171,41 @@ def test_in_a_pod_the_server_listens_at_the_pods_address_and_says_so(
             assert exit_frame(terminal) == {"exit": 0}
     finally:
         program.stop()
+
+
+def test_on_a_local_runner_the_program_tells_its_runner_and_not_the_master(
+    master: StandInMaster, tmp_path: Path
+) -> None:
+    """The master asks a local or Docker task's program for no report of its own: the program writes
+    its port into its work folder, and the runner finds that port held by the program's process."""
+    from det_airflow.operators.runners._task_ready import check_own_port, read_ready_file
+
+    workdir = tmp_path / "work"
+    (workdir / ".det").mkdir(parents=True)
+    config_file = workdir / ".det" / "experiment_config.json"
+    answer = {**task_answer("shell", 35, args={"command": ["/bin/sh"]}), "ready_to": "runner"}
+    trial_id = master.add(answer)
+    process = start_program(
+        "shell", master, trial_id, workdir, {"DET_EXPERIMENT_CONFIG_FILE": str(config_file)}
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while (report := read_ready_file(workdir)) is None:
+            assert process.poll() is None and time.monotonic() < deadline, (
+                tmp_path / f"shell-{trial_id}.log"
+            ).read_text()
+            time.sleep(0.1)
+        assert (workdir / ".det" / "task-ready.json").stat().st_mode & 0o777 == 0o600
+        assert report.address == "127.0.0.1" and len(report.secret) >= 16
+        check_own_port(report, {process.pid}, os.getuid())
+        with connect(
+            f"ws://127.0.0.1:{report.port}/det/proxy/35/ws",
+            additional_headers={"X-Det-Task-Secret": report.secret},
+            open_timeout=30,
+        ) as terminal:
+            terminal.send(b"exit 0\n")
+            assert exit_frame(terminal) == {"exit": 0}
+        assert trial_id not in master.ready  # nothing was said to the master
+    finally:
+        process.terminate()
+        process.wait(30)

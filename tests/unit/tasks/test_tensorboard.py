@@ -178,3 +178,36 @@ def test_a_bad_task_answer_ends_with_one_line(
     assert process.wait(60) == 1
     lines = (tmp_path.parent / f"tensorboard-{trial_id}.log").read_text().strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("tensorboard: ") and message in lines[0], lines
+
+
+def test_the_program_runs_none_of_its_owners_python(tmp_path: Path) -> None:
+    """Other people open a TensorBoard's pages, so nothing of its owner's runs in its program: not a
+    sitecustomize in its work folder (first on the trial's PYTHONPATH), nor a usercustomize in the
+    HOME the trial is given. The program starts as the master's task config says, in the trial
+    environment a runner gives it."""
+    import subprocess
+    import sys
+
+    from det_airflow.master.tasks import experiment_config
+    from det_airflow.trial_process import TrialSpec, entrypoint_argv, trial_environment, write_trial_files
+
+    config = experiment_config("tensorboard", {}, [], storage={})
+    spec = TrialSpec.from_dict({"trial_id": 9, "experiment_id": 4, "run_id": 1, "config": config})
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    write_trial_files(spec, workdir)
+    ran = tmp_path / "owner-code-ran"
+    hook = f"open({str(ran)!r}, 'a').write(__name__ + '\\n')\n"
+    (workdir / "sitecustomize.py").write_text(hook)
+    user_site = (
+        workdir / ".det" / "home" / ".local" / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    )
+    (user_site / "site-packages").mkdir(parents=True)
+    (user_site / "site-packages" / "usercustomize.py").write_text(hook)
+    env = trial_environment(spec, workdir=workdir)  # no master: the program ends at once, saying so
+    argv = [sys.executable if arg == "python3" else arg for arg in entrypoint_argv(config["entrypoint"])]
+
+    done = subprocess.run(argv, cwd=workdir, env=env, capture_output=True, text=True, timeout=120)
+
+    assert "DET_MASTER is not set" in done.stderr, done.stderr  # the program itself did run
+    assert not ran.exists(), f"the owner's code ran: {ran.read_text()}"

@@ -1,9 +1,10 @@
-// Where a model of the registry lives in the pages: its name, which holds no "/", is the address.
+// Where a model of the registry lives in the pages: its id. Names are each owner's own, so two users'
+// models may share one; the master reads a number in a model's place as its id.
 
-export function modelPath(name: string): string {
-  return `/models/${encodeURIComponent(name)}`;
+export function modelPath(id: number | string): string {
+  return `/models/${encodeURIComponent(String(id))}`;
 }
 
-export function modelHref(name: string): string {
-  return `#${modelPath(name)}`;
+export function modelHref(id: number | string): string {
+  return `#${modelPath(id)}`;
 }

@@ -27,14 +27,17 @@ type Props = {
 export function Chart({ series, xLabel, yLabel, logY = false, height = 320, testId }: Props) {
   const box = useRef<HTMLDivElement>(null);
   const plot = useRef<uPlot | null>(null);
-  const layout = `${logY}|${xLabel}|${yLabel}|${height}|${series.map((s) => `${s.label}:${s.color}:${s.width ?? 1}`).join(",")}`;
+  // Series with nothing to draw (no point, or none above zero on a log scale) are left out: uPlot
+  // cannot lay out an axis over no values. A series of one point is drawn as a marker.
+  const drawable = useMemo(() => drawableSeries(series, logY), [series, logY]);
+  const layout = `${logY}|${xLabel}|${yLabel}|${height}|${drawable.map((s) => `${s.label}:${s.color}:${s.width ?? 1}:${s.x.length === 1}`).join(",")}`;
 
-  const data = useMemo(() => toData(series, logY), [series, logY]);
+  const data = useMemo(() => toData(drawable), [drawable]);
   const drawn = useRef<uPlot.AlignedData | null>(null);
 
   useEffect(() => {
     const element = box.current;
-    if (!element) return;
+    if (!element || drawable.length === 0) return;
     // Axis text and grid in the page's colours (Airflow's light or dark mode, theme.ts).
     const style = getComputedStyle(element);
     const axis = {
@@ -48,14 +51,18 @@ export function Chart({ series, xLabel, yLabel, logY = false, height = 320, test
       height,
       legend: { show: false },
       cursor: { drag: { x: true, y: true, uni: 20 }, points: { show: false } },
-      scales: { x: { time: false, auto: true }, y: { auto: true, distr: logY ? 3 : 1 } },
+      // One value (a single point, or equal ones) still gets a range around it.
+      scales: {
+        x: { time: false, auto: true, range: (_u, min, max) => around(min, max, false) },
+        y: { auto: true, distr: logY ? 3 : 1, range: (_u, min, max) => around(min, max, logY) },
+      },
       axes: [
         { label: xLabel, ...axis },
         { label: yLabel, size: 70, ...axis },
       ],
       series: [
         {},
-        ...series.map((s) => ({
+        ...drawable.map((s) => ({
           label: s.label,
           stroke: s.color,
           width: s.width ?? 1,
@@ -63,8 +70,10 @@ export function Chart({ series, xLabel, yLabel, logY = false, height = 320, test
             { scale: "x", auto: true },
             { scale: "y", auto: true },
           ],
-          paths: uPlot.paths.linear!(),
-          points: { show: false },
+          // A line needs two points: one point is drawn as a marker (in faceted mode markers are
+          // a paths builder of their own).
+          paths: s.x.length === 1 ? uPlot.paths.points!() : uPlot.paths.linear!(),
+          points: { show: s.x.length === 1, size: 7, fill: s.color, stroke: s.color },
         })),
       ],
     };
@@ -89,21 +98,46 @@ export function Chart({ series, xLabel, yLabel, logY = false, height = 320, test
     }
   }, [data]);
 
+  if (drawable.length === 0) {
+    return (
+      <div className="chart chart-empty" data-testid={testId}>
+        No points to draw{logY ? " above zero on a log scale" : " yet"}.
+      </div>
+    );
+  }
   return <div ref={box} className="chart" data-testid={testId} />;
 }
 
-function toData(series: ChartSeries[], logY: boolean): uPlot.AlignedData {
-  const facets = series.map((s) => {
-    if (!logY) return [s.x, s.y];
+function drawableSeries(series: ChartSeries[], logY: boolean): ChartSeries[] {
+  const kept: ChartSeries[] = [];
+  for (const s of series) {
     const xs: number[] = [];
     const ys: number[] = [];
     s.y.forEach((value, i) => {
-      if (value > 0) {
-        xs.push(s.x[i]);
+      const x = s.x[i];
+      if (Number.isFinite(x) && Number.isFinite(value) && (!logY || value > 0)) {
+        xs.push(x);
         ys.push(value);
       }
     });
-    return [xs, ys];
-  });
-  return [null, ...facets] as unknown as uPlot.AlignedData;
+    if (xs.length > 0) kept.push({ ...s, x: xs, y: ys });
+  }
+  return kept;
+}
+
+/** The range of an axis whose values lie in [min, max]; one value gets room on both sides. */
+function around(min: number | null, max: number | null, log: boolean): [number, number] {
+  const low = min ?? 0;
+  const high = max ?? low;
+  if (high > low) {
+    const [from, to] = log ? uPlot.rangeLog(low, high, 10, false) : uPlot.rangeNum(low, high, 0.1, true);
+    return [from ?? low, to ?? high];
+  }
+  if (log) return [low / 2, high * 2];
+  const pad = low === 0 ? 1 : Math.abs(low) * 0.5;
+  return [low - pad, high + pad];
+}
+
+function toData(series: ChartSeries[]): uPlot.AlignedData {
+  return [null, ...series.map((s) => [s.x, s.y])] as unknown as uPlot.AlignedData;
 }

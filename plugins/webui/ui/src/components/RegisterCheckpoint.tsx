@@ -39,21 +39,24 @@ function RegisterDialog({ checkpoint, onClose }: { checkpoint: Checkpoint; onClo
 
   const open = (models.data ?? []).filter((m) => !m.archived);
   // Until the user picks, an existing model is offered first when there is one.
-  const selected = choice ?? (open[0]?.name || NEW_MODEL);
-  const name = selected === NEW_MODEL ? newName.trim() : selected;
+  // An existing model is chosen by its id: two users' models may share a name.
+  const selected = choice ?? (open[0] ? String(open[0].id) : NEW_MODEL);
+  const name = newName.trim();
 
   const submit = async (event: FormEvent) => {
     event.preventDefault();
     setSaving(true);
     setError(null);
     try {
+      let target = selected;
       if (selected === NEW_MODEL) {
-        await api.createModel({ name });
+        const created = await api.createModel({ name });
+        target = String(created.id);
         // Made now: a retry after a failed registration registers into it instead of making it again.
-        setChoice(name);
+        setChoice(target);
         models.reload();
       }
-      setRegistered(await api.registerVersion(name, { checkpoint_uuid: checkpoint.uuid }));
+      setRegistered(await api.registerVersion(target, { checkpoint_uuid: checkpoint.uuid }));
     } catch (err) {
       setError(errorText(err));
     } finally {
@@ -77,7 +80,7 @@ function RegisterDialog({ checkpoint, onClose }: { checkpoint: Checkpoint; onClo
           <>
             <p data-testid="register-done">
               Registered as version {registered.version} of{" "}
-              <a href={modelHref(registered.model_name)} data-testid="register-model-link">
+              <a href={modelHref(registered.model_id)} data-testid="register-model-link">
                 {registered.model_name}
               </a>
               .
@@ -107,8 +110,8 @@ function RegisterDialog({ checkpoint, onClose }: { checkpoint: Checkpoint; onClo
                   data-testid="register-model"
                 >
                   {open.map((m) => (
-                    <option key={m.id} value={m.name}>
-                      {m.name}
+                    <option key={m.id} value={String(m.id)}>
+                      {m.owner ? `${m.name} (${m.owner})` : m.name}
                     </option>
                   ))}
                   <option value={NEW_MODEL}>New model…</option>

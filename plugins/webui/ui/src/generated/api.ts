@@ -257,7 +257,8 @@ export interface paths {
         put?: never;
         /**
          * Move Experiment
-         * @description Put the experiment in another project (its owner or an admin); answers that project.
+         * @description Put the experiment in another project (its owner or an admin, who may file into that
+         *     project: its owner, its workspace's, an admin; anyone into Uncategorized); answers that project.
          */
         post: operations["move_experiment_api_v1_experiments__experiment_id__move_post"];
         delete?: never;
@@ -619,6 +620,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/internal/trials/{trial_id}/task/ready": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Task Ready By Runner
+         * @description The trial's runner: the task's server listens on a port its own process holds.
+         */
+        post: operations["task_ready_by_runner_api_v1_internal_trials__trial_id__task_ready_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/jobs": {
         parameters: {
             query?: never;
@@ -686,11 +707,14 @@ export interface paths {
         };
         /**
          * List Models
-         * @description Every model, or those whose name contains ``name``, with ``label``, archived or not.
+         * @description Every model, or those whose name contains ``name``, of ``owner``, with ``label``, archived or not.
          */
         get: operations["list_models_api_v1_models_get"];
         put?: never;
-        /** Create Model */
+        /**
+         * Create Model
+         * @description A model of the caller's; its name must be new among the caller's models.
+         */
         post: operations["create_model_api_v1_models_post"];
         delete?: never;
         options?: never;
@@ -721,7 +745,7 @@ export interface paths {
         head?: never;
         /**
          * Update Model
-         * @description Change the fields given; ``labels`` and ``metadata`` are replaced whole.
+         * @description Change the fields given; ``labels`` and ``metadata`` are replaced whole (its owner or an admin).
          */
         patch: operations["update_model_api_v1_models__name__patch"];
         trace?: never;
@@ -735,7 +759,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Archive Model */
+        /**
+         * Archive Model
+         * @description Its owner or an admin.
+         */
         post: operations["archive_model_api_v1_models__name__archive_post"];
         delete?: never;
         options?: never;
@@ -752,7 +779,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Unarchive Model */
+        /**
+         * Unarchive Model
+         * @description Its owner or an admin.
+         */
         post: operations["unarchive_model_api_v1_models__name__unarchive_post"];
         delete?: never;
         options?: never;
@@ -772,7 +802,8 @@ export interface paths {
         put?: never;
         /**
          * Register Version
-         * @description Register a COMPLETED checkpoint as the model's next version.
+         * @description Register a COMPLETED checkpoint the caller may read as the model's next version (the model's
+         *     owner or an admin).
          */
         post: operations["register_version_api_v1_models__name__versions_post"];
         delete?: never;
@@ -797,14 +828,15 @@ export interface paths {
         post?: never;
         /**
          * Delete Version
-         * @description Remove the version (its owner or an admin); its checkpoint is then GC's again.
+         * @description Remove the version (the model's owner or an admin); its checkpoint is then GC's again.
          */
         delete: operations["delete_version_api_v1_models__name__versions__version__delete"];
         options?: never;
         head?: never;
         /**
          * Update Version
-         * @description Change the fields given; ``labels`` and ``metadata`` are replaced whole.
+         * @description Change the fields given; ``labels`` and ``metadata`` are replaced whole (the model's owner or
+         *     an admin).
          */
         patch: operations["update_version_api_v1_models__name__versions__version__patch"];
         trace?: never;
@@ -825,7 +857,8 @@ export interface paths {
         head?: never;
         /**
          * Update Project
-         * @description Change the description or the Markdown notes (those given).
+         * @description Change the description or the Markdown notes (those given): the project's owner, its
+         *     workspace's owner, or an admin.
          */
         patch: operations["update_project_api_v1_projects__project_id__patch"];
         trace?: never;
@@ -1046,6 +1079,118 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/runtime/trials/{trial_id}/storage/checkpoints/{uuid}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Checkpoint Files
+         * @description A checkpoint's files the trial may read: a registered one's registered files (its owner's,
+         *     or the one its experiment warm-starts from), or those it wrote of its own so far.
+         */
+        get: operations["checkpoint_files_api_v1_runtime_trials__trial_id__storage_checkpoints__uuid__get"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete Checkpoint Files
+         * @description Delete the files of the trial's own checkpoint: one it claimed (a failed upload), or one it
+         *     registered (``checkpoint.delete``; the record goes next, through ``DELETE /runtime/checkpoints``).
+         */
+        delete: operations["delete_checkpoint_files_api_v1_runtime_trials__trial_id__storage_checkpoints__uuid__delete"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/runtime/trials/{trial_id}/storage/checkpoints/{uuid}/files/{path}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Checkpoint File
+         * @description One file of a checkpoint the trial may read. A registered file is sent with its registered
+         *     size, and cut short if the store's object differs from it.
+         */
+        get: operations["checkpoint_file_api_v1_runtime_trials__trial_id__storage_checkpoints__uuid__files__path__get"];
+        /**
+         * Put Checkpoint File
+         * @description Store one file of the trial's own checkpoint ``uuid``: a uuid no other trial wrote, not
+         *     registered yet. The first file claims the uuid for the trial.
+         */
+        put: operations["put_checkpoint_file_api_v1_runtime_trials__trial_id__storage_checkpoints__uuid__files__path__put"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/runtime/trials/{trial_id}/storage/tensorboard/files/{path}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Put Tensorboard File
+         * @description Store one of the trial's own TensorBoard files (a new version replaces the old).
+         */
+        put: operations["put_tensorboard_file_api_v1_runtime_trials__trial_id__storage_tensorboard_files__path__put"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/runtime/trials/{trial_id}/storage/tensorboard/{source_trial_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Tensorboard Files
+         * @description A trial's TensorBoard files, for itself or a TensorBoard that shows it.
+         */
+        get: operations["tensorboard_files_api_v1_runtime_trials__trial_id__storage_tensorboard__source_trial_id__get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/runtime/trials/{trial_id}/storage/tensorboard/{source_trial_id}/files/{path}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Tensorboard File
+         * @description One of a trial's TensorBoard files, for itself or a TensorBoard that shows it.
+         */
+        get: operations["tensorboard_file_api_v1_runtime_trials__trial_id__storage_tensorboard__source_trial_id__files__path__get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/runtime/trials/{trial_id}/task": {
         parameters: {
             query?: never;
@@ -1072,7 +1217,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Task Ready */
+        /**
+         * Task Ready
+         * @description A pod's program: where its server listens (a local or Docker task's own report is refused).
+         */
         post: operations["task_ready_api_v1_runtime_trials__trial_id__task_ready_post"];
         delete?: never;
         options?: never;
@@ -1186,7 +1334,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List Templates */
+        /**
+         * List Templates
+         * @description The caller's own templates and the shared ones; an admin's: every template.
+         */
         get: operations["list_templates_api_v1_templates_get"];
         put?: never;
         post?: never;
@@ -1203,15 +1354,23 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Describe Template */
+        /**
+         * Describe Template
+         * @description Without ``owner`` or ``shared``: the template the caller's experiments naming it get (their
+         *     own, else the shared one).
+         */
         get: operations["describe_template_api_v1_templates__name__get"];
         /**
          * Set Template
-         * @description Create the template, or replace its config.
+         * @description Create or replace the caller's own template, or with ``shared`` (admins) the shared one.
          */
         put: operations["set_template_api_v1_templates__name__put"];
         post?: never;
-        /** Remove Template */
+        /**
+         * Remove Template
+         * @description The caller's own template, another's (admins), or with ``shared`` (admins) the shared one:
+         *     never a shared one unless asked for by name.
+         */
         delete: operations["remove_template_api_v1_templates__name__delete"];
         options?: never;
         head?: never;
@@ -1343,7 +1502,8 @@ export interface paths {
         put?: never;
         /**
          * Create Webhook
-         * @description Create a webhook; the answer is the only one that shows its signing key.
+         * @description Create a webhook; the answer is the only one that shows its signing key. It is checked,
+         *     its URL's host resolved included, before the transaction that stores it.
          */
         post: operations["create_webhook_api_v1_webhooks_post"];
         delete?: never;
@@ -1602,7 +1762,7 @@ export interface components {
             };
             /**
              * Name
-             * @description unique among models
+             * @description unique among the caller's models
              */
             name: string;
             /**
@@ -2078,7 +2238,7 @@ export interface components {
              * State
              * @enum {string}
              */
-            state: "STATE_QUEUED" | "STATE_SCHEDULED";
+            state: "STATE_QUEUED" | "STATE_SCHEDULED" | "STATE_PAUSED";
             /** Submitted */
             submitted: string | null;
             /**
@@ -2687,6 +2847,17 @@ export interface components {
             state_changes: components["schemas"]["StateChange"][];
         };
         /**
+         * StoredFiles
+         * @description A checkpoint's files in object storage as a trial sees them through the master: a
+         *     registered checkpoint's registered files, or those the trial wrote of its own so far.
+         */
+        StoredFiles: {
+            /** Files */
+            files: {
+                [key: string]: number;
+            };
+        };
+        /**
          * SubmitExperiment
          * @description An experiment a pipeline task submits on behalf of ``owner``.
          */
@@ -2830,6 +3001,11 @@ export interface components {
             /** Proxy Prefix */
             proxy_prefix: string;
             /**
+             * Ready To
+             * @enum {string}
+             */
+            ready_to: "runner" | "master";
+            /**
              * Type
              * @enum {string}
              */
@@ -2848,6 +3024,8 @@ export interface components {
             name: string;
             /** Owner */
             owner: string;
+            /** Shared */
+            shared: boolean;
             /** Updated At */
             updated_at: string;
         };
@@ -2859,6 +3037,23 @@ export interface components {
         TemplateList: {
             /** Templates */
             templates: components["schemas"]["Template"][];
+        };
+        /** TensorBoardFile */
+        TensorBoardFile: {
+            /** Signature */
+            signature: string;
+            /** Size */
+            size: number;
+        };
+        /**
+         * TensorBoardFiles
+         * @description A trial's TensorBoard files in object storage, for its own trial or a TensorBoard showing it.
+         */
+        TensorBoardFiles: {
+            /** Files */
+            files: {
+                [key: string]: components["schemas"]["TensorBoardFile"];
+            };
         };
         /** Trial */
         Trial: {
@@ -4418,6 +4613,41 @@ export interface operations {
             };
         };
     };
+    task_ready_by_runner_api_v1_internal_trials__trial_id__task_ready_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                trial_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TaskReady"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Empty"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
     list_jobs_api_v1_jobs_get: {
         parameters: {
             query?: {
@@ -4507,6 +4737,8 @@ export interface operations {
         parameters: {
             query?: {
                 name?: string | null;
+                /** @description whose model: the name is unique per owner */
+                owner?: string | null;
                 label?: string | null;
                 archived?: boolean | null;
                 sort_by?: "name" | "description" | "creation_time" | "last_updated_time";
@@ -4573,7 +4805,10 @@ export interface operations {
     };
     describe_model_api_v1_models__name__get: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description whose model: the name is unique per owner */
+                owner?: string | null;
+            };
             header?: never;
             path: {
                 name: string;
@@ -4604,7 +4839,10 @@ export interface operations {
     };
     delete_model_api_v1_models__name__delete: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description whose model: the name is unique per owner */
+                owner?: string | null;
+            };
             header?: never;
             path: {
                 name: string;
@@ -4635,7 +4873,10 @@ export interface operations {
     };
     update_model_api_v1_models__name__patch: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description whose model: the name is unique per owner */
+                owner?: string | null;
+            };
             header?: never;
             path: {
                 name: string;
@@ -4670,7 +4911,10 @@ export interface operations {
     };
     archive_model_api_v1_models__name__archive_post: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description whose model: the name is unique per owner */
+                owner?: string | null;
+            };
             header?: never;
             path: {
                 name: string;
@@ -4701,7 +4945,10 @@ export interface operations {
     };
     unarchive_model_api_v1_models__name__unarchive_post: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description whose model: the name is unique per owner */
+                owner?: string | null;
+            };
             header?: never;
             path: {
                 name: string;
@@ -4733,6 +4980,8 @@ export interface operations {
     list_versions_api_v1_models__name__versions_get: {
         parameters: {
             query?: {
+                /** @description whose model: the name is unique per owner */
+                owner?: string | null;
                 order_by?: "asc" | "desc";
             };
             header?: never;
@@ -4765,7 +5014,10 @@ export interface operations {
     };
     register_version_api_v1_models__name__versions_post: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description whose model: the name is unique per owner */
+                owner?: string | null;
+            };
             header?: never;
             path: {
                 name: string;
@@ -4800,7 +5052,10 @@ export interface operations {
     };
     describe_version_api_v1_models__name__versions__version__get: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description whose model: the name is unique per owner */
+                owner?: string | null;
+            };
             header?: never;
             path: {
                 name: string;
@@ -4832,7 +5087,10 @@ export interface operations {
     };
     delete_version_api_v1_models__name__versions__version__delete: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description whose model: the name is unique per owner */
+                owner?: string | null;
+            };
             header?: never;
             path: {
                 name: string;
@@ -4864,7 +5122,10 @@ export interface operations {
     };
     update_version_api_v1_models__name__versions__version__patch: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description whose model: the name is unique per owner */
+                owner?: string | null;
+            };
             header?: never;
             path: {
                 name: string;
@@ -5395,6 +5656,243 @@ export interface operations {
             };
         };
     };
+    checkpoint_files_api_v1_runtime_trials__trial_id__storage_checkpoints__uuid__get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                uuid: string;
+                trial_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StoredFiles"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    delete_checkpoint_files_api_v1_runtime_trials__trial_id__storage_checkpoints__uuid__delete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                uuid: string;
+                trial_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Empty"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    checkpoint_file_api_v1_runtime_trials__trial_id__storage_checkpoints__uuid__files__path__get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                uuid: string;
+                path: string;
+                trial_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description the file's bytes */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/octet-stream": string;
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    put_checkpoint_file_api_v1_runtime_trials__trial_id__storage_checkpoints__uuid__files__path__put: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                uuid: string;
+                path: string;
+                trial_id: number;
+            };
+            cookie?: never;
+        };
+        /** @description the file's bytes, with its Content-Length */
+        requestBody: {
+            content: {
+                "application/octet-stream": string;
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Empty"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    put_tensorboard_file_api_v1_runtime_trials__trial_id__storage_tensorboard_files__path__put: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                path: string;
+                trial_id: number;
+            };
+            cookie?: never;
+        };
+        /** @description the file's bytes, with its Content-Length */
+        requestBody: {
+            content: {
+                "application/octet-stream": string;
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Empty"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    tensorboard_files_api_v1_runtime_trials__trial_id__storage_tensorboard__source_trial_id__get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                source_trial_id: number;
+                trial_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TensorBoardFiles"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    tensorboard_file_api_v1_runtime_trials__trial_id__storage_tensorboard__source_trial_id__files__path__get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                source_trial_id: number;
+                path: string;
+                trial_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description the file's bytes */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/octet-stream": string;
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
     task_runtime_api_v1_runtime_trials__trial_id__task_get: {
         parameters: {
             query?: never;
@@ -5680,7 +6178,12 @@ export interface operations {
     };
     describe_template_api_v1_templates__name__get: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description whose personal template (another's: admins only) */
+                owner?: string | null;
+                /** @description the shared template of that name (admins manage them) */
+                shared?: boolean;
+            };
             header?: never;
             path: {
                 name: string;
@@ -5711,7 +6214,10 @@ export interface operations {
     };
     set_template_api_v1_templates__name__put: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description the shared template of that name (admins manage them) */
+                shared?: boolean;
+            };
             header?: never;
             path: {
                 name: string;
@@ -5746,7 +6252,12 @@ export interface operations {
     };
     remove_template_api_v1_templates__name__delete: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description whose personal template (another's: admins only) */
+                owner?: string | null;
+                /** @description the shared template of that name (admins manage them) */
+                shared?: boolean;
+            };
             header?: never;
             path: {
                 name: string;

@@ -18,7 +18,7 @@ export function ModelPage({ name }: { name: string }) {
     setBusy(true);
     setError(null);
     try {
-      await api.archiveModel(model.name, archived);
+      await api.archiveModel(String(model.id), archived);
       answer.reload();
     } catch (err) {
       setError(errorText(err));
@@ -82,7 +82,7 @@ function ModelForm({ model, onSaved }: { model: Model; onSaved: () => void }) {
     setSaving(true);
     setError(null);
     try {
-      await api.updateModel(model.name, { description, notes, labels: parseLabels(labels) });
+      await api.updateModel(String(model.id), { description, notes, labels: parseLabels(labels) });
       onSaved();
     } catch (err) {
       setError(errorText(err));

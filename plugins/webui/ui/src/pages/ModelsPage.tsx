@@ -46,7 +46,7 @@ export function ModelsPage() {
             {sorted.map((m) => (
               <tr key={m.id} data-testid="model-row" data-id={m.name}>
                 <td>
-                  <a href={modelHref(m.name)} data-testid="model-link">
+                  <a href={modelHref(m.id)} data-testid="model-link">
                     {m.name}
                   </a>{" "}
                   {m.archived ? <span className="tag">archived</span> : null}
@@ -88,7 +88,7 @@ function NewModelForm() {
     setError(null);
     try {
       const created = await api.createModel({ name: name.trim(), description });
-      navigate(modelPath(created.name));
+      navigate(modelPath(created.id));
     } catch (err) {
       setError(errorText(err));
     } finally {
