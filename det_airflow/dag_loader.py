@@ -29,9 +29,16 @@ globals().update(build_dags(Path(__file__).resolve().parent, only_dag_id=_only))
 
 
 def install(dags_folder: Path, *, force: bool = False) -> str:
-    """Writes the loader into ``dags_folder``; answers what it did, in one line."""
-    if not dags_folder.is_dir():
-        raise DetError(f"{dags_folder}: no such folder (give Airflow's [core] dags_folder)")
+    """Writes the loader into ``dags_folder``, making the folder when Airflow has not yet (a fresh
+    ``AIRFLOW_HOME`` names ``dags/`` before anything makes it); answers what it did, in one line."""
+    if dags_folder.exists() and not dags_folder.is_dir():
+        raise DetError(f"{dags_folder}: not a folder (give Airflow's [core] dags_folder)")
+    made = not dags_folder.exists()
+    if made:
+        try:
+            dags_folder.mkdir(parents=True)
+        except OSError as exc:
+            raise DetError(f"{dags_folder}: cannot make the DAGs folder: {exc.strerror}") from None
     target = dags_folder / FILE_NAME
     if target.exists():
         if target.read_text() == SOURCE:
@@ -41,4 +48,4 @@ def install(dags_folder: Path, *, force: bool = False) -> str:
     tmp = target.with_name(f".{FILE_NAME}.tmp")
     tmp.write_text(SOURCE)
     tmp.replace(target)  # a parse never reads half a file
-    return f"Wrote {target}"
+    return f"Made {dags_folder} and wrote {target}" if made else f"Wrote {target}"

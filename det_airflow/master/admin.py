@@ -3,6 +3,7 @@ secrets in experiment files that older versions wrote in plain text."""
 
 from __future__ import annotations
 
+from det_airflow import settings
 from det_airflow.master import airflow_bridge
 from det_airflow.master.auth import SERVICE_TOKEN_SETTING, hash_token, new_token
 from det_airflow.master.db import Database, get_database, get_setting, set_setting
@@ -25,6 +26,11 @@ def migrate(*, conn_id: str = DEFAULT_CONN_ID, master_url: str | None = None) ->
         ) from None
     lines = [migration_summary(before, after)]
     lines.append(ensure_service_connection(db, conn_id, master_url or airflow_bridge.master_url()))
+    if master_url is None and not settings.load().master_url:
+        lines.append(
+            "  (the address comes from Airflow's [api] settings: where workers reach the API server by "
+            "another name, set [det] master_url and run `det admin migrate` again)"
+        )
     lines.extend(restrict_dag_edits(db))
     lines.append(rewrite_summary(*mask_experiment_files(db)))
     from sqlalchemy.engine import make_url

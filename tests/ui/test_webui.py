@@ -406,7 +406,9 @@ def test_experiment_page_draws_one_curve_per_trial(
     expect(rows).to_have_count(3)
 
     page.get_by_role("tab", name="Config").click()
-    expect(page.get_by_test_id("config")).to_contain_text("validation_loss")
+    # As YAML, the way the config was written, not JSON.
+    expect(page.get_by_test_id("config")).to_contain_text("metric: validation_loss")
+    expect(page.get_by_test_id("config")).not_to_contain_text('"metric"')
 
 
 def test_trial_logs_filter_by_rank(page: Page, airflow: LocalAirflow, curves: dict[str, Any]) -> None:

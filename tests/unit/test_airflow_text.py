@@ -13,11 +13,19 @@ pytest.importorskip("airflow")
 from det_airflow.airflow_text import markdown_text, plain_text  # noqa: E402
 from det_airflow.dagfactory import build_dags  # noqa: E402
 
+# Markdown and HTML in every field a user writes, and control sequences where the config allows them
+# (a hyperparameter's value); names and descriptions with control characters are refused instead.
 HOSTILE = r"""
-name: "mnist ![x](https://evil.example/pixel.png) [click](https://evil.example) <img src=x> \e[2J\e]0;pwned\a\x9b31m\u202e"
+name: "mnist ![x](https://evil.example/pixel.png) [click](https://evil.example) <img src=x>"
+description: "line one [link](https://evil.example) <b>bold</b>"
+entrypoint: python3 train.py
+hyperparameters: {note: "\e[1mbold\e[0m \e]0;pwned\a\x9b31m"}
+searcher: {name: single, metric: loss, max_length: 10}
+"""
+REFUSED = r"""
+name: "mnist ![x](https://evil.example/pixel.png) \e[2J\e]0;pwned\a\x9b31m\u202e"
 description: "line one\e[31m red\x07 \x00\x1b]8;;https://evil.example\x1b\\link\x1b]8;;\x1b\\"
 entrypoint: python3 train.py
-hyperparameters: {note: "\e[1mbold\e[0m"}
 searcher: {name: single, metric: loss, max_length: 10}
 """
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
@@ -28,16 +36,31 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text)
 
 
-@pytest.fixture(params=["dropped", "master"])
-def dag(request: pytest.FixtureRequest, tmp_path: Path):  # type: ignore[no-untyped-def]
-    if request.param == "dropped":
-        _write(tmp_path / "hostile.yaml", HOSTILE)
+def _dag(where: str, tmp_path: Path, text: str):  # type: ignore[no-untyped-def]
+    if where == "dropped":
+        _write(tmp_path / "hostile.yaml", text)
         return build_dags(tmp_path)["det_hostile"]
     _write(
         tmp_path / "experiments" / "exp_7.yaml",
-        "# Experiment 7, written by the det master. Do not edit.\n" + HOSTILE,
+        "# Experiment 7, written by the det master. Do not edit.\n" + text,
     )
     return build_dags(tmp_path)["det_exp_7"]
+
+
+@pytest.fixture(params=["dropped", "master"])
+def dag(request: pytest.FixtureRequest, tmp_path: Path):  # type: ignore[no-untyped-def]
+    return _dag(request.param, tmp_path, HOSTILE)
+
+
+@pytest.fixture(params=["dropped", "master"])
+def refused(request: pytest.FixtureRequest, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """The invalid-config DAG of a YAML whose name and description carry control sequences."""
+    return _dag(request.param, tmp_path, REFUSED)
+
+
+def _fields(dag) -> list[str]:  # type: ignore[no-untyped-def]
+    fields = [dag.dag_display_name, dag.description or "", dag.doc_md or "", *dag.tags, dag.owner]
+    return fields + [str(v) for v in dag.params.dump().values()]
 
 
 def test_the_docs_render_the_name_as_text_never_as_a_link_or_image(dag) -> None:  # type: ignore[no-untyped-def]
@@ -49,12 +72,18 @@ def test_the_docs_render_the_name_as_text_never_as_a_link_or_image(dag) -> None:
 
 
 def test_no_field_written_into_airflow_carries_a_control_sequence(dag) -> None:  # type: ignore[no-untyped-def]
-    fields = [dag.dag_display_name, dag.description, dag.doc_md, *dag.tags, dag.owner]
-    fields += [str(v) for v in dag.params.dump().values()]
-    for value in fields:
+    for value in _fields(dag):
         assert not _CONTROL.search(value), f"control character in {value!r}"
     assert dag.dag_display_name.startswith("mnist ![x](https://evil.example/pixel.png) [click]")
-    assert dag.description.startswith("line one red ")
+    assert dag.description.startswith("line one [link]")
+
+
+def test_a_config_refused_for_its_control_characters_shows_none_of_them(refused) -> None:  # type: ignore[no-untyped-def]
+    for value in _fields(refused):
+        assert not _CONTROL.search(value), f"control character in {value!r}"
+    assert refused.dag_display_name.endswith(".yaml (invalid)")
+    assert "name: contains U+001B" in refused.doc_md
+    assert "evil" not in refused.dag_display_name
 
 
 def test_plain_text_keeps_newlines_tabs_and_ordinary_unicode() -> None:

@@ -89,3 +89,78 @@ def test_every_module_of_the_tree_is_in_the_wheel(wheel: Path) -> None:
     tree = _tree_modules()
     assert len(tree) > 250
     assert sorted(tree - names) == [], "modules of the tree missing from the wheel"
+
+
+#: What the editable checkout adds to the test environment: a clean install must do without it.
+_THE_CHECKOUT = ("__editable__", "det_airflow")
+
+
+@pytest.fixture(scope="module")
+def clean_install(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh virtualenv with the wheel installed and the test environment's other packages (Airflow
+    and det-airflow's dependencies) laid under it, but not the editable checkout: the Python of
+    what a platform team gets from `pip install det-airflow[airflow]` into their Airflow."""
+    import sysconfig
+
+    venv = tmp_path_factory.mktemp("clean") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site_packages = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
+    deps = venv.parent / "deps"
+    deps.mkdir()
+    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+        if not entry.name.startswith(_THE_CHECKOUT):
+            (deps / entry.name).symlink_to(entry)
+    # After the venv's own site-packages, so the wheel's det_airflow is the one found.
+    (site_packages / "zz_deps.pth").write_text(f"import site; site.addsitedir({str(deps)!r})\n")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q", str(wheel)],
+        check=True,
+        capture_output=True,
+    )
+    return venv
+
+
+def test_the_installed_wheel_imports_every_module_and_airflow_loads_its_plugin(
+    clean_install: Path, tmp_path: Path
+) -> None:
+    python = clean_install / "bin" / "python"
+    every_module = (
+        "import importlib, pkgutil, det_airflow\n"
+        f"assert det_airflow.__file__.startswith({str(clean_install)!r}), det_airflow.__file__\n"
+        "skip = ('det_airflow.compat',)\n"
+        "for m in pkgutil.walk_packages(det_airflow.__path__, 'det_airflow.'):\n"
+        "    if not m.name.startswith(skip):\n"
+        "        importlib.import_module(m.name)\n"
+        "print('imported')\n"
+    )
+    # Run away from the checkout, whose det_airflow/ would otherwise be found first.
+    env = {
+        "PATH": f"{clean_install / 'bin'}:/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "AIRFLOW_HOME": str(tmp_path),
+    }
+    imported = subprocess.run(
+        [str(python), "-c", every_module], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600
+    )
+    assert imported.returncode == 0, imported.stderr[-3000:]
+    assert imported.stdout.strip().endswith("imported")
+
+    plugins = subprocess.run(
+        [str(python), "-m", "airflow", "plugins", "--output", "json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=600,
+    )
+    assert plugins.returncode == 0, plugins.stderr[-3000:]
+    assert '"name": "det"' in plugins.stdout, plugins.stdout[-3000:]
+    assert "Failed to import plugin" not in plugins.stdout + plugins.stderr

@@ -1,4 +1,5 @@
 import { useState } from "react";
+import { stringify } from "yaml";
 import { api, errorText, type ExperimentAction } from "../api";
 import { ConfirmDialog } from "../components/ConfirmDialog";
 import { ErrorBox } from "../components/ErrorBox";
@@ -130,7 +131,7 @@ export function ExperimentPage({ id }: { id: number }) {
         <HparamsTab experimentId={id} trials={trials} searcher={searcher} config={config} />
       ) : null}
       {tab === "Checkpoints" ? <CheckpointsTab checkpoints={checkpoints.data ?? []} /> : null}
-      {tab === "Config" ? <pre data-testid="config">{JSON.stringify(config, null, 2)}</pre> : null}
+      {tab === "Config" ? <pre data-testid="config">{stringify(config, { lineWidth: 0 })}</pre> : null}
       {pending ? (
         <ConfirmDialog
           message={`${pending === "kill" ? "Kill" : "Cancel"} experiment ${exp.id} (${exp.name})?`}
