@@ -322,6 +322,35 @@ def test_airflow_dag_and_task_pages_have_experiment_and_trial_tabs(
     screenshot(page, "airflow-task-trial-tab")
 
 
+def test_det_pages_in_airflow_s_frame_are_never_cut_at_the_right_edge(
+    page: Page, airflow: LocalAirflow, curves: dict[str, Any]
+) -> None:
+    """In a narrow window a wide table scrolls inside the page: its last column can be reached, and
+    the page itself is never wider than Airflow's frame (whose overflow Airflow hides)."""
+    page.set_viewport_size({"width": 760, "height": 900})
+    for route, table in (("det-experiments", "experiments-table"), ("det-queue", None)):
+        page.goto(f"{airflow.url}/plugin/{route}")
+        frame = page.frame_locator("iframe")
+        body = frame.locator("body")
+        expect(body.locator("main")).to_be_visible()
+        if table is not None:
+            expect(frame.get_by_test_id(table).locator("tbody tr").first).to_be_visible()
+        page_width = body.evaluate(
+            "b => [b.ownerDocument.documentElement.scrollWidth, b.ownerDocument.documentElement.clientWidth]"
+        )
+        assert page_width[0] <= page_width[1], (
+            f"{route}: the page is {page_width[0]} px wide in a {page_width[1]} px frame"
+        )
+        iframe_box = page.locator("iframe").bounding_box()
+        assert iframe_box is not None and iframe_box["x"] + iframe_box["width"] <= 760 + 1, iframe_box
+        if table is not None:
+            last = frame.get_by_test_id(table).locator("thead th").last
+            frame.get_by_test_id(table).locator("xpath=..").evaluate("w => { w.scrollLeft = w.scrollWidth; }")
+            expect(last).to_be_in_viewport()
+    screenshot(page, "airflow-experiments-narrow")
+    page.set_viewport_size({"width": 1400, "height": 900})
+
+
 def test_experiment_page_draws_one_curve_per_trial(
     page: Page, airflow: LocalAirflow, curves: dict[str, Any]
 ) -> None:

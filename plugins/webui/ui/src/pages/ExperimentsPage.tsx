@@ -175,80 +175,82 @@ export function ExperimentsPage() {
         </button>
       </div>
       <ErrorBox error={list.error ?? actionError} />
-      <table className="grid" data-testid="experiments-table">
-        <thead>
-          <tr>
-            <th>
-              <input
-                type="checkbox"
-                checked={allOnPage}
-                onChange={togglePage}
-                aria-label="Select all on this page"
-                data-testid="select-page"
-              />
-            </th>
-            {header("ID", "id")}
-            {header("Name", "name")}
-            {header("State", "state")}
-            {header("Progress", "progress")}
-            {header("Searcher", "searcher")}
-            {header("Metric (best)", "metric")}
-            {header("Trials", "num_trials")}
-            {header("User", "owner")}
-            {header("Labels", "labels")}
-            {header("Resource pool", "resource_pool")}
-            {header("Started", "start_time")}
-            {header("Duration", "duration")}
-          </tr>
-        </thead>
-        <tbody>
-          {rows.map((e) => (
-            <tr key={e.id} data-testid="experiment-row" data-id={e.id}>
-              <td>
+      <div className="scroll">
+        <table className="grid" data-testid="experiments-table">
+          <thead>
+            <tr>
+              <th>
                 <input
                   type="checkbox"
-                  checked={selected.has(e.id)}
-                  onChange={() => toggleRow(e.id)}
-                  aria-label={`Select experiment ${e.id}`}
-                  data-testid="select-row"
+                  checked={allOnPage}
+                  onChange={togglePage}
+                  aria-label="Select all on this page"
+                  data-testid="select-page"
                 />
-              </td>
-              <td>
-                <a href={`#/experiments/${e.id}`}>{e.id}</a>
-              </td>
-              <td>
-                <a href={`#/experiments/${e.id}`} data-testid="experiment-link">
-                  {e.name}
-                </a>
-                {e.archived ? <span className="tag">archived</span> : null}
-              </td>
-              <td>
-                <span className={stateClass(e.state)}>{e.state}</span>
-              </td>
-              <td>{formatPercent(e.progress)}</td>
-              <td>{e.searcher}</td>
-              <td>
-                {e.searcher_metric ?? DASH}
-                {e.best_validation !== undefined && e.best_validation !== null
-                  ? ` (${formatNumber(e.best_validation)})`
-                  : ""}
-              </td>
-              <td>{e.num_trials ?? DASH}</td>
-              <td>{e.owner ?? DASH}</td>
-              <td>
-                {e.labels.map((label) => (
-                  <span key={label} className="tag">
-                    {label}
-                  </span>
-                ))}
-              </td>
-              <td>{e.resource_pool}</td>
-              <td>{formatDate(e.start_time)}</td>
-              <td>{formatDuration(durationSeconds(e.start_time, e.end_time))}</td>
+              </th>
+              {header("ID", "id")}
+              {header("Name", "name")}
+              {header("State", "state")}
+              {header("Progress", "progress")}
+              {header("Searcher", "searcher")}
+              {header("Metric (best)", "metric")}
+              {header("Trials", "num_trials")}
+              {header("User", "owner")}
+              {header("Labels", "labels")}
+              {header("Resource pool", "resource_pool")}
+              {header("Started", "start_time")}
+              {header("Duration", "duration")}
             </tr>
-          ))}
-        </tbody>
-      </table>
+          </thead>
+          <tbody>
+            {rows.map((e) => (
+              <tr key={e.id} data-testid="experiment-row" data-id={e.id}>
+                <td>
+                  <input
+                    type="checkbox"
+                    checked={selected.has(e.id)}
+                    onChange={() => toggleRow(e.id)}
+                    aria-label={`Select experiment ${e.id}`}
+                    data-testid="select-row"
+                  />
+                </td>
+                <td>
+                  <a href={`#/experiments/${e.id}`}>{e.id}</a>
+                </td>
+                <td>
+                  <a href={`#/experiments/${e.id}`} data-testid="experiment-link">
+                    {e.name}
+                  </a>
+                  {e.archived ? <span className="tag">archived</span> : null}
+                </td>
+                <td>
+                  <span className={stateClass(e.state)}>{e.state}</span>
+                </td>
+                <td>{formatPercent(e.progress)}</td>
+                <td>{e.searcher}</td>
+                <td>
+                  {e.searcher_metric ?? DASH}
+                  {e.best_validation !== undefined && e.best_validation !== null
+                    ? ` (${formatNumber(e.best_validation)})`
+                    : ""}
+                </td>
+                <td>{e.num_trials ?? DASH}</td>
+                <td>{e.owner ?? DASH}</td>
+                <td>
+                  {e.labels.map((label) => (
+                    <span key={label} className="tag">
+                      {label}
+                    </span>
+                  ))}
+                </td>
+                <td>{e.resource_pool}</td>
+                <td>{formatDate(e.start_time)}</td>
+                <td>{formatDuration(durationSeconds(e.start_time, e.end_time))}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      </div>
       {list.data && sorted.length === 0 ? <p className="muted">No experiments match.</p> : null}
       {!list.data && list.loading ? <p className="muted">Loading…</p> : null}
       <div className="pager">

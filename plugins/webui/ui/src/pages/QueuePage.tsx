@@ -36,36 +36,38 @@ export function QueuePage() {
       {[...pools.entries()].map(([pool, list]) => (
         <div key={pool} className="pool">
           <h2>Resource pool {pool}</h2>
-          <table className="grid" data-testid="queue-table" data-pool={pool}>
-            <thead>
-              <tr>
-                <th>Jobs ahead</th>
-                <th>ID</th>
-                <th>Type</th>
-                <th>Name</th>
-                <th>Priority</th>
-                <th>Weight</th>
-                <th>Slots (acquired / needed)</th>
-                <th>State</th>
-                <th>User</th>
-                <th>Submitted</th>
-                <th>Hosts</th>
-                <th />
-              </tr>
-            </thead>
-            <tbody>
-              {list.map((job) => (
-                <JobRows
-                  key={job.id}
-                  job={job}
-                  first={list[0]}
-                  open={managing === job.id}
-                  onToggle={() => setManaging(managing === job.id ? null : job.id)}
-                  onDone={done}
-                />
-              ))}
-            </tbody>
-          </table>
+          <div className="scroll">
+            <table className="grid" data-testid="queue-table" data-pool={pool}>
+              <thead>
+                <tr>
+                  <th>Jobs ahead</th>
+                  <th>ID</th>
+                  <th>Type</th>
+                  <th>Name</th>
+                  <th>Priority</th>
+                  <th>Weight</th>
+                  <th>Slots (acquired / needed)</th>
+                  <th>State</th>
+                  <th>User</th>
+                  <th>Submitted</th>
+                  <th>Hosts</th>
+                  <th />
+                </tr>
+              </thead>
+              <tbody>
+                {list.map((job) => (
+                  <JobRows
+                    key={job.id}
+                    job={job}
+                    first={list[0]}
+                    open={managing === job.id}
+                    onToggle={() => setManaging(managing === job.id ? null : job.id)}
+                    onDone={done}
+                  />
+                ))}
+              </tbody>
+            </table>
+          </div>
         </div>
       ))}
     </section>

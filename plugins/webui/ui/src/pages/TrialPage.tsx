@@ -126,16 +126,18 @@ export function TrialPage({ id }: { id: number }) {
       <ErrorBox error={continueError ?? trial.error ?? metrics.error ?? checkpoints.error} />
 
       <h2>Hyperparameters</h2>
-      <table className="grid compact" data-testid="hparams-table">
-        <tbody>
-          {Object.entries(hparams).map(([name, value]) => (
-            <tr key={name}>
-              <th>{name}</th>
-              <td>{formatValue(value)}</td>
-            </tr>
-          ))}
-        </tbody>
-      </table>
+      <div className="scroll">
+        <table className="grid compact" data-testid="hparams-table">
+          <tbody>
+            {Object.entries(hparams).map(([name, value]) => (
+              <tr key={name}>
+                <th>{name}</th>
+                <td>{formatValue(value)}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      </div>
 
       <h2>Metrics</h2>
       {charts.length === 0 ? <p className="muted">No metrics reported yet.</p> : null}
@@ -159,34 +161,36 @@ export function TrialPage({ id }: { id: number }) {
       {ownCheckpoints.length === 0 ? (
         <p className="muted">No checkpoints yet.</p>
       ) : (
-        <table className="grid" data-testid="trial-checkpoints">
-          <thead>
-            <tr>
-              <th>UUID</th>
-              <th>Batches</th>
-              <th>Size</th>
-              <th>State</th>
-              <th>Validation metric</th>
-              <th>Reported</th>
-              <th />
-            </tr>
-          </thead>
-          <tbody>
-            {ownCheckpoints.map((c) => (
-              <tr key={c.uuid} data-testid="checkpoint-row" data-id={c.uuid}>
-                <td className="mono">{c.uuid}</td>
-                <td>{c.steps_completed}</td>
-                <td>{formatBytes(c.size)}</td>
-                <td>{c.state}</td>
-                <td>{formatNumber(c.validation_metric)}</td>
-                <td>{formatDate(c.report_time)}</td>
-                <td>
-                  <RegisterCheckpoint checkpoint={c} />
-                </td>
+        <div className="scroll">
+          <table className="grid" data-testid="trial-checkpoints">
+            <thead>
+              <tr>
+                <th>UUID</th>
+                <th>Batches</th>
+                <th>Size</th>
+                <th>State</th>
+                <th>Validation metric</th>
+                <th>Reported</th>
+                <th />
               </tr>
-            ))}
-          </tbody>
-        </table>
+            </thead>
+            <tbody>
+              {ownCheckpoints.map((c) => (
+                <tr key={c.uuid} data-testid="checkpoint-row" data-id={c.uuid}>
+                  <td className="mono">{c.uuid}</td>
+                  <td>{c.steps_completed}</td>
+                  <td>{formatBytes(c.size)}</td>
+                  <td>{c.state}</td>
+                  <td>{formatNumber(c.validation_metric)}</td>
+                  <td>{formatDate(c.report_time)}</td>
+                  <td>
+                    <RegisterCheckpoint checkpoint={c} />
+                  </td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
       )}
 
       <h2>Logs</h2>

@@ -42,30 +42,32 @@ export function WorkspacesPage() {
         create={async (name) => navigate(`/workspaces/${(await api.createWorkspace(name)).id}`)}
       />
       <ErrorBox error={list.error} />
-      <table className="grid" data-testid="workspaces-table">
-        <thead>
-          <tr>
-            {header("Name", "name")}
-            {header("Projects", "num_projects")}
-            {header("Created by", "created_by")}
-            {header("Created", "created_at")}
-          </tr>
-        </thead>
-        <tbody>
-          {sorted.map((w) => (
-            <tr key={w.id} data-testid="workspace-row">
-              <td>
-                <a href={`#/workspaces/${w.id}`} data-testid="workspace-link">
-                  {w.name}
-                </a>
-              </td>
-              <td>{w.num_projects}</td>
-              <td>{w.created_by}</td>
-              <td>{formatDate(w.created_at)}</td>
+      <div className="scroll">
+        <table className="grid" data-testid="workspaces-table">
+          <thead>
+            <tr>
+              {header("Name", "name")}
+              {header("Projects", "num_projects")}
+              {header("Created by", "created_by")}
+              {header("Created", "created_at")}
             </tr>
-          ))}
-        </tbody>
-      </table>
+          </thead>
+          <tbody>
+            {sorted.map((w) => (
+              <tr key={w.id} data-testid="workspace-row">
+                <td>
+                  <a href={`#/workspaces/${w.id}`} data-testid="workspace-link">
+                    {w.name}
+                  </a>
+                </td>
+                <td>{w.num_projects}</td>
+                <td>{w.created_by}</td>
+                <td>{formatDate(w.created_at)}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      </div>
       {!list.data && list.loading ? <p className="muted">Loading…</p> : null}
     </section>
   );
@@ -98,32 +100,34 @@ export function WorkspacePage({ id }: { id: number }) {
         what="project"
         create={async (name) => navigate(`/projects/${(await api.createProject(id, { name })).id}`)}
       />
-      <table className="grid" data-testid="projects-table">
-        <thead>
-          <tr>
-            {header("Name", "name")}
-            {header("Description", "description")}
-            {header("Experiments", "num_experiments")}
-            {header("Active", "num_active_experiments")}
-            {header("Created by", "created_by")}
-          </tr>
-        </thead>
-        <tbody>
-          {sorted.map((p) => (
-            <tr key={p.id} data-testid="project-row">
-              <td>
-                <a href={`#/projects/${p.id}`} data-testid="project-link">
-                  {p.name}
-                </a>
-              </td>
-              <td>{p.description}</td>
-              <td>{p.num_experiments}</td>
-              <td>{p.num_active_experiments}</td>
-              <td>{p.created_by}</td>
+      <div className="scroll">
+        <table className="grid" data-testid="projects-table">
+          <thead>
+            <tr>
+              {header("Name", "name")}
+              {header("Description", "description")}
+              {header("Experiments", "num_experiments")}
+              {header("Active", "num_active_experiments")}
+              {header("Created by", "created_by")}
             </tr>
-          ))}
-        </tbody>
-      </table>
+          </thead>
+          <tbody>
+            {sorted.map((p) => (
+              <tr key={p.id} data-testid="project-row">
+                <td>
+                  <a href={`#/projects/${p.id}`} data-testid="project-link">
+                    {p.name}
+                  </a>
+                </td>
+                <td>{p.description}</td>
+                <td>{p.num_experiments}</td>
+                <td>{p.num_active_experiments}</td>
+                <td>{p.created_by}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      </div>
     </section>
   );
 }

@@ -14,37 +14,39 @@ export function CheckpointsTab({ checkpoints }: { checkpoints: Checkpoint[] }) {
   );
   if (checkpoints.length === 0) return <p className="muted">No checkpoints yet.</p>;
   return (
-    <table className="grid" data-testid="checkpoints-table">
-      <thead>
-        <tr>
-          {header("UUID", "uuid")}
-          {header("Trial", "trial_id")}
-          {header("Batches", "steps_completed")}
-          {header("Validation metric", "validation_metric")}
-          {header("Size", "size")}
-          {header("State", "state")}
-          {header("Reported", "report_time")}
-          <th />
-        </tr>
-      </thead>
-      <tbody>
-        {sorted.map((c) => (
-          <tr key={c.uuid} data-testid="checkpoint-row" data-id={c.uuid}>
-            <td className="mono">{c.uuid}</td>
-            <td>
-              <a href={`#/trials/${c.trial_id}`}>{c.trial_id}</a>
-            </td>
-            <td>{c.steps_completed}</td>
-            <td>{formatNumber(c.validation_metric)}</td>
-            <td>{formatBytes(c.size)}</td>
-            <td>{c.state}</td>
-            <td>{formatDate(c.report_time)}</td>
-            <td>
-              <RegisterCheckpoint checkpoint={c} />
-            </td>
+    <div className="scroll">
+      <table className="grid" data-testid="checkpoints-table">
+        <thead>
+          <tr>
+            {header("UUID", "uuid")}
+            {header("Trial", "trial_id")}
+            {header("Batches", "steps_completed")}
+            {header("Validation metric", "validation_metric")}
+            {header("Size", "size")}
+            {header("State", "state")}
+            {header("Reported", "report_time")}
+            <th />
           </tr>
-        ))}
-      </tbody>
-    </table>
+        </thead>
+        <tbody>
+          {sorted.map((c) => (
+            <tr key={c.uuid} data-testid="checkpoint-row" data-id={c.uuid}>
+              <td className="mono">{c.uuid}</td>
+              <td>
+                <a href={`#/trials/${c.trial_id}`}>{c.trial_id}</a>
+              </td>
+              <td>{c.steps_completed}</td>
+              <td>{formatNumber(c.validation_metric)}</td>
+              <td>{formatBytes(c.size)}</td>
+              <td>{c.state}</td>
+              <td>{formatDate(c.report_time)}</td>
+              <td>
+                <RegisterCheckpoint checkpoint={c} />
+              </td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </div>
   );
 }
