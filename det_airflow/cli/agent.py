@@ -63,6 +63,18 @@ def _list_agents(args: argparse.Namespace) -> None:
         render.print_json(hosts)
         return
     render.print_table(AGENT_HEADERS, [agent_row(host) for host in hosts], csv=args.csv)
+    if not hosts and not args.csv:
+        import sys
+
+        print(NO_HOSTS, file=sys.stderr)
+
+
+#: What `det agent list` says when no worker host reports: where trials run then.
+NO_HOSTS = (
+    "No worker hosts report to this master: trials run where Airflow's executor runs its tasks (with "
+    "the LocalExecutor of `make quickstart`, on the scheduler's machine), as many at once as their "
+    'pool\'s slots allow (`det job list`). Celery workers report here as agents (README, "Scale out").'
+)
 
 
 def agent_row(host: Host) -> list[Any]:

@@ -112,6 +112,18 @@ def test_agent_list_shows_one_row_per_host(det: Any, agents_master: Any) -> None
     ]
 
 
+def test_agent_list_without_worker_hosts_says_where_trials_run(
+    det: Any, agents_master: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(Inventory, "agents", [])
+    result = det("agent", "list")
+    assert result.code == 0, result.err
+    assert result.out.splitlines()[0].startswith(" Agent ID ")
+    assert "No worker hosts report to this master" in result.err
+    assert "on the scheduler's machine" in result.err
+    assert det("agent", "list", "--csv").err == ""
+
+
 def test_agent_list_csv_and_json(det: Any, agents_master: Any) -> None:
     assert det("a", "ls", "--csv").out.splitlines() == [
         "Agent ID,Registered Time,Num Slots,Used Slots,Slot Type,Alive,Queue,Addresses",
