@@ -118,8 +118,12 @@ def _files_of(dist: metadata.Distribution) -> Iterator[tuple[Path, str]]:
 
 
 def sources_digest() -> str:
-    """A digest of det-airflow's trial-side sources as they are now, and of the extras it holds."""
+    """A digest of det-airflow's trial-side sources as they are now, of the extras it holds and of
+    the distributions those bring (names and versions): an image built before a requirement was
+    added or upgraded is stale."""
     digest = hashlib.sha256(repr(IMAGE_EXTRAS).encode())
+    held = sorted(f"{d.metadata['Name']}=={d.version}" for d in distributions(IMAGE_EXTRAS))
+    digest.update("\n".join(held).encode() + b"\0")
     for path, arcname in sorted(_source_files(), key=lambda entry: entry[1]):
         digest.update(arcname.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
