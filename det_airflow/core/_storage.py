@@ -211,11 +211,16 @@ def _object_store(kind: Any) -> Any:
 
 
 def checked_relative(relative: str) -> PurePosixPath:
-    """``relative`` as a path inside a checkpoint; absolute paths and ``..`` are refused."""
-    path = PurePosixPath(relative)
-    if not relative or path.is_absolute() or ".." in path.parts:
-        raise DetError(f"checkpoint file {relative!r}: expected a relative path inside the checkpoint")
-    return path
+    """``relative`` as a path inside a checkpoint, by the rule the master stores file names by
+    (``api._bounds.relative_file``: plain relative parts, bounded, no control characters)."""
+    from det_airflow.api._bounds import relative_file
+
+    try:
+        return PurePosixPath(relative_file(relative))
+    except ValueError as exc:
+        raise DetError(
+            f"checkpoint file {relative!r}: expected a relative path inside the checkpoint ({exc})"
+        ) from None
 
 
 def resources_of(folder: Path) -> dict[str, int]:
