@@ -29,7 +29,9 @@ Shared = Annotated[bool, Query(description="the shared template of that name (ad
 def list_templates(caller: CallerDep) -> dict:
     """The caller's own templates and the shared ones; an admin's: every template."""
     with get_database().read() as conn:
-        return {"templates": [templates.describe(row) for row in templates.list_templates(conn, caller)]}
+        return {
+            "templates": [templates.describe(row, caller) for row in templates.list_templates(conn, caller)]
+        }
 
 
 @router.get("/templates/{name}", response_model=TemplateAnswer)
@@ -38,7 +40,7 @@ def describe_template(name: str, caller: CallerDep, owner: Owner = None, shared:
     own, else the shared one)."""
     with get_database().read() as conn:
         row = templates.find_template(conn, caller, name, owner=owner, shared=shared)
-        return {"template": templates.describe(row)}
+        return {"template": templates.describe(row, caller)}
 
 
 @router.put("/templates/{name}", response_model=TemplateAnswer)
@@ -47,7 +49,7 @@ def set_template(name: str, body: SetTemplate, caller: CallerDep, shared: Shared
     config = templates.read_config(body.config, source=f"template '{templates.check_name(name)}'")
     with get_database().begin() as conn:
         row = templates.set_template(conn, caller, name, config, shared=shared)
-        return {"template": templates.describe(row)}
+        return {"template": templates.describe(row, caller)}
 
 
 @router.delete("/templates/{name}", response_model=Empty)

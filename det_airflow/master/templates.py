@@ -24,7 +24,7 @@ from sqlalchemy import Connection, Row, select
 
 from det_airflow.config import read_yaml
 from det_airflow.errors import ConfigError, DetError
-from det_airflow.master import schema
+from det_airflow.master import schema, serialize
 from det_airflow.master.authz import Caller, PermissionDenied
 from det_airflow.master.lifecycle import NotFound, now
 from det_airflow.text_input import NOT_IN_NAMES
@@ -122,14 +122,17 @@ def list_templates(conn: Connection, caller: Caller) -> list[Row]:
     return list(conn.execute(query).all())
 
 
-def describe(row: Row) -> dict[str, Any]:
-    """The template as an answer, in full: only those who may use it, and admins, read it."""
+def describe(row: Row, caller: Caller) -> dict[str, Any]:
+    """The template as an answer: in full to those who may use it (its owner, admins, and for a
+    shared one whoever may create experiments, whose trials would get its values anyway); with its
+    secrets masked to anyone else (a Viewer reading a shared template)."""
+    uses_it = row.namespace == caller.name or caller.is_admin or caller.may_create_runs()
     return {
         "name": row.name,
         "owner": row.owner,
         "shared": row.namespace == SHARED,
         "updated_at": row.updated_at.isoformat(),
-        "config": row.config,
+        "config": row.config if uses_it else serialize.masked_config(row.config),
     }
 
 

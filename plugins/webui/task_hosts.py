@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from det_airflow.errors import DetError
 from det_airflow.master.task_origin import looks_like_task_host, task_hosts
 
 
@@ -45,7 +46,10 @@ class OnlyTheTaskOnItsHost:
         host = next((v.decode("latin-1") for k, v in scope.get("headers", ()) if k == b"host"), "")
         if not looks_like_task_host(host):  # the cheap look, before any setting is read
             return True
-        hosts = task_hosts()
+        try:
+            hosts = task_hosts()
+        except DetError:  # a bad [det] task_proxy_host: the master's proxy says so, on its own routes
+            return True
         task_id = hosts.task_of(host) if hosts is not None else None
         if task_id is None:
             return True

@@ -271,3 +271,15 @@ def test_templates_stored_before_names_were_owned_become_their_creators_own(
         False,
         {"entrypoint": "python3 bobs_code.py"},
     )
+
+
+def test_a_shared_template_s_secrets_are_masked_to_a_viewer_and_shown_to_its_users(people: People) -> None:
+    config = "environment:\n  environment_variables:\n    WANDB_API_KEY: team-secret\n"
+    assert put(people, "admin", "team-keys", config, shared="true").status_code == 200
+    user = people.call("alice", "GET", "/templates/team-keys").json()["template"]["config"]
+    assert "team-secret" in str(user)
+    viewer = people.call("viewer", "GET", "/templates/team-keys")
+    assert viewer.status_code == 200, viewer.text
+    assert "team-secret" not in viewer.text
+    listed = people.call("viewer", "GET", "/templates").text
+    assert "team-keys" in listed and "team-secret" not in listed
