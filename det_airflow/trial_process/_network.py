@@ -99,7 +99,21 @@ def ensure_trial_firewall(uid_ranges: Iterable[tuple[int, int]], ports: Sequence
         _ensure(path, ranges, ports)
 
 
+# Held while the rules are checked and added: trials starting at once (Celery's worker processes)
+# would otherwise both find the chain missing and the second `-N` fail its trial. In /run, where
+# only root writes, so that no trial can hold it.
+_LOCK_FILE = Path("/run/det-airflow-trial-firewall.lock")
+
+
 def _ensure(tool: str, uid_ranges: list[tuple[int, int]], ports: Sequence[tuple[int, int]]) -> None:
+    import fcntl
+
+    with open(_LOCK_FILE, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _ensure_locked(tool, uid_ranges, ports)
+
+
+def _ensure_locked(tool: str, uid_ranges: list[tuple[int, int]], ports: Sequence[tuple[int, int]]) -> None:
     if not _has(tool, ["-L", CHAIN, "-n"]):
         _run(tool, ["-N", CHAIN])
     rules = chain_rules(ports)
