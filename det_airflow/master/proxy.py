@@ -257,12 +257,6 @@ def _upstream_headers(
     return headers + _secret_headers(target)
 
 
-def confine_cookie(set_cookie: str, prefix: str) -> str | None:
-    """A ``Set-Cookie`` from a task's server as its origin passes it on (proxy_cookies.confine_cookie)."""
-    confined = proxy_cookies.confine_cookie(set_cookie, prefix)
-    return None if confined is None else confined[1]
-
-
 def _returned_headers(
     upstream: httpx.Response, target: tasks.ProxyTarget, prefix: str | None
 ) -> tuple[list[tuple[bytes, bytes]], list[str]]:
