@@ -206,7 +206,7 @@ def start_missing_runs(dag_ids: list[str]) -> list[str]:
 
     with create_session() as session:
         known = set(session.scalars(select(DagModel.dag_id).where(DagModel.dag_id.in_(dag_ids))))
-        with_runs = set(session.scalars(select(DagRun.dag_id).where(DagRun.dag_id.in_(known))))
+        with_runs = set(session.scalars(select(DagRun.dag_id).where(DagRun.dag_id.in_(known)).distinct()))
         missing = sorted(known - with_runs)
     started = []
     for dag_id in missing:
