@@ -110,8 +110,12 @@ stop:
 trial-image: venv-all
 	$(PY) images/trial_image.py --tag det-airflow-trial:cpu
 
+# The suite on $(TEST_WORKERS) pytest-xdist workers: most of its time is spent waiting on Airflow, so two
+# workers halve it even on two cores. Tests that share a started Airflow stay on one worker
+# (tests/conftest.py); TEST_WORKERS=0 runs everything in one process, in order.
+TEST_WORKERS ?= 2
 test: venv-all
-	$(VENV)/bin/pytest -q -rs --durations=40 tests
+	$(VENV)/bin/pytest -q -rs --durations=40 -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder tests
 
 # Mutation testing of the pure modules with their unit tests ([tool.mutmut] in pyproject.toml); about
 # 30 min on 2 cores, so not part of `make test` or CI. Narrow it with a glob of mutant names:

@@ -1,16 +1,20 @@
 """Suite-wide rules: in CI (``CI=true``) a skipped test fails the run unless its reason is one the
-suite expects on a machine without that hardware or cluster; and a test that imports Determined's
+suite expects on a machine without that hardware or cluster; a test that imports Determined's
 names in-process (``import determined``, from det-airflow's alias folder, as user code does) does
-not leave them imported for the tests after it."""
+not leave them imported for the tests after it; and under pytest-xdist (``make test`` runs
+``pytest -n 2``) the tests that share a started server run on one worker."""
 
 from __future__ import annotations
 
 import os
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+
+_TESTS = Path(__file__).parent
 
 # Skips that are expected where the thing tested cannot exist (the reason must start with one of these).
 EXPECTED_SKIP_REASONS = (
@@ -34,7 +38,21 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: Any) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+# What the workers of pytest-xdist report back: tests/integration's Airflow start-up times.
+_worker_timings: list[str] = []
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    lines = getattr(node, "workeroutput", {}).get("airflow_timings", [])
+    _worker_timings.extend(f"[{node.gateway.id}] {line}" for line in lines)
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _worker_timings:
+        terminalreporter.write_sep("-", "local Airflow start-up")
+        for line in _worker_timings:
+            terminalreporter.write_line(line)
     if _unexpected:
         strict = os.environ.get("CI", "").lower() in ("1", "true", "yes")
         terminalreporter.write_sep("-", "unexpected skips" + (" (fail the run in CI)" if strict else ""))
@@ -49,3 +67,47 @@ def _forget_determined() -> Iterator[None]:
     if not before:
         for name in [n for n in sys.modules if n == "determined" or n.startswith("determined.")]:
             del sys.modules[name]
+
+
+# -- pytest-xdist: which worker runs what -------------------------------------------------------------
+#
+# A work unit goes whole to one worker, so that a server a fixture starts for many tests is started
+# once: each of tests/ui and tests/e2e runs on the PostgreSQL Airflow of its own conftest, every
+# integration test on the SQLite Airflow (its name or parameters say "sqlite") shares one unit, and
+# any other test module is a unit of its own (its module-scoped Airflow, Celery hosts or FAB). The
+# units that take longest come first, so that the workers end close together; a unit test module is
+# short, and fills in at the end.
+_FIRST = ("integration-sqlite", "tests/ui", "tests/e2e")
+
+
+def work_unit(nodeid: str) -> str:
+    """The unit of work ``nodeid`` belongs to, for :func:`pytest_xdist_make_scheduler`."""
+    path, _, name = nodeid.partition("::")
+    top = "/".join(path.split("/")[:2])
+    if top in ("tests/ui", "tests/e2e"):
+        return top
+    if top == "tests/integration" and "sqlite" in name:
+        return "integration-sqlite"
+    return path
+
+
+def _rank(unit: str) -> int:
+    if unit in _FIRST:
+        return _FIRST.index(unit)
+    return len(_FIRST) + (0 if unit.startswith("tests/integration") else 1)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByWorkUnit(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return ByWorkUnit(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if hasattr(config, "workerinput"):  # units are handed out in the order the workers collected
+        items.sort(key=lambda item: _rank(work_unit(item.nodeid)))

@@ -43,6 +43,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # A pytest-xdist worker hands its start-up times to the controller (tests/conftest.py prints them).
+    if hasattr(session.config, "workeroutput"):
+        session.config.workeroutput["airflow_timings"] = list(_timings)
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if _timings:
         terminalreporter.write_sep("-", "local Airflow start-up")
