@@ -115,7 +115,9 @@ class Session:
         import httpx
 
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        return httpx.Client(base_url=self.master + API_PREFIX, headers=headers, timeout=self._timeout)
+        return httpx.Client(
+            base_url=self.master + API_PREFIX, headers=headers, timeout=self._timeout, verify=tls_context()
+        )
 
     def close(self) -> None:
         if "_client" in self.__dict__:
@@ -325,7 +327,7 @@ class TrialSession:
 
 
 @functools.cache
-def _tls_context() -> Any:
+def tls_context() -> Any:
     """One TLS context per process, as httpx would build it (SSL_CERT_FILE, else certifi).
 
     Building one reads the whole CA bundle: tens of milliseconds, and over a second on a loaded
@@ -345,7 +347,7 @@ class AsyncSession:
         self.master = normalize_master_url(master)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._client = httpx.AsyncClient(
-            base_url=self.master + API_PREFIX, headers=headers, timeout=timeout, verify=_tls_context()
+            base_url=self.master + API_PREFIX, headers=headers, timeout=timeout, verify=tls_context()
         )
 
     async def __aenter__(self) -> AsyncSession:

@@ -30,6 +30,7 @@ from det_airflow.api._http import (
     _message_of,
     _raise_for_status,
     normalize_master_url,
+    tls_context,
 )
 from det_airflow.api.models import (
     Checkpoint,
@@ -186,7 +187,10 @@ def login(master: str | None, username: str, password: str, *, timeout: float = 
     base = normalize_master_url(master)
     try:
         response = httpx.post(
-            f"{base}/auth/token", json={"username": username, "password": password}, timeout=timeout
+            f"{base}/auth/token",
+            json={"username": username, "password": password},
+            timeout=timeout,
+            verify=tls_context(),
         )
     except httpx.TimeoutException:
         raise APIError(f"the master at {base} did not answer in time") from None
@@ -222,18 +226,17 @@ def revoke(master: str | None, token: str, *, timeout: float = 30.0) -> Literal[
     base = normalize_master_url(master)
     bearer = {"Authorization": f"Bearer {token}"}
     try:
-        # Airflow answers 401 for an expired token and 403 for one it cannot verify or has revoked.
-        if httpx.get(f"{base}{API_PREFIX}/me", headers=bearer, timeout=timeout).status_code in (401, 403):
-            return "refused"
-        response = httpx.get(
-            f"{base}/api/v2/auth/logout", headers=bearer, follow_redirects=False, timeout=timeout
-        )
-        if response.status_code not in (302, 303, 307):
-            raise APIError(
-                f"the master at {base} has no logout to revoke a token with: {_error_message(response)}",
-                status_code=response.status_code,
-            )
-        after = httpx.get(f"{base}{API_PREFIX}/me", headers=bearer, timeout=timeout)
+        with httpx.Client(base_url=base, headers=bearer, timeout=timeout, verify=tls_context()) as http:
+            # Airflow answers 401 for an expired token and 403 for one it cannot verify or has revoked.
+            if http.get(f"{API_PREFIX}/me").status_code in (401, 403):
+                return "refused"
+            response = http.get("/api/v2/auth/logout", follow_redirects=False)
+            if response.status_code not in (302, 303, 307):
+                raise APIError(
+                    f"the master at {base} has no logout to revoke a token with: {_error_message(response)}",
+                    status_code=response.status_code,
+                )
+            after = http.get(f"{API_PREFIX}/me")
     except httpx.TimeoutException:
         raise APIError(f"the master at {base} did not answer in time") from None
     except httpx.TransportError as exc:
