@@ -17,7 +17,6 @@ name someone already reads by never takes its place silently.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from types import SimpleNamespace
 from typing import Any, cast
@@ -29,9 +28,9 @@ from det_airflow.errors import DetError
 from det_airflow.master import experiments, schema, serialize
 from det_airflow.master.authz import Caller, PermissionDenied, check_read
 from det_airflow.master.lifecycle import NotFound, StateError, now
+from det_airflow.text_input import name_problem
 
 MAX_NAME = 256
-_NAME = re.compile(r"[^/\x00-\x1f\x7f]+")
 SORT_FIELDS = ("name", "description", "creation_time", "last_updated_time")
 
 
@@ -40,7 +39,9 @@ class ModelError(DetError):
 
 
 def check_name(name: str) -> str:
-    if len(name) > MAX_NAME or not _NAME.fullmatch(name) or name != name.strip() or name.isdigit():
+    if problem := name_problem(name):
+        raise ModelError(f"model name {name!r} {problem}")
+    if not 0 < len(name) <= MAX_NAME or "/" in name or name != name.strip() or name.isdigit():
         raise ModelError(
             f"model name {name!r}: 1 to {MAX_NAME} characters, not only digits, no '/', control "
             "characters, or spaces at either end"

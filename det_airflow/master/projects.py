@@ -18,7 +18,6 @@ experiments stored before projects existed are already in it.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,9 +29,9 @@ from det_airflow.master import experiments, schema, serialize
 from det_airflow.master.authz import Caller, PermissionDenied, check_change, readable
 from det_airflow.master.lifecycle import NotFound, now
 from det_airflow.states import ExperimentState
+from det_airflow.text_input import name_problem
 
 MAX_NAME = 256
-_NAME = re.compile(r"[^\x00-\x1f\x7f]+")
 _ACTIVE = (ExperimentState.ACTIVE, ExperimentState.PAUSED)
 
 
@@ -41,7 +40,9 @@ class ProjectError(DetError):
 
 
 def check_name(kind: str, name: str) -> str:
-    if len(name) > MAX_NAME or not _NAME.fullmatch(name) or name != name.strip():
+    if problem := name_problem(name):
+        raise ProjectError(f"{kind} name {name!r} {problem}")
+    if not 0 < len(name) <= MAX_NAME or name != name.strip():
         raise ProjectError(
             f"{kind} name {name!r}: 1 to {MAX_NAME} characters, no control characters or spaces at either end"
         )

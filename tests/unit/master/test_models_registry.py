@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, text, update
 
-from det_airflow.master import checkpoint_gc, schema
+from det_airflow.master import checkpoint_gc, models_registry, schema
 from tests.unit.master.older_schema import database_at
 from tests.unit.master.people_app import People, people
 
@@ -116,6 +116,14 @@ def test_bad_input_is_refused_with_what_is_wrong(people: People) -> None:
     )
     slash = people.call("alice", "POST", "/models", json={"name": "a/b"})
     assert slash.status_code == 400 and "no '/'" in slash.json()["detail"]
+    # A right-to-left override would show "mnist\u202egpj.exe" as another name on everyone's pages.
+    bidi = people.call("alice", "POST", "/models", json={"name": "best\u202egpj.exe"})
+    assert bidi.status_code == 422 and "U+202E (RIGHT-TO-LEFT OVERRIDE) at character 5" in bidi.text
+    # The registry's own check says the same for a name that reaches it another way.
+    with pytest.raises(
+        models_registry.ModelError, match=r"U\+202E \(RIGHT-TO-LEFT OVERRIDE\) at character 5"
+    ):
+        models_registry.check_name("best\u202egpj.exe")
     unknown = people.call("alice", "POST", "/models/mnist/versions", json={"checkpoint_uuid": "nope"})
     assert (unknown.status_code, unknown.json()["detail"]) == (404, "checkpoint nope not found")
     no_model = people.call("alice", "POST", "/models/other/versions", json={"checkpoint_uuid": UUID})

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from sqlalchemy import update
 
-from det_airflow.master import schema
+from det_airflow.master import projects, schema
 from tests.unit.master.creating import CONFIG, Creator
 from tests.unit.master.people_app import People
 
@@ -67,6 +68,10 @@ def test_bad_and_duplicate_names_are_refused_with_one_clear_line(people: People)
     assert (
         blank.status_code == 400 and "no control characters or spaces at either end" in blank.json()["detail"]
     )
+    bidi = people.call("alice", "POST", f"/workspaces/{workspace['id']}/projects", json={"name": "a\u2066b"})
+    assert bidi.status_code == 422 and "U+2066 (LEFT-TO-RIGHT ISOLATE) at character 2" in bidi.text
+    with pytest.raises(projects.ProjectError, match=r"^project name 'a\\u2066b' contains U\+2066"):
+        projects.check_name("project", "a\u2066b")
     missing = people.call("alice", "POST", "/workspaces/99/projects", json={"name": "x"})
     assert (missing.status_code, missing.json()["detail"]) == (404, "workspace 99 not found")
     assert people.call("alice", "GET", "/projects/99").status_code == 404
