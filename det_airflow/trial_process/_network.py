@@ -161,12 +161,23 @@ def _run(tool: str, args: list[str]) -> None:
 def keep_off_host_services(settings: Settings, uid: int, master_url: str) -> None:
     """What a root worker does before a trial of ``uid`` starts (a local process, or a container on
     the host's network): its uids reach the master's port and no other service of this host
-    (``[det] trial_firewall``, on by default)."""
+    (``[det] trial_firewall``, on by default). Without a master URL no port is opened for one."""
     if not settings.trial_firewall:
         return
+    uids = {settings.trial_uid_range, (uid, uid)}
+    ensure_trial_firewall(uids, allowed_ports(master_ports(master_url), settings.trial_allowed_local_ports))
+
+
+def master_ports(master_url: str) -> list[int]:
+    """The port a trial reaches its master on: ``[port]``, or ``[]`` for an empty URL or one
+    without a host (nothing to reach, so not port 80 by default)."""
     from urllib.parse import urlsplit
 
     parts = urlsplit(master_url)
-    master_port = parts.port or (443 if parts.scheme == "https" else 80)
-    uids = {settings.trial_uid_range, (uid, uid)}
-    ensure_trial_firewall(uids, allowed_ports([master_port], settings.trial_allowed_local_ports))
+    if not parts.hostname:
+        return []
+    try:
+        port = parts.port
+    except ValueError:
+        return []
+    return [port or (443 if parts.scheme == "https" else 80)]

@@ -39,6 +39,15 @@ def test_the_master_the_ephemeral_range_dns_and_the_admins_ports_are_allowed(tmp
     ]
 
 
+def test_the_master_port_comes_from_its_url_and_no_url_opens_none() -> None:
+    assert _network.master_ports("http://127.0.0.1:8080") == [8080]
+    assert _network.master_ports("https://det.example.com") == [443]
+    assert _network.master_ports("http://det.example.com/") == [80]
+    assert _network.master_ports("") == []
+    assert _network.master_ports("/just/a/path") == []
+    assert _network.master_ports("http://127.0.0.1:99999") == []
+
+
 def test_an_unreadable_range_is_linuxs_default(tmp_path: Path) -> None:
     assert ephemeral_range(tmp_path / "missing") == (32768, 60999)
 
