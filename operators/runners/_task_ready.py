@@ -22,6 +22,7 @@ import os
 import socket
 import stat
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,8 +31,11 @@ from det_airflow.errors import DetError
 from det_airflow.tasks import READY_FILE
 from det_airflow.trial_process import TRIAL_FILES_DIR, OnOutput
 
-# How often the runner looks for the program's file.
+# How often the runner looks for the program's file, and checks a refused report again.
 POLL_SECONDS = 0.25
+RECHECK_SECONDS = 2.0
+# The longest wait between two tries to tell a master that did not answer.
+MAX_REPORT_DELAY_SECONDS = 30.0
 _MAX_BYTES = 4096
 _LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp's st column
 _WILDCARDS = {"0.0.0.0", "::"}
@@ -249,7 +253,8 @@ def _addresses_of(address: str) -> set[str]:
 
 class ReadyWatch:
     """Watches a task's work folder for its program's report while the task runs; tells ``report``
-    once its port is found to be its own, or says in the task's logs why not (once per report)."""
+    once its port is found to be its own, or says in the task's logs why not (each reason once).
+    A master that does not answer is told again, with a growing pause; one that refuses, not."""
 
     def __init__(
         self,
@@ -274,25 +279,52 @@ class ReadyWatch:
         self._thread.join(timeout=10)
 
     def _run(self) -> None:
-        refused: ReadyReport | None = None  # checked once; looked at again only once it changes
+        checked: ReadyReport | None = None  # the report last checked, looked at again after a while
+        check_at = 0.0
         said = ""
         while not self._stop.wait(POLL_SECONDS):
             try:
                 found = read_ready_file(self.workdir)
-                if found is None or found == refused:
+                if found is None or (found == checked and time.monotonic() < check_at):
                     continue
-                refused = found
+                # A program may write its file an instant before its server listens: a refused
+                # report is checked again (RECHECK_SECONDS), a changed one at once.
+                checked, check_at = found, time.monotonic() + RECHECK_SECONDS
                 check_own_port(found, self.leaders(), self.uid)
             except NotTheTasksPort as exc:
-                if str(exc) != said:
-                    said = str(exc)
-                    self.on_output(f"ERROR: the task's server is not reported to the master: {exc}", "stderr")
+                said = self._say(f"ERROR: the task's server is not reported to the master: {exc}", said)
                 continue
+            except Exception as exc:  # the watch never ends unsaid while the task runs
+                said = self._say(f"ERROR: cannot check the task's server: {exc!r}", said)
+                continue
+            if self._report(found):
+                return
+
+    def _report(self, found: ReadyReport) -> bool:
+        """Tell the master; False to try again later (the master did not answer), True when done."""
+        delay = 1.0
+        while True:
             try:
                 self.report(found.port, found.secret, found.address)
-            except DetError as exc:  # the master refused it, or cannot be reached: said, and tried no more
-                self.on_output(f"ERROR: the master refused the task's server: {exc}", "stderr")
-            return
+                return True
+            except Exception as exc:
+                status = getattr(exc, "status_code", None)
+                if isinstance(exc, DetError) and status is not None and status < 500:
+                    self.on_output(f"ERROR: the master refused the task's server: {exc}", "stderr")
+                    return True
+                self.on_output(
+                    f"WARNING: could not tell the master where the task's server listens ({exc}); "
+                    f"trying again in {delay:.0f} s",
+                    "stderr",
+                )
+            if self._stop.wait(delay):
+                return True
+            delay = min(delay * 2, MAX_REPORT_DELAY_SECONDS)
+
+    def _say(self, line: str, said: str) -> str:
+        if line != said:
+            self.on_output(line, "stderr")
+        return line
 
 
 def watch_ready(

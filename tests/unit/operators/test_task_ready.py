@@ -14,21 +14,25 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from det_airflow import settings
+from det_airflow.errors import APIError
 from det_airflow.operators.runners import TrialLaunch
 from det_airflow.operators.runners._task_ready import (
     NotTheTasksPort,
     ReadyReport,
+    ReadyWatch,
     check_own_port,
     read_ready_file,
 )
 from det_airflow.operators.runners.local import LocalRunner
 from det_airflow.tasks import READY_FILE
+from det_airflow.tasks._server import write_ready_file
+from det_airflow.trial_process import TRIAL_FILES_DIR
 from tests.unit.master.creating import tar_gz
 
 SECRET = "s" * 32
@@ -195,3 +199,82 @@ def test_the_ready_file_is_read_without_following_links(tmp_path: Path) -> None:
     files.symlink_to(elsewhere)
     with pytest.raises(NotTheTasksPort, match="cannot read"):
         read_ready_file(workdir)
+
+
+# --- the watch, on this test process's own sockets --------------------------------------------------
+
+
+def watch(tmp_path: Path, report: Callable[[int, str, str], None]) -> tuple[ReadyWatch, Path, list[str]]:
+    """A watch of ``tmp_path`` for a task whose process is this test's (its sockets are the task's)."""
+    folder = tmp_path / TRIAL_FILES_DIR
+    folder.mkdir()
+    lines: list[str] = []
+    on_output = lambda line, _stream: lines.append(line)  # noqa: E731
+    return (
+        ReadyWatch(tmp_path, uid=None, leaders=lambda: {os.getpid()}, report=report, on_output=on_output),
+        folder,
+        lines,
+    )
+
+
+def wait_for(condition: Callable[[], object], lines: list[str], seconds: float = 20) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, lines
+        time.sleep(0.05)
+
+
+def test_a_report_written_before_its_server_listens_is_reported_once_it_listens(tmp_path: Path) -> None:
+    reports: list[tuple[int, str, str]] = []
+    ready, folder, lines = watch(tmp_path, lambda *report: reports.append(report))
+    with socket.socket() as server, ready:
+        server.bind(("127.0.0.1", 0))
+        port = server.getsockname()[1]
+        write_ready_file(str(folder), port, SECRET, "127.0.0.1")
+        wait_for(lambda: lines, lines)  # refused: nothing listens yet
+        server.listen()
+        wait_for(lambda: reports, lines)
+    assert reports == [(port, SECRET, "127.0.0.1")]
+    assert lines == [
+        f"ERROR: the task's server is not reported to the master: nothing listens at 127.0.0.1:{port}"
+    ]
+
+
+def test_a_master_that_does_not_answer_is_told_again_and_one_that_refuses_is_not(tmp_path: Path) -> None:
+    tries: list[int] = []
+
+    def unreachable_once(port: int, _secret: str, _address: str) -> None:
+        tries.append(port)
+        if len(tries) == 1:
+            raise APIError("cannot reach the master at http://127.0.0.1:9: connection refused")
+
+    ready, folder, lines = watch(tmp_path, unreachable_once)
+    with socket.socket() as server, ready:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        write_ready_file(str(folder), port, SECRET, "127.0.0.1")
+        wait_for(lambda: len(tries) == 2, lines)
+        time.sleep(1.5)  # told, so told no more
+    assert tries == [port, port]
+    assert lines == [
+        "WARNING: could not tell the master where the task's server listens (cannot reach the master at "
+        "http://127.0.0.1:9: connection refused); trying again in 1 s"
+    ]
+
+    refusals: list[int] = []
+
+    def refuses(port: int, _secret: str, _address: str) -> None:
+        refusals.append(port)
+        raise APIError("trial 7 is not a task", status_code=409)
+
+    (tmp_path / "again").mkdir()
+    ready, folder, lines = watch(tmp_path / "again", refuses)
+    with socket.socket() as server, ready:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        write_ready_file(str(folder), server.getsockname()[1], SECRET, "127.0.0.1")
+        wait_for(lambda: lines, lines)
+        time.sleep(1.5)
+    assert len(refusals) == 1
+    assert lines == ["ERROR: the master refused the task's server: trial 7 is not a task"]
