@@ -15,6 +15,7 @@ from typing import Any
 from det_airflow.errors import DetError
 from det_airflow.operators.runners._base import TrialRunner
 from det_airflow.operators.runners._launch import TrialLaunch, lease_slots
+from det_airflow.operators.runners._task_ready import OnTaskReady
 from det_airflow.settings import Settings
 from det_airflow.settings import load as load_settings
 from det_airflow.slots import SlotLease
@@ -58,6 +59,8 @@ class ContainerTrial:
     slot_ids: tuple[int, ...] = ()
     device: str = "cpu"
     extra_labels: Mapping[str, str] = field(default_factory=dict)
+    # A task's server, reported to the master once its port is found to be the task's own.
+    on_task_ready: OnTaskReady | None = field(default=None, compare=False)
 
     @property
     def config(self) -> Mapping[str, Any]:
@@ -176,6 +179,7 @@ class ContainerRunner(TrialRunner):
             env=container_environment(env, spec.config, device, slots, workdir.absolute()),
             slot_ids=slots,
             device=device,
+            on_task_ready=launch.on_task_ready,
         )
         if self._log is not None:
             self._log.info(

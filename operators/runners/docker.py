@@ -33,7 +33,6 @@ from det_airflow.operators.runners import _host_mounts
 from det_airflow.operators.runners._base import OnContainer, OnPhase
 from det_airflow.operators.runners._container import LABEL_TRIAL, ContainerRunner, ContainerTrial
 from det_airflow.operators.runners._host_mounts import HostMount, TrialIdentities
-from det_airflow.operators.runners._launch import TrialLaunch
 from det_airflow.operators.runners._task_ready import OnTaskReady, watch_ready
 from det_airflow.settings import RunnerPolicy, Settings
 from det_airflow.settings import load as load_settings
@@ -228,7 +227,6 @@ class DockerRunner(ContainerRunner):
         self._on_container = on_container  # told each container's id once it exists
         # Told (trial state, why) as the run goes PULLING the image, STARTING, RUNNING.
         self._on_phase = on_phase or (lambda state, why: None)
-        self._on_task_ready: OnTaskReady | None = None
 
     @classmethod
     def from_config(
@@ -278,16 +276,12 @@ class DockerRunner(ContainerRunner):
             self._on_container(container)
         try:
             uid = int(request.user.partition(":")[0]) if request.user else None
-            return self._run_created(container, on_output, stop, trial.workdir, uid)
+            return self._run_created(container, on_output, stop, trial.workdir, uid, trial.on_task_ready)
         finally:
             try:
                 self.client.remove_container(container, force=True)
             except NotFound:
                 pass
-
-    def run_trial(self, launch: TrialLaunch, *, on_output: OnOutput, stop: threading.Event) -> int:
-        self._on_task_ready = launch.on_task_ready  # a task's server, reported once it is its own
-        return super().run_trial(launch, on_output=on_output, stop=stop)
 
     def _run_created(
         self,
@@ -296,6 +290,7 @@ class DockerRunner(ContainerRunner):
         stop: threading.Event,
         workdir: Path | None = None,
         uid: int | None = None,
+        on_task_ready: OnTaskReady | None = None,
     ) -> int:
         lock = threading.Lock()
 
@@ -322,7 +317,7 @@ class DockerRunner(ContainerRunner):
                 return set()
             return {int(pid)} if pid else set()
 
-        on_ready = self._on_task_ready if workdir is not None else None
+        on_ready = on_task_ready if workdir is not None else None
         with watch_ready(on_ready, workdir or Path(), uid=uid, leaders=leaders, on_output=emit):
             while reader.is_alive():
                 reader.join(timeout=0.1)
