@@ -277,7 +277,7 @@ def init_celery(
     old.read(home / CONFIG_FILE)
     recorded = old[LAYOUT_SECTION] if old.has_section(LAYOUT_SECTION) else {}
     redis_port = int(recorded.get("redis_port") or service_port())
-    redis_password = recorded.get("redis_password") or secrets.token_urlsafe(24)
+    redis_password = recorded.get("redis_password") or None  # a new one is made by write_config
     if sql_alchemy_conn:
         return CeleryLayout(redis_port, hosts, redis_password=redis_password), sql_alchemy_conn, []
     postgres_bindir()
