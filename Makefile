@@ -22,7 +22,7 @@ ADMIN_PASSWORD = $$($(PY) -c 'import json, sys; print(json.load(open(sys.argv[1]
 QUICKSTART_EXPERIMENT = DET_USER=admin DET_PASS="$(ADMIN_PASSWORD)" \
 	$(DET) experiment create examples/mnist_pytorch/const.yaml examples/mnist_pytorch -f
 
-.PHONY: venv venv-all ui test-servers api-types wheel airflow-up stop test lint mutation quickstart quickstart-experiment trial-image
+.PHONY: venv venv-all ui test-servers api-types wheel airflow-up stop test lint mutation quickstart quickstart-experiment trial-image tour-exports
 
 # What the quickstart runs: Airflow and det-airflow's master, and torch (CPU) for the example.
 QUICKSTART_EXTRAS := airflow,torch
@@ -156,5 +156,10 @@ quickstart: quickstart-experiment
 	@echo "Stop it with 'make stop'."
 	@echo
 	@echo "For the README's tour, paste these into a new shell:"
-	@echo "  export PATH=\"$(abspath $(VENV))/bin:\$$PATH\" AIRFLOW_HOME=\"$(AIRFLOW_HOME_DIR)\""
-	@echo "  export DET_MASTER=$(DET_MASTER) DET_USER=admin DET_PASS='$(ADMIN_PASSWORD)'"
+	@$(MAKE) -s --no-print-directory tour-exports | sed 's/^/  /'
+
+# The lines the README's tour begins with, for this home and port (tests/integration/test_readme_tour.py
+# runs the tour after them).
+tour-exports:
+	@echo "export PATH=\"$(abspath $(VENV))/bin:\$$PATH\" AIRFLOW_HOME=\"$(AIRFLOW_HOME_DIR)\""
+	@echo "export DET_MASTER=$(DET_MASTER) DET_USER=admin DET_PASS='$(ADMIN_PASSWORD)'"

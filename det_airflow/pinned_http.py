@@ -16,8 +16,8 @@ from collections.abc import Iterable
 from typing import Any
 
 import httpcore
-import httpx
 
+from det_airflow.api._http import tls_context
 from det_airflow.webhook_address import Target
 
 # What httpcore raises when no HTTP answer came (refused, reset, timed out, not HTTP, TLS failed).
@@ -42,7 +42,7 @@ def post(target: Target, body: bytes, headers: Iterable[tuple[str, str]], *, tim
     )
     sent = [("Host", target.host_header), *headers]
     limits = {"connect": timeout, "read": timeout, "write": timeout, "pool": timeout}
-    context = httpx.create_ssl_context() if target.scheme == "https" else None
+    context = tls_context() if target.scheme == "https" else None  # one per process: reading CAs is slow
     with httpcore.ConnectionPool(
         ssl_context=context, network_backend=_PinnedBackend(target.address, deadline)
     ) as pool:
