@@ -97,12 +97,18 @@ _THE_CHECKOUT = ("__editable__", "det_airflow")
 
 @pytest.fixture(scope="module")
 def clean_install(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh virtualenv with the wheel installed and the test environment's other packages (Airflow
-    and det-airflow's dependencies) laid under it, but not the editable checkout: the Python of
-    what a platform team gets from `pip install det-airflow[airflow]` into their Airflow."""
+    """A fresh virtualenv with the wheel installed (see :func:`install_clean`)."""
+    return install_clean(wheel, tmp_path_factory.mktemp("clean"))
+
+
+def install_clean(wheel: Path, folder: Path) -> Path:
+    """A fresh virtualenv in ``folder`` with the wheel installed and the test environment's other
+    packages (Airflow and det-airflow's dependencies) laid under it, but not the editable checkout:
+    the Python of what a platform team gets from `pip install det-airflow[airflow]` into their
+    Airflow. Its ``bin`` has ``det`` (the wheel's) and ``airflow``."""
     import sysconfig
 
-    venv = tmp_path_factory.mktemp("clean") / "venv"
+    venv = folder / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
     site_packages = Path(
@@ -113,7 +119,7 @@ def clean_install(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path
             text=True,
         ).stdout.strip()
     )
-    deps = venv.parent / "deps"
+    deps = folder / "deps"
     deps.mkdir()
     for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
         if not entry.name.startswith(_THE_CHECKOUT):
@@ -125,6 +131,10 @@ def clean_install(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path
         check=True,
         capture_output=True,
     )
+    # Airflow's console script, as installing Airflow into the venv would have written it.
+    airflow = venv / "bin" / "airflow"
+    airflow.write_text(f"#!{python}\nimport sys\nfrom airflow.__main__ import main\nsys.exit(main())\n")
+    airflow.chmod(0o755)
     return venv
 
 
