@@ -1,10 +1,13 @@
-"""The master's background jobs: work that belongs to no request, run by one thread per API server
-process.
+"""The master's background jobs: work that belongs to no request, run by one process of the
+deployment at a time.
 
-Each job has a name, an interval and a function of the master's database. The thread starts when the
-master app starts serving (its lifespan, which Airflow's API server runs for the apps that plugins
-mount) and stops with it. A job that fails is logged under its name and runs again at its next
-turn; it never fails a request. docs/master-api.md lists the jobs.
+Each job has a name, an interval and a function of the master's database. Every API server process
+has a thread that starts when the master app starts serving (its lifespan, which Airflow's API
+server runs for the apps that plugins mount) and stops with it; only the thread of the process that
+leads (master/leadership.py: a PostgreSQL advisory lock, a file lock beside SQLite) runs the jobs at
+their intervals, and another takes the lead when it dies. A job a request asks for (`run_soon`) runs
+in that request's process as well. A job that fails is logged under its name and runs again at its
+next turn; it never fails a request. docs/master-api.md lists the jobs.
 
 What stays with requests, because it decides the request's own answer:
 
@@ -32,7 +35,7 @@ from dataclasses import dataclass
 from fastapi import FastAPI
 
 from det_airflow import settings
-from det_airflow.master import experiment_files, removals, trial_logs, trials, webhook_sender
+from det_airflow.master import experiment_files, leadership, removals, trial_logs, trials, webhook_sender
 from det_airflow.master.db import Database, get_database
 
 log = logging.getLogger(__name__)
@@ -173,33 +176,44 @@ def run_soon(name: str, *after: float) -> None:
     _wake.set()
 
 
-def _take_soon(due: dict[str, float]) -> None:
+def _take_soon(due: dict[str, float]) -> set[str]:
     """Bring forward in ``due`` the jobs asked for sooner than their next turn (one time each: the
-    others wait until the job has run)."""
+    others wait until the job has run); answers their names."""
+    taken = set()
     with _soon_lock:
         for name, times in _soon.items():
             first = min(times, default=None)
             if first is not None and name in due and first < due[name]:
                 due[name] = first
                 times.remove(first)
+                taken.add(name)
         for name in [name for name, times in _soon.items() if not times]:
             del _soon[name]
+    return taken
 
 
 def _loop(stop: threading.Event) -> None:
     due = dict.fromkeys((job.name for job in JOBS), 0.0)
-    while True:
-        turn = time.monotonic()
-        for job in JOBS:
-            if due[job.name] <= turn:
-                _run_logged(job, get_database())
-                due[job.name] = turn + job.every_seconds
-        _take_soon(due)
-        _wake.wait(max(0.0, min(due.values()) - time.monotonic()))
-        _wake.clear()
-        if stop.is_set():
-            return
-        _take_soon(due)
+    asked: set[str] = set()  # brought forward by run_soon: run here whoever leads
+    lead = leadership.of(get_database().engine)
+    try:
+        while True:
+            turn = time.monotonic()
+            leading = lead.holds()
+            for job in JOBS:
+                if due[job.name] <= turn:
+                    if leading or job.name in asked:
+                        _run_logged(job, get_database())
+                    due[job.name] = turn + job.every_seconds
+                    asked.discard(job.name)
+            asked |= _take_soon(due)
+            _wake.wait(max(0.0, min(due.values()) - time.monotonic()))
+            _wake.clear()
+            if stop.is_set():
+                return
+            asked |= _take_soon(due)
+    finally:
+        lead.release()
 
 
 _lock = threading.Lock()

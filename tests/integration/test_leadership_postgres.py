@@ -1,0 +1,46 @@
+"""On PostgreSQL, one API server process of the whole deployment runs the background jobs: the holder
+of an advisory lock, which a broken connection or a dead process lets go."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from det_airflow.master import leadership
+
+pytestmark = pytest.mark.integration
+
+
+def test_one_session_leads_and_losing_its_connection_lets_another_lead(postgres_url: str) -> None:
+    url = postgres_url.replace("postgresql://", "postgresql+psycopg2://", 1)
+    first_engine, second_engine = create_engine(url), create_engine(url)
+    first, second = leadership.of(first_engine), leadership.of(second_engine)
+    try:
+        assert isinstance(first, leadership.AdvisoryLock)
+        assert first.holds() and first.holds()
+        assert not second.holds()
+        first.release()
+        assert second.holds() and not first.holds()
+
+        # The leader's connection is cut (its process died, the server dropped it): another leads.
+        with first_engine.connect() as admin:
+            cut = (
+                admin.execute(
+                    text(
+                        "SELECT pg_terminate_backend(pid) FROM pg_locks "
+                        "WHERE locktype = 'advisory' AND objid = :key AND granted"
+                    ),
+                    {"key": leadership.ADVISORY_KEY},
+                )
+                .scalars()
+                .all()
+            )
+            admin.commit()
+        assert cut == [True]
+        assert first.holds()
+        assert not second.holds()  # it noticed its connection is gone, and the lock with it
+    finally:
+        first.release()
+        second.release()
+        first_engine.dispose()
+        second_engine.dispose()
