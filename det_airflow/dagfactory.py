@@ -36,7 +36,8 @@ from det_airflow.lineage import experiment_asset_uri
 from det_airflow.searcher import concurrent_slot_count
 
 EXPERIMENTS_SUBDIR = "experiments"  # where the master writes the configs of `det experiment create`
-FINISHED_SUBDIR = "finished"  # under EXPERIMENTS_SUBDIR: configs of finished experiments, not parsed
+# Under EXPERIMENTS_SUBDIR: configs of finished experiments, built only as finished_dag()s.
+FINISHED_SUBDIR = "finished"
 _MASTER_FILE = re.compile(r"^exp_(\d+)$")  # the stem of experiment_file()
 _YAML_SUFFIXES = (".yaml", ".yml")
 _START = datetime(2024, 1, 1, tzinfo=UTC)
@@ -44,6 +45,8 @@ _START = datetime(2024, 1, 1, tzinfo=UTC)
 
 #: The task of an invalid experiment YAML's DAG (broken_dag()).
 INVALID_TASK_ID = "invalid_config"
+#: The task of a finished experiment's DAG (finished_dag()).
+FINISHED_TASK_ID = "finished"
 _SEARCHER_LINE = re.compile(r"^searcher\s*:", re.MULTILINE)
 
 
@@ -162,12 +165,13 @@ def staged_experiment_file(dags_folder: Path, experiment_id: int) -> Path:
 
 
 def retire_experiment_file(dags_folder: Path, experiment_id: int) -> Path | None:
-    """Moves a finished experiment's config where the DAG processor no longer builds it; returns
-    the new path, or None when there was nothing to move.
+    """Moves a finished experiment's config where the DAG processor builds only a light DAG of it
+    (finished_dag(), for the most recent ``[det] finished_experiment_dags``); returns the new path,
+    or None when there was nothing to move.
 
-    Its run (tasks, logs in Airflow, and everything the master stored) is kept; only its DAG leaves
-    the active DAGs. So parse time grows with the experiments still to run, not with every
-    experiment ever created (benchmarks/dag_parse.py).
+    Its run (tasks, logs in Airflow, and everything the master stored) is kept, and its DAG stays
+    listed, tagged ``finished``. So parse time grows with the experiments still to run and a bounded
+    number of finished ones, not with every experiment ever created (benchmarks/dag_parse.py).
     """
     source = experiment_file(dags_folder, experiment_id)
     target = source.parent / FINISHED_SUBDIR / source.name
@@ -465,6 +469,82 @@ def broken_dag(dag_id: str, path: Path, message: str):  # type: ignore[no-untype
     return dag
 
 
+def finished_yamls(dags_folder: Path, limit: int) -> list[Path]:
+    """The configs of the ``limit`` most recently created finished experiments (highest IDs first)."""
+    folder = dags_folder / EXPERIMENTS_SUBDIR / FINISHED_SUBDIR
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        stem, dot, suffix = name.partition(".")
+        if dot and suffix == "yaml" and (match := _MASTER_FILE.match(stem)):
+            found.append((int(match.group(1)), folder / name))
+    found.sort(reverse=True)
+    return [path for _, path in found[:limit]]
+
+
+def finished_dag(file: ExperimentFile, text: str):  # type: ignore[no-untyped-def]
+    """The DAG a finished experiment keeps in Airflow's DAG list: its id, name, owner and access,
+    tagged ``finished``, and one task that fails, saying so, when someone triggers it. Its run keeps
+    the tasks it ran (Airflow keeps each run's DAG version). Built from the config without checking
+    it again: a fraction of an experiment's full DAG (benchmarks/dag_parse.py)."""
+    from airflow.sdk import DAG
+
+    from det_airflow.operators.invalid import FinishedExperimentOperator
+
+    raw = read_yaml(text, str(file.path))
+    raw = raw if isinstance(raw, dict) else {}
+    name = plain_text(raw["name"]) if isinstance(raw.get("name"), str) else f"experiment {file.experiment_id}"
+    labels = raw.get("labels") if isinstance(raw.get("labels"), list) else []
+    task_type = next(
+        (
+            label[len(_TASK_LABEL) :]
+            for label in labels
+            if isinstance(label, str)
+            and label.startswith(_TASK_LABEL)
+            and label[len(_TASK_LABEL) :] in _TASK_VERBS
+        ),
+        None,
+    )
+    searcher = raw.get("searcher") if isinstance(raw.get("searcher"), dict) else {}
+    kind = task_type or (plain_text(searcher["name"]) if isinstance(searcher.get("name"), str) else None)
+    what = task_type or "experiment"
+    submission = read_submission(text)
+    message = (
+        f"{what} {file.experiment_id} has finished: its runs, trials, logs and checkpoints are kept "
+        f"(`det experiment describe {file.experiment_id}`); `det experiment create` starts a new one"
+    )
+    with DAG(
+        dag_id=file.dag_id,
+        dag_display_name=f"{name} ({what} {file.experiment_id})",
+        schedule=None,
+        start_date=run_due(submission.submitted) if submission else _START,
+        catchup=False,
+        is_paused_upon_creation=False,
+        max_active_runs=1,
+        tags=["det", "finished", *([kind] if kind else [])],
+        description=f"{name} (finished)"[:200],
+        doc_md=f"Finished {what} **{markdown_text(name)}** ({file.experiment_id}): "
+        f"[open its page]({experiment_page(file.experiment_id or 0)}) for trials, curves and logs.",
+        default_args={"owner": plain_text(submission.owner) if submission else "det"},
+        access_control=dag_access_control(file, submission),
+    ) as dag:
+        FinishedExperimentOperator(task_id=FINISHED_TASK_ID, message=message)
+    return dag
+
+
+def _finished_limit() -> int:
+    try:
+        return settings.load().finished_experiment_dags
+    except DetError as exc:  # a bad setting must not take every experiment DAG down
+        import logging
+
+        logging.getLogger(__name__).warning("%s; listing %s", exc, settings.FINISHED_EXPERIMENT_DAGS)
+        return settings.FINISHED_EXPERIMENT_DAGS
+
+
 def run_due(submitted: datetime) -> datetime:
     """When the scheduler may create the run of an experiment submitted at `submitted`: the second
     before the submission's.
@@ -535,6 +615,19 @@ def build_dags(dags_folder: Path, *, only_dag_id: str | None = None) -> dict[str
             dag = broken_dag(dag_id, path, why)
         if only_dag_id is None or dag_id == only_dag_id:
             dags[dag_id] = (dag, path)
+    # Finished experiments keep a light DAG, listed in Airflow, the most recent ones first.
+    if only_dag_id is None or only_dag_id.startswith("det_exp_"):
+        for path in finished_yamls(dags_folder, _finished_limit()):
+            file = dag_id_for_file(path, dags_folder)
+            if file.dag_id in seen or (only_dag_id is not None and file.dag_id != only_dag_id):
+                continue
+            try:
+                dag = finished_dag(file, read_config_text(path))
+            except Exception as exc:  # noqa: BLE001 - one experiment must never take the other DAGs down
+                dag = broken_dag(
+                    file.dag_id, path, f"{path}: cannot build the finished experiment's DAG: {exc}"
+                )
+            dags[file.dag_id] = (dag, path)
     # A file removed while this parse ran (`det e delete`, a user's `rm`) must not have its DAG
     # registered again by the parse's result: Airflow drops a reparse asked for meanwhile, so the
     # DAG would stay listed until the file's next parse.

@@ -66,6 +66,9 @@ GUARDED_POD_FIELDS = (
 # Determined's bound on retention_policy.log_retention_days, here as in an experiment's config.
 LOG_RETENTION_DAYS_MAX = 32767
 
+# How many finished experiments keep their DAG listed in Airflow by default ([det] finished_experiment_dags).
+FINISHED_EXPERIMENT_DAGS = 100
+
 # systemd's DynamicUser range: unused by distributions' static users and by login users.
 DEFAULT_TRIAL_UID_RANGE = (61184, 65519)
 
@@ -296,6 +299,19 @@ class Settings:
         return int(text)
 
     @property
+    def finished_experiment_dags(self) -> int:
+        """How many finished experiments, the most recently created first, keep their DAG listed in
+        Airflow, tagged ``finished`` (``[det] finished_experiment_dags``, default 100); 0: none."""
+        text = (self.checked_on_use.get("finished_experiment_dags") or "").strip()
+        if not text:
+            return FINISHED_EXPERIMENT_DAGS
+        if not re.fullmatch(r"\d{1,7}", text):
+            raise SettingsError(
+                f"airflow.cfg [{SECTION}] finished_experiment_dags: expected a number of DAGs (0 for none), got {text!r}"
+            )
+        return int(text)
+
+    @property
     def webhook_allowed_hosts(self) -> tuple[str, ...]:
         """Host names, IP addresses and networks (``10.1.2.0/24``) webhooks may be sent to although
         they are not public (``[det] webhook_allowed_hosts``); none by default (docs/webhooks.md)."""
@@ -419,6 +435,7 @@ _CHECKED_ON_USE = (
     "kubernetes_delete_pods",
     "kubernetes_startup_timeout",
     "log_retention_days",
+    "finished_experiment_dags",
     "webhook_allowed_hosts",
     "trial_firewall",
     "trial_allowed_local_ports",

@@ -25,3 +25,10 @@ class InvalidExperimentOperator(BaseOperator):
 
     def execute(self, context: Any) -> None:
         raise AirflowFailException(self.message)
+
+
+class FinishedExperimentOperator(InvalidExperimentOperator):
+    """The one task of a finished experiment's DAG: triggered, it fails at once saying the experiment
+    has finished (its DAG stays listed in Airflow for its runs, not to be run again)."""
+
+    ui_color = "#e2e3e5"

@@ -20,6 +20,8 @@ searcher: {name: single, metric: loss, max_length: 10}
 resources: {slots_per_trial: 2, priority: 10, resource_pool: gpus}
 max_restarts: 3
 """
+# What the master writes above a config it stores (dagfactory.submission_header).
+SUBMITTED = dagfactory.submission_header("alice", datetime(2026, 11, 20, tzinfo=UTC))
 
 
 def write(path: Path, text: str) -> Path:
@@ -322,16 +324,48 @@ def test_a_dag_id_used_twice_is_reported_once_and_the_first_file_keeps_it(tmp_pa
     )
 
 
-def test_a_retired_experiment_is_no_longer_built_and_the_running_ones_are(tmp_path: Path) -> None:
+def test_a_retired_experiment_keeps_a_finished_dag_and_the_running_ones_their_own(tmp_path: Path) -> None:
     for experiment_id in (1, 2, 3):
-        write(dagfactory.experiment_file(tmp_path, experiment_id), CONST)
+        write(dagfactory.experiment_file(tmp_path, experiment_id), SUBMITTED + CONST)
 
     moved = dagfactory.retire_experiment_file(tmp_path, 2)
 
     assert moved == tmp_path / "experiments" / "finished" / "exp_2.yaml"
-    assert moved.read_text() == CONST
-    assert set(build_dags(tmp_path)) == {"det_exp_1", "det_exp_3"}
+    assert moved.read_text() == SUBMITTED + CONST
     assert dagfactory.retire_experiment_file(tmp_path, 2) is None  # already retired: nothing to move
+    dags = build_dags(tmp_path)
+    assert set(dags) == {"det_exp_1", "det_exp_2", "det_exp_3"}
+    finished, running = dags["det_exp_2"], dags["det_exp_1"]
+    assert "finished" in finished.tags and "finished" not in running.tags
+    assert [t.task_id for t in finished.tasks] == [dagfactory.FINISHED_TASK_ID]
+    assert finished.dag_display_name == "digits (experiment 2)"
+    assert finished.default_args["owner"] == "alice"
+    assert finished.description == "digits (finished)"
+    assert "trial" in running.task_ids
+    from airflow.sdk.exceptions import AirflowFailException
+
+    with pytest.raises(
+        AirflowFailException,
+        match=r"^experiment 2 has finished: its runs, trials, logs and checkpoints are kept",
+    ):
+        finished.task_dict[dagfactory.FINISHED_TASK_ID].execute({})  # someone triggered it
+    # A task process of the finished DAG (its `finished` task, when someone triggers it) builds it alone.
+    assert set(build_dags(tmp_path, only_dag_id="det_exp_2")) == {"det_exp_2"}
+
+
+def test_only_the_most_recent_finished_experiments_stay_listed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for experiment_id in (1, 2, 3, 10):
+        write(dagfactory.experiment_file(tmp_path, experiment_id), SUBMITTED + CONST)
+        dagfactory.retire_experiment_file(tmp_path, experiment_id)
+    monkeypatch.setenv("AIRFLOW__DET__FINISHED_EXPERIMENT_DAGS", "2")
+    assert set(build_dags(tmp_path)) == {"det_exp_10", "det_exp_3"}
+    monkeypatch.setenv("AIRFLOW__DET__FINISHED_EXPERIMENT_DAGS", "0")
+    assert build_dags(tmp_path) == {}
+    # A bad value is not the experiments' problem: the default applies (and the log says why).
+    monkeypatch.setenv("AIRFLOW__DET__FINISHED_EXPERIMENT_DAGS", "many")
+    assert set(build_dags(tmp_path)) == {"det_exp_1", "det_exp_2", "det_exp_3", "det_exp_10"}
 
 
 def test_det_settings_given_only_as_environment_variables_are_the_experiments_defaults(
