@@ -408,6 +408,15 @@ def _v18_checkpoint_claims(op: Operations) -> None:
     )
 
 
+def _v19_used_grants(op: Operations) -> None:
+    """Task grants are taken once: the ids of those taken, until they expire."""
+    op.create_table(
+        "det_used_grants",
+        sa.Column("jti", sa.String(64), primary_key=True),
+        sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False, index=True),
+    )
+
+
 def backfill_metric_chunks(conn: Connection, chunks: sa.Table = schema.metric_chunks) -> int:
     """Rebuild the charts' numbers from every stored metric row; returns the trials that had some."""
     metrics = sa.table(
@@ -482,6 +491,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         "checkpoints written through the master: det_checkpoint_claims, the trial that claimed each uuid",
         _v18_checkpoint_claims,
     ),
+    Migration(19, "task grants taken once: det_used_grants", _v19_used_grants),
 )
 
 

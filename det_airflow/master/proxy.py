@@ -464,7 +464,7 @@ async def task_login(
 ) -> Response:
     """Take a grant from the master's origin: a session of this origin for its user, then the page."""
     try:
-        user = task_origin.user_of_grant(grant, task_id)
+        user = await run_in_threadpool(task_origin.take_grant, grant, task_id)
     except task_origin.BadToken as exc:
         return _error_page(
             status.HTTP_403_FORBIDDEN,

@@ -26,7 +26,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection
 
 # Bump when a table changes; `det admin migrate` brings a database up to this version.
-SCHEMA_VERSION = 18
+SCHEMA_VERSION = 19
 
 metadata = MetaData()
 
@@ -400,6 +400,16 @@ checkpoint_claims = Table(
     Column("uuid", String(64), primary_key=True),
     Column("trial_id", Integer, ForeignKey("det_trials.id", ondelete="CASCADE"), nullable=False, index=True),
     Column("claimed_at", DateTime(timezone=True), nullable=False),
+)
+
+# Grants from the master's origin to a task's, each taken once (master/task_origin.py): a grant
+# copied from a URL (a history, a log, a Referer) opens nothing once its browser took it. Rows go
+# once their grant has expired.
+used_grants = Table(
+    "det_used_grants",
+    metadata,
+    Column("jti", String(64), primary_key=True),
+    Column("expires_at", DateTime(timezone=True), nullable=False, index=True),
 )
 
 # Where experiments that name no workspace and project live, as in Determined.

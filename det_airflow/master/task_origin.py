@@ -5,8 +5,8 @@ its scripts would run with the visitor's Airflow login. So each task has a host 
 from ``[det] task_proxy_host`` (``*.tasks.example.com``: task 7 at ``task-7.tasks.example.com``, with
 the scheme and port of the master's address), on which the master's proxy serves nothing but that
 task. A browser never carries its Airflow login there: the master's origin hands it a short grant
-(:func:`grant`), which the task's origin turns into a session of its own (:func:`session`), a
-host-only cookie for that one task.
+(:func:`grant`), which the task's origin takes once (:func:`take_grant`) and turns into a session of
+its own (:func:`session`), a host-only cookie for that one task.
 
 Grants, sessions and the list of a task's own cookies are signed (HMAC, PyJWT's HS256) with a key
 only the master knows: random, made on first use and kept in the det settings table, so that every
@@ -219,13 +219,38 @@ def _user_of(claims: dict[str, Any], kind: str) -> BaseUser:
 
 
 def grant(user: BaseUser, task_id: int) -> str:
-    """What lets ``user``'s browser open task ``task_id`` on its origin, for GRANT_SECONDS."""
-    return _sign("grant", task_id, GRANT_SECONDS, {"user": _user_claims(user)})
+    """What lets ``user``'s browser open task ``task_id`` on its origin, once, within GRANT_SECONDS."""
+    return _sign(
+        "grant", task_id, GRANT_SECONDS, {"user": _user_claims(user), "jti": secrets.token_urlsafe(18)}
+    )
 
 
-def user_of_grant(token: str, task_id: int) -> BaseUser:
-    """The user a grant for task ``task_id`` names; BadToken for any other token."""
-    return _user_of(_verify("grant", task_id, token), "grant")
+def take_grant(token: str, task_id: int) -> BaseUser:
+    """The user a grant for task ``task_id`` names, the grant now used up; BadToken for any other
+    token, or for a grant taken before (a copy from a URL: a history, a log, a Referer)."""
+    from datetime import UTC, datetime
+
+    from sqlalchemy import delete
+    from sqlalchemy.exc import IntegrityError
+
+    from det_airflow.master import schema
+    from det_airflow.master.db import get_database
+
+    claims = _verify("grant", task_id, token)
+    user = _user_of(claims, "grant")
+    jti = claims.get("jti")
+    if not isinstance(jti, str) or not 0 < len(jti) <= 64:
+        raise BadToken("not a valid grant")
+    table, now = schema.used_grants, datetime.now(UTC)
+    try:
+        with get_database().begin() as conn:
+            conn.execute(delete(table).where(table.c.expires_at < now))
+            conn.execute(
+                table.insert().values(jti=jti, expires_at=datetime.fromtimestamp(int(claims["exp"]), UTC))
+            )
+    except IntegrityError:
+        raise BadToken("the grant has been used already") from None
+    return user
 
 
 def session(user: BaseUser, task_id: int) -> str:

@@ -478,7 +478,7 @@ def test_fabs_session_and_cookies_the_task_did_not_set_never_reach_its_server(
         assert login_part not in json.dumps(seen)
 
 
-def test_a_grant_opens_one_task_for_one_user_for_a_minute(
+def test_a_grant_opens_one_task_once_for_one_user_within_a_minute(
     site: People, upstream: Upstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from det_airflow.master import task_origin
@@ -495,6 +495,17 @@ def test_a_grant_opens_one_task_for_one_user_for_a_minute(
     assert elsewhere.status_code == 403
     assert "for another task" in elsewhere.text
     assert site.client.cookies.get("det_task_session") is None
+    # It opens its own task once: a copy of its URL (a history, a log) opens nothing after.
+    taken = site.client.get(
+        f"{task_host(mine)}/proxy/{mine}/_det/login?grant={grant}", follow_redirects=False
+    )
+    assert taken.status_code == 303 and "det_task_session" in taken.headers["set-cookie"]
+    site.client.cookies.clear()
+    again = site.client.get(
+        f"{task_host(mine)}/proxy/{mine}/_det/login?grant={grant}", follow_redirects=False
+    )
+    assert again.status_code == 403 and "the grant has been used already" in again.text
+    assert "set-cookie" not in again.headers
     # Nor does anything the master did not sign, nor an expired grant.
     forged = jwt.encode({"aud": "det-task-grant", "task": mine, "exp": 2**40}, "k" * 32, algorithm="HS256")
     monkeypatch.setattr(task_origin, "GRANT_SECONDS", -1)
