@@ -494,22 +494,21 @@ def finished_dag(file: ExperimentFile, text: str):  # type: ignore[no-untyped-de
 
     from det_airflow.operators.invalid import FinishedExperimentOperator
 
-    raw = read_yaml(text, str(file.path))
-    raw = raw if isinstance(raw, dict) else {}
+    loaded = read_yaml(text, str(file.path))
+    raw: dict[str, Any] = loaded if isinstance(loaded, dict) else {}
     name = plain_text(raw["name"]) if isinstance(raw.get("name"), str) else f"experiment {file.experiment_id}"
-    labels = raw.get("labels") if isinstance(raw.get("labels"), list) else []
-    task_type = next(
-        (
-            label[len(_TASK_LABEL) :]
-            for label in labels
-            if isinstance(label, str)
-            and label.startswith(_TASK_LABEL)
-            and label[len(_TASK_LABEL) :] in _TASK_VERBS
-        ),
-        None,
-    )
-    searcher = raw.get("searcher") if isinstance(raw.get("searcher"), dict) else {}
-    kind = task_type or (plain_text(searcher["name"]) if isinstance(searcher.get("name"), str) else None)
+    labels = raw.get("labels")
+    task_types = [
+        label[len(_TASK_LABEL) :]
+        for label in (labels if isinstance(labels, list) else [])
+        if isinstance(label, str)
+        and label.startswith(_TASK_LABEL)
+        and label[len(_TASK_LABEL) :] in _TASK_VERBS
+    ]
+    task_type = task_types[0] if task_types else None
+    searcher = raw.get("searcher")
+    searcher_name = searcher.get("name") if isinstance(searcher, dict) else None
+    kind = task_type or (plain_text(searcher_name) if isinstance(searcher_name, str) else None)
     what = task_type or "experiment"
     submission = read_submission(text)
     message = (
