@@ -15,7 +15,16 @@ from __future__ import annotations
 import enum
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictInt,
+    field_validator,
+    model_validator,
+)
 
 from det_airflow.api._bounds import MAX_CHECKPOINT_FILES, bounded_json, relative_file, stored_metadata
 from det_airflow.states import ExperimentState, TrialState
@@ -947,19 +956,54 @@ class PatchModelVersion(_Body):
     labels: list[_Label] | None = Field(None, max_length=1000)
 
 
+def _without_prefix(prefix: str) -> BeforeValidator:
+    """Determined's protobuf enum name (``WEBHOOK_TYPE_SLACK``) as det's short one (``SLACK``):
+    scripts and Determined's SDK send the long names, det's CLI and pages the short ones."""
+
+    def short(value: object) -> object:
+        return value.removeprefix(prefix) if isinstance(value, str) else value
+
+    return BeforeValidator(short)
+
+
 class WebhookTrigger(_Body):
     """What makes a webhook fire (Determined's trigger; conditions in docs/webhooks.md)."""
 
-    triggerType: Literal["EXPERIMENT_STATE_CHANGE", "METRIC_THRESHOLD_EXCEEDED", "TASK_LOG", "CUSTOM"]
+    triggerType: Annotated[
+        Literal["EXPERIMENT_STATE_CHANGE", "METRIC_THRESHOLD_EXCEEDED", "TASK_LOG", "CUSTOM"],
+        _without_prefix("TRIGGER_TYPE_"),
+    ]
     condition: dict[str, Any] = Field(default_factory=dict)
+    # What Determined's SDK sends of a trigger not stored yet (both null): the master numbers it.
+    id: None = None
+    webhookId: None = None
 
 
 class CreateWebhook(_Body):
+    """A webhook to create: det's short names or Determined's ``POST /api/v1/webhooks`` body, as
+    its SDK sends it (``WEBHOOK_TYPE_DEFAULT``, ``WEBHOOK_MODE_WORKSPACE``, ``TRIGGER_TYPE_...``)."""
+
     name: _Name
     url: str = Field(max_length=2000)
-    webhookType: Literal["DEFAULT", "SLACK"] = "DEFAULT"
-    mode: Literal["WORKSPACE", "SPECIFIC"] = "WORKSPACE"
+    webhookType: Annotated[Literal["DEFAULT", "SLACK"], _without_prefix("WEBHOOK_TYPE_")] = "DEFAULT"
+    mode: Annotated[Literal["WORKSPACE", "SPECIFIC"], _without_prefix("WEBHOOK_MODE_")] = "WORKSPACE"
     triggers: list[WebhookTrigger] = Field(max_length=100)
+    id: None = None
+    workspaceId: int | None = Field(
+        None,
+        description="Determined's webhooks of one workspace: not supported; a webhook here fires for "
+        "every experiment its owner may read (null or left out)",
+    )
+
+    @field_validator("workspaceId")
+    @classmethod
+    def _no_workspace(cls, value: int | None) -> None:
+        if value is not None:
+            raise ValueError(
+                "webhooks of one workspace are not supported: leave workspaceId out (or null) for a "
+                "webhook of every experiment its owner may read, and use mode SPECIFIC to choose experiments"
+            )
+        return None
 
 
 class Webhook(_Answer):

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import site
 import sys
+import sysconfig
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -38,26 +40,29 @@ def trial_environment(
     base_env: Mapping[str, str] | None = None,
     workdir: str | os.PathLike[str] | None = None,
     python_bin: str | os.PathLike[str] | None = None,
+    tmpdir: str | os.PathLike[str] | None = None,
 ) -> dict[str, str]:
     """The whole environment of a trial process (docs/semantics.md §3), built from an allow-list.
 
     Of ``base_env`` (default ``os.environ``) only ``PATH``, ``LANG``, ``LANGUAGE``, ``LC_*``, ``TZ``
     and ``TERM`` pass: nothing of the worker's (``AIRFLOW_HOME``, ``AIRFLOW__*``, ``AIRFLOW_CONN_*``,
     database URLs, proxies, ``DET_*`` of the caller) reaches trial code. Then come ``HOME`` and
-    ``TMPDIR`` in the work folder's ``.det/``, the config's ``environment.environment_variables``
+    ``TMPDIR`` (``tmpdir``, else) in the work folder's ``.det/``, the config's ``environment.environment_variables``
     (the cpu list), the trial's ``DET_*`` variables (which win), ``PYTHONUNBUFFERED=1`` and a
     ``PYTHONPATH`` that starts with the work folder (``workdir``, else the current folder). The
     config itself is named by ``DET_EXPERIMENT_CONFIG_FILE`` (see :func:`write_trial_files`) and, up
     to 64 KiB, is also ``DET_EXPERIMENT_CONFIG``. When there is a ``PATH``, this interpreter's
-    folder (or ``python_bin``, a virtual environment's ``bin`` that sees det-airflow) comes first in
-    it, so ``python3 train.py`` runs with det-airflow installed. Without ``master_url`` the Core API
-    writes to ``local_store``.
+    folders of programs come first in it, so ``python3 train.py`` runs with det-airflow installed
+    and ``deepspeed``, ``torchrun`` or ``horovodrun`` are the ones installed beside it; with
+    ``python_bin`` (the ``bin`` of an overlay over this environment, see
+    :func:`~det_airflow.trial_process.make_overlay_venv`) that one comes before them, so what a
+    startup hook installs wins. Without ``master_url`` the Core API writes to ``local_store``.
     """
     base = os.environ if base_env is None else base_env
     env = {k: v for k, v in base.items() if k in _PASSED_VARIABLES or k.startswith(_PASSED_PREFIXES)}
     files = trial_files_dir(workdir if workdir is not None else Path.cwd())
     env["HOME"] = str(files / "home")
-    env["TMPDIR"] = str(files / "tmp")
+    env["TMPDIR"] = str(tmpdir if tmpdir is not None else files / "tmp")
     env.update(_config_variables(spec.config))
     task_id = f"{spec.experiment_id}.{spec.trial_id}"
     config_json = json.dumps(spec.config)
@@ -94,10 +99,24 @@ def trial_environment(
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONPATH"] = _python_path(workdir, env.get("PYTHONPATH", ""))
     if env.get("PATH"):
-        # `python3` in an entrypoint is this interpreter (the one with det-airflow), venv or not.
-        bin_dir = str(python_bin if python_bin is not None else Path(sys.executable).parent)
-        env["PATH"] = os.pathsep.join(dict.fromkeys([bin_dir, *env["PATH"].split(os.pathsep)]))
+        # `python3` in an entrypoint is this interpreter (the one with det-airflow), venv or not; an
+        # overlay's programs come first, and this environment's stay reachable behind them.
+        first = [str(python_bin)] if python_bin is not None else []
+        env["PATH"] = os.pathsep.join(
+            dict.fromkeys([*first, *interpreter_bin_dirs(), *env["PATH"].split(os.pathsep)])
+        )
     return env
+
+
+def interpreter_bin_dirs() -> list[str]:
+    """The folders of this interpreter's programs: its own (a venv's ``bin``), where its packages'
+    console scripts go (``/usr/local/bin`` for a Debian system Python), and the user scheme's when
+    this interpreter imports from the user's site folder."""
+    folders = [str(Path(sys.executable).parent)] if sys.executable else []
+    folders.append(sysconfig.get_path("scripts"))
+    if site.ENABLE_USER_SITE and site.getusersitepackages() in sys.path:
+        folders.append(sysconfig.get_path("scripts", f"{os.name}_user"))
+    return [f for f in dict.fromkeys(folders) if f]
 
 
 def _gang_variables(gang: Mapping[str, Any] | None) -> dict[str, str | None]:

@@ -176,6 +176,49 @@ def test_each_state_change_is_posted_once_and_signed(people: People, receiver: R
     assert event["event_data"]["experiment"]["state"] == "PAUSED"
 
 
+def test_determineds_sdk_body_with_its_enum_names_makes_the_same_webhook(
+    people: People, receiver: Receiver
+) -> None:
+    """What Determined's SDK sends to ``POST /api/v1/webhooks`` (bindings.v1Webhook.to_json()):
+    protobuf enum names, and nulls for what the master numbers."""
+    sdk_body = {
+        "mode": "WEBHOOK_MODE_WORKSPACE",
+        "name": "sdk-hook",
+        "url": receiver.url,
+        "webhookType": "WEBHOOK_TYPE_DEFAULT",
+        "id": None,
+        "triggers": [
+            {
+                "condition": {"state": "PAUSED"},
+                "id": None,
+                "triggerType": "TRIGGER_TYPE_EXPERIMENT_STATE_CHANGE",
+                "webhookId": None,
+            }
+        ],
+        "workspaceId": None,
+    }
+    made = people.call("admin", "POST", "/webhooks", json=sdk_body)
+    assert made.status_code == 200, made.text
+    hook = made.json()["webhook"]
+    assert (hook["webhookType"], hook["mode"]) == ("DEFAULT", "WORKSPACE")
+    assert hook["triggers"] == [{"triggerType": "EXPERIMENT_STATE_CHANGE", "condition": {"state": "PAUSED"}}]
+    experiment_id = people.add_experiment(owner="alice")
+    assert people.call("alice", "POST", f"/experiments/{experiment_id}/pause").status_code == 200
+    assert webhook_sender.deliver_due(people.db) == 1
+    event = verified(receiver.posts[0], hook["signingKey"])
+    assert (event["event_type"], event["condition"]) == ("EXPERIMENT_STATE_CHANGE", {"state": "PAUSED"})
+    assert set(event) == {"event_id", "event_type", "timestamp", "condition", "event_data"}
+
+    slack = people.call(
+        "admin", "POST", "/webhooks", json={**sdk_body, "name": "s", "webhookType": "WEBHOOK_TYPE_SLACK"}
+    )
+    assert slack.json()["webhook"]["webhookType"] == "SLACK"
+    # A webhook of one workspace is Determined's, not det's: refused, saying what to do instead.
+    scoped = people.call("admin", "POST", "/webhooks", json={**sdk_body, "name": "w", "workspaceId": 1})
+    assert scoped.status_code == 422
+    assert "webhooks of one workspace are not supported: leave workspaceId out" in scoped.text
+
+
 def test_housekeeping_sends_on_a_thread_of_its_own(people: People, receiver: Receiver) -> None:
     create(people, "admin", url=receiver.url)
     experiment_id = people.add_experiment(owner="alice")

@@ -1813,8 +1813,14 @@ export interface components {
              */
             type: "command" | "notebook" | "tensorboard" | "shell";
         };
-        /** CreateWebhook */
+        /**
+         * CreateWebhook
+         * @description A webhook to create: det's short names or Determined's ``POST /api/v1/webhooks`` body, as
+         *     its SDK sends it (``WEBHOOK_TYPE_DEFAULT``, ``WEBHOOK_MODE_WORKSPACE``, ``TRIGGER_TYPE_...``).
+         */
         CreateWebhook: {
+            /** Id */
+            id?: null;
             /**
              * Mode
              * @default WORKSPACE
@@ -1833,6 +1839,11 @@ export interface components {
              * @enum {string}
              */
             webhookType?: "DEFAULT" | "SLACK";
+            /**
+             * Workspaceid
+             * @description Determined's webhooks of one workspace: not supported; a webhook here fires for every experiment its owner may read (null or left out)
+             */
+            workspaceId?: number | null;
         };
         /** CreateWorkspace */
         CreateWorkspace: {
@@ -3332,11 +3343,15 @@ export interface components {
             condition?: {
                 [key: string]: unknown;
             };
+            /** Id */
+            id?: null;
             /**
              * Triggertype
              * @enum {string}
              */
             triggerType: "EXPERIMENT_STATE_CHANGE" | "METRIC_THRESHOLD_EXCEEDED" | "TASK_LOG" | "CUSTOM";
+            /** Webhookid */
+            webhookId?: null;
         };
         /** Workspace */
         Workspace: {
