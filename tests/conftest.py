@@ -108,6 +108,29 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return ByWorkUnit(config, log)
 
 
+# The last test of each work unit, in the order they run; see pytest_runtest_teardown.
+_last_of_unit: dict[str, str] = {}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if hasattr(config, "workerinput"):  # units are handed out in the order the workers collected
         items.sort(key=lambda item: _rank(work_unit(item.nodeid)))
+    _last_of_unit.clear()
+    _last_of_unit.update({work_unit(item.nodeid): item.nodeid for item in items})
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """After the last test of tests/ui, tests/e2e or the SQLite unit, stop the Airflow only that unit
+    uses (a session fixture of its conftest) rather than at the session's end: an idle Airflow still
+    parses and heartbeats, and the rest of the suite would share the CPU with it. Stopping is
+    idempotent; the fixture's own teardown removes its folder later."""
+    from det_airflow.localairflow import LocalAirflow
+
+    unit = work_unit(item.nodeid)
+    if unit not in _FIRST or _last_of_unit.get(unit) != item.nodeid:
+        return
+    for name in ("airflow", "airflow_sqlite"):
+        server = getattr(item, "funcargs", {}).get(name)
+        if isinstance(server, LocalAirflow):
+            server.stop()
