@@ -75,15 +75,20 @@ def run_local_test(cfg: ExperimentConfig, context: str | None, *, includes: Iter
         TrialSpec,
         entrypoint_argv,
         make_overlay_venv,
+        make_private_tmpdir,
         prepare_workdir,
+        remove_private_tmpdir,
         run_trial_process,
         trial_environment,
         write_trial_files,
     )
 
     root = Path(tempfile.mkdtemp(prefix="det-local-test-"))
+    tmpdir: Path | None = None
     keep = False  # kept only for a run that failed its checks, for a look at the work folder and store
     try:
+        # TMPDIR apart from the work folder: short enough for the AF_UNIX sockets programs make in it.
+        tmpdir = make_private_tmpdir()
         workdir = prepare_workdir(data, root / "work")
         store = root / "store"
         spec = TrialSpec(
@@ -106,7 +111,7 @@ def run_local_test(cfg: ExperimentConfig, context: str | None, *, includes: Iter
         # The same scrubbed environment as on a cluster, so a trial that leans on this shell's
         # variables fails here rather than there.
         env = trial_environment(
-            spec, local_store=store, test_mode=True, workdir=workdir, python_bin=python_bin
+            spec, local_store=store, test_mode=True, workdir=workdir, python_bin=python_bin, tmpdir=tmpdir
         )
         from det_airflow.compat import determined_notice
 
@@ -149,6 +154,8 @@ def run_local_test(cfg: ExperimentConfig, context: str | None, *, includes: Iter
         print("Local test mode succeeded: the experiment is ready to be created on a master.")
         return 0
     finally:
+        if tmpdir is not None:
+            remove_private_tmpdir(tmpdir)
         if not keep:
             shutil.rmtree(root, ignore_errors=True)
 

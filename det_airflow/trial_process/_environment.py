@@ -46,8 +46,9 @@ def trial_environment(
 
     Of ``base_env`` (default ``os.environ``) only ``PATH``, ``LANG``, ``LANGUAGE``, ``LC_*``, ``TZ``
     and ``TERM`` pass: nothing of the worker's (``AIRFLOW_HOME``, ``AIRFLOW__*``, ``AIRFLOW_CONN_*``,
-    database URLs, proxies, ``DET_*`` of the caller) reaches trial code. Then come ``HOME`` and
-    ``TMPDIR`` (``tmpdir``, else) in the work folder's ``.det/``, the config's ``environment.environment_variables``
+    database URLs, proxies, ``DET_*`` of the caller) reaches trial code. Then come ``HOME`` in the
+    work folder's ``.det/``, ``TMPDIR`` (``tmpdir``, else ``.det/tmp``: a runner on a host passes a
+    short one, see :func:`make_private_tmpdir`), the config's ``environment.environment_variables``
     (the cpu list), the trial's ``DET_*`` variables (which win), ``PYTHONUNBUFFERED=1`` and a
     ``PYTHONPATH`` that starts with the work folder (``workdir``, else the current folder). The
     config itself is named by ``DET_EXPERIMENT_CONFIG_FILE`` (see :func:`write_trial_files`) and, up
@@ -103,12 +104,12 @@ def trial_environment(
         # overlay's programs come first, and this environment's stay reachable behind them.
         first = [str(python_bin)] if python_bin is not None else []
         env["PATH"] = os.pathsep.join(
-            dict.fromkeys([*first, *interpreter_bin_dirs(), *env["PATH"].split(os.pathsep)])
+            dict.fromkeys([*first, *_interpreter_bin_dirs(), *env["PATH"].split(os.pathsep)])
         )
     return env
 
 
-def interpreter_bin_dirs() -> list[str]:
+def _interpreter_bin_dirs() -> list[str]:
     """The folders of this interpreter's programs: its own (a venv's ``bin``), where its packages'
     console scripts go (``/usr/local/bin`` for a Debian system Python), and the user scheme's when
     this interpreter imports from the user's site folder."""

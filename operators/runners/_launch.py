@@ -50,11 +50,16 @@ class TrialLaunch:
         )
 
     def environment(
-        self, slot_ids: Iterable[int], *, base_env: Mapping[str, str] | None = None
+        self,
+        slot_ids: Iterable[int],
+        *,
+        base_env: Mapping[str, str] | None = None,
+        tmpdir: Path | None = None,
     ) -> dict[str, str]:
         """The trial process's whole environment (``trial_environment``) for this run. It holds no
         credentials of the checkpoints' store: the trial reaches a store whose credentials are the
-        platform's through the master (docs/object-storage.md)."""
+        platform's through the master (docs/object-storage.md). ``tmpdir``: its ``TMPDIR`` (else in
+        the work folder)."""
         return trial_environment(
             self.spec,
             master_url=self.master_url,
@@ -62,6 +67,7 @@ class TrialLaunch:
             slot_ids=slot_ids,
             base_env=base_env,
             workdir=self.workdir,
+            tmpdir=tmpdir,
         )
 
     def held_slots(self) -> tuple[int, ...]:

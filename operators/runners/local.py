@@ -35,8 +35,10 @@ from det_airflow.trial_process import (
     interpreter_paths,
     keep_off_host_services,
     make_passable_dirs,
+    make_private_tmpdir,
     prepare_checkpoint_root,
     prepare_workdir,
+    remove_private_tmpdir,
     run_trial_process,
     trial_user,
     write_trial_files,
@@ -81,13 +83,13 @@ class LocalRunner(TrialRunner):
         shutil.rmtree(workdir, ignore_errors=True)
         on_output(determined_notice(), "stdout")
         try:
-            user, slots = self._prepare(launch)
+            user, tmpdir, slots = self._prepare(launch)
         except (TrialIsolationError, TrialNetworkError, SlotsUnavailable) as exc:
             # Into the trial's logs, where its owner looks, not only the Airflow task log.
             on_output(f"error: {exc}", "stderr")
             shutil.rmtree(workdir, ignore_errors=True)
             return NOT_STARTED
-        env = launch.environment(slots.slot_ids)
+        env = launch.environment(slots.slot_ids, tmpdir=tmpdir)
         env.update(slots.visible_devices())  # the trial sees exactly the GPUs it leased
         argv = entrypoint_argv(spec.config["entrypoint"])
         runs_as = user.name if user is not None else "the worker's user"
@@ -113,11 +115,13 @@ class LocalRunner(TrialRunner):
                 code = run_trial_process(workdir, argv, env, on_output=on_output, stop=stop, user=user)
         finally:
             slots.release()
+            remove_private_tmpdir(tmpdir)
         shutil.rmtree(workdir, ignore_errors=True)
         return code
 
-    def _prepare(self, launch: TrialLaunch) -> tuple[TrialUser | None, SlotLease]:
-        """The trial's work folder, given to the user it runs as, and its slots leased."""
+    def _prepare(self, launch: TrialLaunch) -> tuple[TrialUser | None, Path, SlotLease]:
+        """The trial's work folder and ``TMPDIR`` (docs/trial-isolation.md), given to the user it
+        runs as, and its slots leased."""
         workdir = launch.workdir
         user = self._trial_user(launch.spec, workdir)
         if user is not None:
@@ -127,7 +131,12 @@ class LocalRunner(TrialRunner):
         if user is not None:
             hand_over(workdir, user)
             check_trial_access(user, read=[workdir])
-        return user, lease_slots(launch, self.settings.slot_type)
+        tmpdir = make_private_tmpdir(user)
+        try:
+            return user, tmpdir, lease_slots(launch, self.settings.slot_type)
+        except BaseException:
+            remove_private_tmpdir(tmpdir)
+            raise
 
     def _trial_user(self, spec: TrialSpec, workdir: Path) -> TrialUser | None:
         """The user the trial runs as (None: the worker's own): the uid the master assigned to the
