@@ -40,6 +40,11 @@ class TrialInfo:
     steps_completed: int
     trial_run_id: int = 0
 
+    @property
+    def _config(self) -> dict[str, Any]:
+        """Determined's name for :attr:`config` (the experiment config), read by its examples."""
+        return self.config
+
 
 @dataclass(frozen=True)
 class ClusterInfo:

@@ -161,6 +161,16 @@ class CheckpointContext:
         else:
             storage._upload(storage_id, staged)  # type: ignore[attr-defined]
 
+    def _store_files(self, uuid: str, folder: str) -> contextlib.AbstractContextManager[Path]:
+        """A folder whose files join ``<uuid>/<folder>/`` of the checkpoint storage when the block
+        ends, registering nothing (Determined's ``_storage_manager.store_path(dst)``): the output
+        of a batch inference, beside the checkpoints. Any worker may call it, on its own."""
+        return self._storage.adding(uuid, folder)
+
+    def _files_location(self, uuid: str) -> str:
+        """Where ``_store_files(uuid, ...)`` puts its files, for people."""
+        return self._storage.location(uuid)
+
     @contextlib.contextmanager
     def restore_path(
         self,

@@ -158,38 +158,49 @@ class DistributedContext:
         )
 
     @classmethod
-    def from_tf_config(cls, chief_ip: str | None = None) -> DistributedContext:
-        """From ``TF_CONFIG`` (TensorFlow's MultiWorkerMirroredStrategy): one worker per host, the
-        rank its ``task.index`` among ``cluster.worker`` (a ``chief`` entry, when there is one,
-        counts first). Collectives over TCP to ``chief_ip`` (default: the first worker's host)."""
+    def from_tf_config(
+        cls, chief_ip: str | None = None, *, pub_port: int = DEFAULT_PUB_PORT
+    ) -> tuple[DistributedContext, Any]:
+        """``(context, strategy)`` from ``TF_CONFIG``, as Determined's. Several workers (one per
+        host, the rank its ``task.index`` in ``cluster.worker``) get a context whose collectives go
+        over TCP to ``chief_ip`` (default ``DET_CHIEF_IP``, else the first worker's host) on
+        ``pub_port``, and a ``tf.distribute.MultiWorkerMirroredStrategy``. One worker, or no
+        ``TF_CONFIG``, gets a one-process context and a ``MirroredStrategy`` over this host's GPUs
+        when it has several, else TensorFlow's default strategy. Only ``worker`` tasks are
+        supported (the tensorflow launcher sets no other).
+
+        Example::
+
+            distributed, strategy = det.core.DistributedContext.from_tf_config()
+            with det.core.init(distributed=distributed) as core_context, strategy.scope():
+                model = build_model()
+        """
+        # TF_CONFIG is checked before TensorFlow is imported: a mistake in it is told at once.
         raw = os.environ.get("TF_CONFIG")
-        if not raw:
-            return cls()
+        workers, index = _tf_workers(raw) if raw else ([], 0)
         try:
-            tf_config = json.loads(raw)
-            cluster = tf_config.get("cluster") or {}
-            hosts = [str(h) for h in (cluster.get("chief") or [])] + [
-                str(h) for h in cluster.get("worker") or []
-            ]
-            task = tf_config.get("task") or {}
-            offset = len(cluster.get("chief") or []) if task.get("type") == "worker" else 0
-            rank = offset + int(task.get("index") or 0)
-        except (ValueError, TypeError, AttributeError) as exc:
-            raise DetError(
-                f"from_tf_config: TF_CONFIG is not a valid TensorFlow cluster spec ({exc})"
-            ) from None
-        if not hosts:
-            return cls()
-        return cls(
-            rank=rank,
-            size=len(hosts),
-            local_rank=0,
-            local_size=1,
-            cross_rank=rank,
-            cross_size=len(hosts),
-            chief_ip=chief_ip or os.environ.get(trial_env.CHIEF_IP) or hosts[0].rsplit(":", 1)[0],
-            _transport="tcp",
-        )
+            import tensorflow as tf
+        except ImportError:
+            raise DetError("from_tf_config: TensorFlow is not installed (pip install tensorflow)") from None
+        if len(workers) > 1:
+            first_host = workers[0].rsplit(":", 1)[0].strip("[]")
+            context = cls(
+                rank=index,
+                size=len(workers),
+                local_rank=0,
+                local_size=1,
+                cross_rank=index,
+                cross_size=len(workers),
+                chief_ip=chief_ip or os.environ.get(trial_env.CHIEF_IP) or first_host,
+                pub_port=pub_port,
+                _transport="tcp",
+            )
+            # Made after the context: every worker has reached the chief before TensorFlow's
+            # own collectives start.
+            return context, tf.distribute.MultiWorkerMirroredStrategy()
+        gpus = tf.config.list_physical_devices("GPU")
+        strategy = tf.distribute.MirroredStrategy() if len(gpus) > 1 else tf.distribute.get_strategy()
+        return cls(), strategy
 
     # Determined's accessor methods, for code written against them.
     def get_rank(self) -> int:
@@ -410,3 +421,28 @@ def _env_ints(caller: str, launcher: str, *names: str) -> list[int]:
         raise DetError(
             f"{caller}: {exc} is missing or invalid; run under {launcher}, which sets {', '.join(names)}"
         ) from None
+
+
+def _tf_workers(raw: str) -> tuple[list[str], int]:
+    """``(cluster.worker, task.index)`` of a ``TF_CONFIG``; a clear error for anything else."""
+    try:
+        tf_config = json.loads(raw)
+        cluster, task = tf_config["cluster"], tf_config["task"]
+        task_type = task.get("type")
+        workers = [str(w) for w in cluster.get("worker") or []]
+        index = int(task.get("index") or 0)
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise DetError(
+            f"from_tf_config: TF_CONFIG is not a valid TensorFlow cluster spec ({exc!r}); expected "
+            '{"cluster": {"worker": ["host:port", ...]}, "task": {"type": "worker", "index": N}}'
+        ) from None
+    if task_type != "worker":
+        raise DetError(
+            "from_tf_config: only worker tasks are supported (MultiWorkerMirroredStrategy, "
+            f"MirroredStrategy or the default strategy), but TF_CONFIG's task.type is {task_type!r}"
+        )
+    if workers and not 0 <= index < len(workers):
+        raise DetError(
+            f"from_tf_config: TF_CONFIG's task.index is {index}, but cluster.worker has {len(workers)} workers"
+        )
+    return workers, index

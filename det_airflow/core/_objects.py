@@ -77,6 +77,16 @@ class ObjectStorage(CheckpointStorage):
             self.download(uuid, folder)
             yield folder
 
+    @contextlib.contextmanager
+    def adding(self, uuid: str, folder: str) -> Iterator[Path]:
+        """A local temporary folder whose files are uploaded under ``<uuid>/<folder>/`` when the
+        block succeeds (none when it fails), and removed in any case."""
+        prefix = checked_relative(f"{uuid}/{folder}").relative_to(uuid).as_posix()
+        with temporary_folder(uuid) as local:
+            yield local
+            for relative in resources_of(local):
+                self.put_file(uuid, f"{prefix}/{relative}", local / relative)
+
     def download(self, uuid: str, dest: Path) -> None:
         files = self.files(uuid)
         if not files:

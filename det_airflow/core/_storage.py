@@ -85,6 +85,12 @@ class CheckpointStorage(abc.ABC):
         """A local folder holding checkpoint ``uuid``'s files, for the block's duration."""
 
     @abc.abstractmethod
+    def adding(self, uuid: str, folder: str) -> contextlib.AbstractContextManager[Path]:
+        """A local folder whose files join ``<uuid>/<folder>/`` here when the block succeeds: files
+        already there stay, one of the same name is replaced. Nothing is registered: these are
+        files beside the checkpoints (a batch inference's output), not a checkpoint."""
+
+    @abc.abstractmethod
     def download(self, uuid: str, dest: Path) -> None:
         """Copy checkpoint ``uuid``'s files into ``dest``."""
 
@@ -165,6 +171,19 @@ class FolderStorage(CheckpointStorage):
         if not self.exists(uuid):
             raise self.missing(uuid)
         yield self.path(uuid)
+
+    @contextlib.contextmanager
+    def adding(self, uuid: str, folder: str) -> Iterator[Path]:
+        """The folder itself, written in place as Determined's shared_fs does: what the block wrote
+        before a failure stays."""
+        relative = checked_relative(f"{uuid}/{folder}")
+        self.base.mkdir(parents=True, exist_ok=True)
+        target = self.base
+        for part in relative.parts:
+            target /= part
+            # The owner's alone, as a checkpoint's folder is in a shared root.
+            target.mkdir(mode=0o700, exist_ok=True)
+        yield target
 
     def download(self, uuid: str, dest: Path) -> None:
         import shutil

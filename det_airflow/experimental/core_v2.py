@@ -147,6 +147,25 @@ def close() -> None:
     _close(error=None)
 
 
+def url_reverse_webui_exp_view() -> str:
+    """The web UI page of this run's experiment, as Determined's: the master's address (the one
+    this run reports to) followed by the experiment's page, ``/det/ui/#/experiments/<id>``. A run
+    with no master (writing to the local store) has no such page: the answer is then the store's
+    folder, as a ``file://`` URL."""
+    if _context is None:
+        raise DetError("core_v2.url_reverse_webui_exp_view(): call core_v2.init() first")
+    if info is not None and info.master_url:
+        from det_airflow.api._http import normalize_master_url
+
+        return f"{normalize_master_url(info.master_url)}/det/ui/#/experiments/{info.trial.experiment_id}"
+    from det_airflow.core._local import LocalBackend
+
+    backend = _context._backend
+    if isinstance(backend, LocalBackend):
+        return backend.store.as_uri()
+    raise DetError("core_v2.url_reverse_webui_exp_view(): this run reports to no master")
+
+
 def _close(error: str | None) -> None:
     global _context, _run
     context, run = _context, _run

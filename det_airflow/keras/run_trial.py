@@ -56,7 +56,6 @@ def _train(
     trial_class: type, *, exp_conf: Mapping[str, Any] | None, hparams: Mapping[str, Any] | None
 ) -> None:
     import keras
-    import tensorflow as tf
 
     from det_airflow import core
     from det_airflow.cluster_info import get_cluster_info
@@ -67,19 +66,15 @@ def _train(
     if not (isinstance(trial_class, type) and issubclass(trial_class, TFKerasTrial)):
         raise DetError(f"{trial_class!r} is not a det.keras.TFKerasTrial subclass")
     info = get_cluster_info()
-    distributed = DistributedContext.from_tf_config() if os.environ.get(TF_CONFIG) else None
+    # Under TF_CONFIG, the strategy comes with the context, made after the Core API's collectives.
+    distributed, strategy = DistributedContext.from_tf_config() if os.environ.get(TF_CONFIG) else (None, None)
     with core.init(distributed=distributed, config=exp_conf) as core_context:
         config = dict(info.trial.config) if info and info.trial.config else dict(exp_conf or {})
         trial_hparams, seed = hparams_and_seed(info, hparams, config)
         keras.utils.set_random_seed(seed)
         context = TFKerasTrialContext(core_context, hparams=trial_hparams, exp_conf=config, trial_seed=seed)
         trial = trial_class(context)
-        multi_worker = core_context.distributed.size > 1
-        # The strategy's collectives are set up when it is made: after the Core API's, before the model.
-        scope = (
-            tf.distribute.MultiWorkerMirroredStrategy().scope() if multi_worker else contextlib.nullcontext()
-        )
-        with scope:
+        with strategy.scope() if strategy is not None else contextlib.nullcontext():
             model: Any = trial.build_model()
         if not isinstance(model, keras.Model):
             raise DetError(

@@ -2,14 +2,20 @@
 
 Every worker takes every ``size``-th batch; progress is checkpointed every ``checkpoint_interval``
 batches, so a paused or restarted trial carries on after the last checkpointed batch.
+
+Output goes where Determined puts it: ``upload_path()`` on rank ``r`` adds files under
+``<output uuid>/rank_<r>/`` of the checkpoint storage, beside the checkpoints, not as one. The
+output uuid is the chief's, shared by every worker, and kept in the progress checkpoints' metadata
+(``default_output_uuid``), so a restarted trial adds to the same folders.
 """
 
 from __future__ import annotations
 
 import abc
 import contextlib
+import logging
 import os
-from collections.abc import Iterator
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -20,15 +26,25 @@ from det_airflow import core
 from det_airflow.core import DistributedContext
 from det_airflow.errors import DetError
 
+logger = logging.getLogger("det_airflow.pytorch")
+
+# The progress checkpoints' metadata key naming the output's folder (Determined's name).
+OUTPUT_UUID_KEY = "default_output_uuid"
+
 
 class TorchBatchProcessorContext:
     """What a :class:`TorchBatchProcessor` is given: the device, ranks, and a way to save results."""
 
-    def __init__(self, core_context: core.Context, device: torch.device) -> None:
+    def __init__(
+        self, core_context: core.Context, device: torch.device, output_uuid: str | None = None
+    ) -> None:
         self._core = core_context
         self.distributed: DistributedContext = core_context.distributed
         self.device = device
-        self._batches_done = 0  # progress so far: what upload_path's checkpoints record
+        # Every worker must be given the same one (torch_batch_process does); a lone worker may
+        # leave it to be made here.
+        self.output_uuid = output_uuid or str(uuid.uuid4())
+        self._used_upload_path = False
 
     def to_device(self, data: Any) -> Any:
         """``data`` (tensors, possibly nested in dicts, lists and tuples) moved to ``device``."""
@@ -50,12 +66,16 @@ class TorchBatchProcessorContext:
     def get_distributed_size(self) -> int:
         return self.distributed.size
 
-    @contextlib.contextmanager
-    def upload_path(self) -> Iterator[Path]:
-        """A folder whose files are stored (as a checkpoint of this trial) when the block ends."""
-        metadata = {"steps_completed": self._batches_done, "batch_processor_output": True}
-        with self._core.checkpoint.store_path(metadata) as (path, _):
-            yield path
+    def upload_path(self) -> contextlib.AbstractContextManager[Path]:
+        """A folder whose files go to ``<output uuid>/rank_<rank>/`` of the checkpoint storage when
+        the block ends; any worker may call it, any number of times (files add up, a file of the
+        same name is replaced). In a folder storage it is that folder itself."""
+        self._used_upload_path = True
+        return self._core.checkpoint._store_files(self.output_uuid, f"rank_{self.distributed.rank}")
+
+    def _output_location(self) -> str:
+        """Where ``upload_path()``'s files go, every worker's folder under it."""
+        return self._core.checkpoint._files_location(self.output_uuid)
 
     def report_metrics(self, group: str, steps_completed: int, metrics: dict[str, Any]) -> None:
         self._core.train.report_metrics(group, steps_completed, metrics)
@@ -116,9 +136,9 @@ def torch_batch_process(
         info = core_context.info
         if torch.cuda.is_available() and info is not None and info.slot_ids:
             device = torch.device("cuda", dist.local_rank % torch.cuda.device_count())
-        context = TorchBatchProcessorContext(core_context, device)
+        start, output_uuid = _resume_point(core_context, info.latest_checkpoint if info else None)
+        context = TorchBatchProcessorContext(core_context, device, output_uuid)
         processor = batch_processor_cls(context)
-        start = _resume_point(core_context, info.latest_checkpoint if info else None)
         loader = torch.utils.data.DataLoader(dataset, **kwargs)
         total = len(loader)
         if max_batches is not None:
@@ -135,28 +155,65 @@ def torch_batch_process(
             # Workers move in rounds of `size` batches; every `checkpoint_interval` rounds, progress is saved.
             round_end = batch_idx - dist.rank + dist.size
             if (batch_idx // dist.size + 1) % checkpoint_interval == 0 and round_end <= total:
-                done = context._batches_done = round_end
-                _checkpoint(core_context, processor, done)
+                done = round_end
+                _checkpoint(core_context, processor, done, output_uuid)
                 core_context.train.report_progress(done / max(total, 1))
                 if core_context.preempt.should_preempt():
                     return
-        context._batches_done = total
         processor.on_finish()
         if total > done:
-            _checkpoint(core_context, processor, total)
+            _checkpoint(core_context, processor, total, output_uuid)
+        if any(dist.allgather(context._used_upload_path)) and dist.is_chief:
+            logger.info("Files stored with default paths are at: %s", context._output_location())
         core_context.train.report_progress(1.0)
 
 
-def _checkpoint(core_context: core.Context, processor: TorchBatchProcessor, batches: int) -> None:
+def _checkpoint(
+    core_context: core.Context, processor: TorchBatchProcessor, batches: int, output_uuid: str
+) -> None:
     processor.on_checkpoint_start()
     dist = core_context.distributed
     dist.allgather(None)  # every worker has finished its share up to `batches`
     if dist.is_chief:
-        with core_context.checkpoint.store_path({"steps_completed": batches}) as (path, _):
+        metadata = {"steps_completed": batches, OUTPUT_UUID_KEY: output_uuid}
+        with core_context.checkpoint.store_path(metadata) as (path, _):
             (path / "batches_processed").write_text(str(batches))
 
 
-def _resume_point(core_context: core.Context, latest: str | None) -> int:
+def _resume_point(core_context: core.Context, latest: str | None) -> tuple[int, str]:
+    """``(batches done, output uuid)``: the latest checkpoint's, else ``(0, a new uuid)``, the
+    chief's, on every worker."""
+    dist = core_context.distributed
+    answer: tuple[int, str] | str | None = None
+    if dist.is_chief:
+        try:
+            answer = _read_resume_point(core_context, latest)
+        except DetError as exc:
+            answer = str(exc)  # told to every worker, so that none waits for the chief
+    answer = dist.broadcast(answer)
+    if isinstance(answer, str):
+        raise DetError(answer)
+    assert answer is not None
+    return answer
+
+
+def _read_resume_point(core_context: core.Context, latest: str | None) -> tuple[int, str]:
     if not latest:
-        return 0
-    return int(core_context.checkpoint.get_metadata(latest).get("steps_completed") or 0)
+        return 0, str(uuid.uuid4())
+    metadata = core_context.checkpoint.get_metadata(latest)
+    output_uuid = metadata.get(OUTPUT_UUID_KEY)
+    if output_uuid is None:  # a checkpoint of a version that kept no output folder
+        output_uuid = str(uuid.uuid4())
+    elif not _is_uuid(output_uuid):
+        raise DetError(
+            f"checkpoint {latest}: metadata {OUTPUT_UUID_KEY} must be a uuid such as "
+            f"{uuid.uuid4()}, got {output_uuid!r}"
+        )
+    return int(metadata.get("steps_completed") or 0), output_uuid
+
+
+def _is_uuid(value: Any) -> bool:
+    try:
+        return isinstance(value, str) and str(uuid.UUID(value)) == value
+    except ValueError:
+        return False

@@ -96,17 +96,6 @@ def test_a_worker_that_cannot_reach_the_chief_says_so(monkeypatch: pytest.Monkey
         DistributedContext(rank=1, size=2, chief_ip="127.0.0.1", pub_port=_free_port(), force_tcp=True)
 
 
-def test_from_tf_config_reads_the_cluster_spec(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(
-        "TF_CONFIG", json.dumps({"cluster": {"worker": ["10.0.0.5:2222"]}, "task": {"index": 0}})
-    )
-    ctx = DistributedContext.from_tf_config()
-    assert (ctx.rank, ctx.size, ctx.cross_size, ctx.chief_ip) == (0, 1, 1, "10.0.0.5")
-    monkeypatch.setenv("TF_CONFIG", "{not json")
-    with pytest.raises(DetError, match="TF_CONFIG is not a valid"):
-        DistributedContext.from_tf_config()
-
-
 def test_from_horovod_and_from_deepspeed_with_one_worker(monkeypatch: pytest.MonkeyPatch) -> None:
     class Hvd:
         rank = local_rank = cross_rank = staticmethod(lambda: 0)

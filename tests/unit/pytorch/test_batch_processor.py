@@ -56,8 +56,9 @@ def test_every_batch_is_processed_once_with_progress_checkpointed(store: Store) 
     assert Doubler.seen == [0, 1, 2, 3, 4, 5]
     assert Doubler.events == ["checkpoint after 2", "checkpoint after 4", "checkpoint after 6", "finish"]
     progress = [c["metadata"]["steps_completed"] for c in store.checkpoints()]
-    assert progress == [2, 4, 6, 6]  # the last one is the upload_path output
-    output = store.path / "checkpoints" / store.checkpoints()[-1]["uuid"] / "outputs.txt"
+    assert progress == [2, 4, 6]  # upload_path's output is no checkpoint: it goes beside them
+    output_uuid = store.checkpoints()[-1]["metadata"]["default_output_uuid"]
+    output = store.path / "checkpoints" / output_uuid / "rank_0" / "outputs.txt"
     assert output.read_text() == " ".join(str(2 * i) for i in range(23))
 
 
