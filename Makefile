@@ -110,9 +110,9 @@ stop:
 trial-image: venv-all
 	$(PY) images/trial_image.py --tag det-airflow-trial:cpu
 
-# The suite on $(TEST_WORKERS) pytest-xdist workers: most of its time is spent waiting on Airflow, so two
-# workers halve it even on two cores. Tests that share a started Airflow stay on one worker
-# (tests/conftest.py); TEST_WORKERS=0 runs everything in one process, in order.
+# The suite on $(TEST_WORKERS) pytest-xdist workers: one runs the tests that start a real Airflow, in
+# order, as they would run alone, while the other runs the unit tests (tests/conftest.py);
+# TEST_WORKERS=0 runs everything in one process, in order.
 TEST_WORKERS ?= 2
 test: venv-all
 	$(VENV)/bin/pytest -q -rs --durations=40 -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder tests

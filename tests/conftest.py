@@ -2,7 +2,7 @@
 suite expects on a machine without that hardware or cluster; a test that imports Determined's
 names in-process (``import determined``, from det-airflow's alias folder, as user code does) does
 not leave them imported for the tests after it; and under pytest-xdist (``make test`` runs
-``pytest -n 2``) the tests that share a started server run on one worker."""
+``pytest -n 2``) the tests that start a real Airflow run in order on one worker."""
 
 from __future__ import annotations
 
@@ -71,30 +71,31 @@ def _forget_determined() -> Iterator[None]:
 
 # -- pytest-xdist: which worker runs what -------------------------------------------------------------
 #
-# A work unit goes whole to one worker, so that a server a fixture starts for many tests is started
-# once: each of tests/ui and tests/e2e runs on the PostgreSQL Airflow of its own conftest, every
-# integration test on the SQLite Airflow (its name or parameters say "sqlite") shares one unit, and
-# any other test module is a unit of its own (its module-scoped Airflow, Celery hosts or FAB). The
-# units that take longest come first, so that the workers end close together; a unit test module is
-# short, and fills in at the end.
-_FIRST = ("integration-sqlite", "tests/ui", "tests/e2e")
+# Everything that starts a real Airflow (tests/integration, tests/ui, tests/e2e) is one unit of work,
+# run in order on one worker, as it would run alone: its tests wait on schedulers, heartbeats and
+# trials, and two Airflows busy at once on a small machine make each other miss their timeouts. The
+# other worker takes the unit tests, module by module (a module is a unit: its module-scoped
+# fixtures are made once). The Airflow unit is handed out first.
+AIRFLOW_UNIT = "airflow"
+_STARTS_AIRFLOW = ("tests/integration", "tests/ui", "tests/e2e")
 
 
 def work_unit(nodeid: str) -> str:
     """The unit of work ``nodeid`` belongs to, for :func:`pytest_xdist_make_scheduler`."""
+    path = nodeid.partition("::")[0]
+    return AIRFLOW_UNIT if path.startswith(tuple(f"{top}/" for top in _STARTS_AIRFLOW)) else path
+
+
+def server_group(nodeid: str) -> str | None:
+    """The tests that share an Airflow no other test uses: tests/ui's, tests/e2e's (their conftests'
+    own), and the integration tests on the SQLite Airflow (their names or parameters say so)."""
     path, _, name = nodeid.partition("::")
     top = "/".join(path.split("/")[:2])
     if top in ("tests/ui", "tests/e2e"):
         return top
     if top == "tests/integration" and "sqlite" in name:
         return "integration-sqlite"
-    return path
-
-
-def _rank(unit: str) -> int:
-    if unit in _FIRST:
-        return _FIRST.index(unit)
-    return len(_FIRST) + (0 if unit.startswith("tests/integration") else 1)
+    return None
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -108,27 +109,29 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return ByWorkUnit(config, log)
 
 
-# The last test of each work unit, in the order they run; see pytest_runtest_teardown.
-_last_of_unit: dict[str, str] = {}
+# The last test of each server group, in the order they run; see pytest_runtest_teardown.
+_last_of_group: dict[str, str] = {}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if hasattr(config, "workerinput"):  # units are handed out in the order the workers collected
-        items.sort(key=lambda item: _rank(work_unit(item.nodeid)))
-    _last_of_unit.clear()
-    _last_of_unit.update({work_unit(item.nodeid): item.nodeid for item in items})
+        items.sort(key=lambda item: work_unit(item.nodeid) != AIRFLOW_UNIT)
+    _last_of_group.clear()
+    for item in items:
+        if (group := server_group(item.nodeid)) is not None:
+            _last_of_group[group] = item.nodeid
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
-    """After the last test of tests/ui, tests/e2e or the SQLite unit, stop the Airflow only that unit
-    uses (a session fixture of its conftest) rather than at the session's end: an idle Airflow still
-    parses and heartbeats, and the rest of the suite would share the CPU with it. Stopping is
-    idempotent; the fixture's own teardown removes its folder later."""
+    """After the last test of tests/ui, tests/e2e or the SQLite group, stop the Airflow only they use
+    (a session fixture) rather than at the session's end: an idle Airflow still parses and
+    heartbeats, and the rest of the suite would share the CPU with it. Stopping is idempotent; the
+    fixture's own teardown removes its folder later."""
     from det_airflow.localairflow import LocalAirflow
 
-    unit = work_unit(item.nodeid)
-    if unit not in _FIRST or _last_of_unit.get(unit) != item.nodeid:
+    group = server_group(item.nodeid)
+    if group is None or _last_of_group.get(group) != item.nodeid:
         return
     for name in ("airflow", "airflow_sqlite"):
         server = getattr(item, "funcargs", {}).get(name)
