@@ -109,6 +109,18 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return ByWorkUnit(config, log)
 
 
+# The niceness of a worker that runs unit tests beside the Airflow tests: the Airflow tests wait on
+# heartbeats and timeouts, the unit tests on nothing but the CPU, so the CPU goes to the first.
+UNIT_TESTS_NICENESS = 10
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if hasattr(item.config, "workerinput") and work_unit(item.nodeid) != AIRFLOW_UNIT:
+        now = os.getpriority(os.PRIO_PROCESS, 0)
+        if now < UNIT_TESTS_NICENESS:
+            os.setpriority(os.PRIO_PROCESS, 0, UNIT_TESTS_NICENESS)  # its children inherit it
+
+
 # The last test of each server group, in the order they run; see pytest_runtest_teardown.
 _last_of_group: dict[str, str] = {}
 
