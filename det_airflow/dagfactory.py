@@ -16,7 +16,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -271,9 +271,14 @@ _TASK_VERBS = {
 }
 
 
-def _task_type(cfg: ExperimentConfig) -> str | None:
-    for label in cfg.labels:
-        if label.startswith(_TASK_LABEL) and label[len(_TASK_LABEL) :] in _TASK_VERBS:
+def _task_type(labels: Iterable[object]) -> str | None:
+    """The kind of task (notebook, tensorboard, ...) an experiment's labels make it, else None."""
+    for label in labels:
+        if (
+            isinstance(label, str)
+            and label.startswith(_TASK_LABEL)
+            and label[len(_TASK_LABEL) :] in _TASK_VERBS
+        ):
             return label[len(_TASK_LABEL) :]
     return None
 
@@ -294,7 +299,7 @@ def build_dag(file: ExperimentFile, cfg: ExperimentConfig, submission: Submissio
     # Every user-chosen text below goes through airflow_text: no control sequences, and in doc_md
     # (rendered as Markdown) no link or image of the user's.
     name = plain_text(cfg.name)
-    task_type = _task_type(cfg)
+    task_type = _task_type(cfg.labels)
     if file.experiment_id is not None and task_type is not None:
         display_name = f"{name} ({task_type} {file.experiment_id})"
         doc = f"A {task_type} started with `det {_TASK_VERBS[task_type]}`: `det task logs {file.experiment_id}` follows it."
@@ -498,14 +503,7 @@ def finished_dag(file: ExperimentFile, text: str):  # type: ignore[no-untyped-de
     raw: dict[str, Any] = loaded if isinstance(loaded, dict) else {}
     name = plain_text(raw["name"]) if isinstance(raw.get("name"), str) else f"experiment {file.experiment_id}"
     labels = raw.get("labels")
-    task_types = [
-        label[len(_TASK_LABEL) :]
-        for label in (labels if isinstance(labels, list) else [])
-        if isinstance(label, str)
-        and label.startswith(_TASK_LABEL)
-        and label[len(_TASK_LABEL) :] in _TASK_VERBS
-    ]
-    task_type = task_types[0] if task_types else None
+    task_type = _task_type(labels if isinstance(labels, list) else [])
     searcher = raw.get("searcher")
     searcher_name = searcher.get("name") if isinstance(searcher, dict) else None
     kind = task_type or (plain_text(searcher_name) if isinstance(searcher_name, str) else None)

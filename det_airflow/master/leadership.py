@@ -69,9 +69,10 @@ class FileLock:
     def __init__(self, path: str) -> None:
         self.path = path
         self._fd: int | None = None
+        self._unlockable = False  # the file cannot be made: this process leads, said once
 
     def holds(self) -> bool:
-        if self._fd is not None:
+        if self._fd is not None or self._unlockable:
             return True
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -79,6 +80,7 @@ class FileLock:
             log.warning(
                 "cannot open %s (%s): this process runs the background jobs regardless", self.path, exc
             )
+            self._unlockable = True
             return True
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
