@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -326,13 +327,18 @@ class TrialSession:
         return self.request("DELETE", path)
 
 
-@functools.cache
 def tls_context() -> Any:
-    """One TLS context per process, as httpx would build it (SSL_CERT_FILE, else certifi).
+    """The TLS context clients of this process use, as httpx would build it (SSL_CERT_FILE or
+    SSL_CERT_DIR, else certifi): one per value of those variables.
 
     Building one reads the whole CA bundle: tens of milliseconds, and over a second on a loaded
     machine. A trigger polls from the triggerer's event loop, which every such read would block.
     """
+    return _tls_context_for(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+
+
+@functools.cache
+def _tls_context_for(cert_file: str | None, cert_dir: str | None) -> Any:
     import httpx
 
     return httpx.create_ssl_context()
