@@ -1006,16 +1006,40 @@ class CreateWebhook(_Body):
         return None
 
 
+class StoredTrigger(_Answer):
+    """A webhook's trigger as Determined's API answers it (its ``Trigger`` message)."""
+
+    id: int = Field(description="the trigger's number within its webhook, from 1")
+    webhookId: int
+    triggerType: Literal[
+        "TRIGGER_TYPE_EXPERIMENT_STATE_CHANGE",
+        "TRIGGER_TYPE_METRIC_THRESHOLD_EXCEEDED",
+        "TRIGGER_TYPE_TASK_LOG",
+        "TRIGGER_TYPE_CUSTOM",
+    ]
+    condition: dict[str, Any]
+
+
 class Webhook(_Answer):
+    """A webhook as Determined's API answers it (its ``Webhook`` message, enum names in full), with
+    det's owner, creation time and, once, the signing key."""
+
     id: int
     name: str
     url: str
-    webhookType: str
-    mode: str
-    triggers: list[dict[str, Any]]
+    webhookType: Literal["WEBHOOK_TYPE_DEFAULT", "WEBHOOK_TYPE_SLACK"]
+    mode: Literal["WEBHOOK_MODE_WORKSPACE", "WEBHOOK_MODE_SPECIFIC"]
+    triggers: list[StoredTrigger]
+    workspaceId: None = Field(None, description="always null: a webhook here is not one workspace's")
     owner: str
     createdAt: str
     signingKey: str | None = Field(description="only in the answer to the webhook's creation")
+
+
+class PatchWebhook(_Body):
+    """Determined's ``PATCH /api/v1/webhooks/{id}`` body: a new address for the webhook."""
+
+    url: str = Field(max_length=2000)
 
 
 class WebhookAnswer(_Answer):

@@ -15,7 +15,7 @@ import argparse
 import re
 from typing import TYPE_CHECKING, Any
 
-from det_airflow.api.models import Empty, WebhookAnswer, WebhookDeliveryList, WebhookList
+from det_airflow.api.models import Empty, StoredTrigger, WebhookAnswer, WebhookDeliveryList, WebhookList
 from det_airflow.cli import render
 from det_airflow.errors import DetError
 
@@ -64,6 +64,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     delete.add_argument("webhook_id", metavar="ID", type=int, help="webhook ID")
     delete.set_defaults(func=_delete)
 
+    edit = verbs.add_parser("edit", help="send a webhook's events to another address")
+    edit.add_argument("webhook_id", metavar="ID", type=int, help="webhook ID")
+    edit.add_argument("--url", required=True, help="the new address events are POSTed to")
+    edit.set_defaults(func=_edit)
+
+    test = verbs.add_parser("test", help="send a webhook a test event now and say whether it was taken")
+    test.add_argument("webhook_id", metavar="ID", type=int, help="webhook ID")
+    test.set_defaults(func=_test)
+
     deliveries = verbs.add_parser("deliveries", help="list a webhook's events and their delivery")
     deliveries.add_argument("webhook_id", metavar="ID", type=int, help="webhook ID")
     render.add_output_flags(deliveries)
@@ -99,9 +108,16 @@ def _connect(args: argparse.Namespace) -> UserClient:
     return connect(args.master)
 
 
-def _describe_trigger(trigger: dict[str, Any]) -> str:
+def _short(name: str, prefix: str) -> str:
+    """Determined's enum name as the CLI says it: ``WEBHOOK_TYPE_SLACK`` → ``SLACK``."""
+    return name.removeprefix(prefix)
+
+
+def _describe_trigger(trigger: StoredTrigger | dict[str, Any]) -> str:
+    if isinstance(trigger, StoredTrigger):
+        trigger = trigger.model_dump()
     c = trigger.get("condition") or {}
-    kind = trigger.get("triggerType")
+    kind = _short(str(trigger.get("triggerType")), "TRIGGER_TYPE_")
     if kind == "EXPERIMENT_STATE_CHANGE":
         return f"state={c.get('state')}"
     if kind == "METRIC_THRESHOLD_EXCEEDED":
@@ -134,7 +150,15 @@ def _list(args: argparse.Namespace) -> None:
         render.print_json(webhooks)
         return
     rows = [
-        [w.id, w.name, w.webhookType, w.mode, w.url, ", ".join(map(_describe_trigger, w.triggers)), w.owner]
+        [
+            w.id,
+            w.name,
+            _short(w.webhookType, "WEBHOOK_TYPE_"),
+            _short(w.mode, "WEBHOOK_MODE_"),
+            w.url,
+            ", ".join(map(_describe_trigger, w.triggers)),
+            w.owner,
+        ]
         for w in webhooks
     ]
     render.print_table(list(LIST_HEADERS), rows, csv=args.csv)
@@ -143,6 +167,16 @@ def _list(args: argparse.Namespace) -> None:
 def _delete(args: argparse.Namespace) -> None:
     _connect(args)._answer(Empty, "DELETE", f"/webhooks/{args.webhook_id}")
     print(f"Deleted webhook {args.webhook_id}.")
+
+
+def _edit(args: argparse.Namespace) -> None:
+    _connect(args)._answer(Empty, "PATCH", f"/webhooks/{args.webhook_id}", json={"url": args.url})
+    print(f"Webhook {args.webhook_id} now sends to {args.url}.")
+
+
+def _test(args: argparse.Namespace) -> None:
+    _connect(args)._answer(Empty, "POST", f"/webhooks/{args.webhook_id}/test")
+    print(f"Webhook {args.webhook_id} took the test event.")
 
 
 def _deliveries(args: argparse.Namespace) -> None:

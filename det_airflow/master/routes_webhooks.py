@@ -12,6 +12,7 @@ from det_airflow.api.models import (
     AlertAnswer,
     CreateWebhook,
     Empty,
+    PatchWebhook,
     WebhookAnswer,
     WebhookDeliveryList,
     WebhookList,
@@ -20,6 +21,8 @@ from det_airflow.master import webhook_events, webhooks
 from det_airflow.master.auth import CrossSiteGuard, TrialAuth
 from det_airflow.master.authz import CallerDep
 from det_airflow.master.db import get_database
+from det_airflow.master.webhook_sender import TIMEOUT_SECONDS
+from det_airflow.webhook_notifier import DeliveryFailed, DetWebhookNotifier
 
 router = APIRouter(dependencies=[Depends(requires_authenticated()), CrossSiteGuard])
 runtime_router = APIRouter(prefix="/runtime")
@@ -52,6 +55,39 @@ def list_webhooks(caller: CallerDep) -> dict:
 def delete_webhook(webhook_id: int, caller: CallerDep) -> dict:
     with get_database().begin() as conn:
         webhooks.delete(conn, caller, webhook_id)
+    return {}
+
+
+@router.patch("/webhooks/{webhook_id}", response_model=Empty)
+def patch_webhook(webhook_id: int, body: PatchWebhook, caller: CallerDep) -> dict:
+    """Determined's ``PatchWebhook``: a new address, checked as a new webhook's is (its host
+    resolved before the transaction); events not delivered yet go there."""
+    with get_database().read() as conn:
+        webhooks.get_visible(conn, caller, webhook_id)  # an unknown id is told before any lookup
+    url = webhooks.check_url(body.url)
+    webhooks.check_destination(url)
+    with get_database().begin() as conn:
+        webhooks.set_url(conn, caller, webhook_id, url)
+    return {}
+
+
+@router.post("/webhooks/{webhook_id}/test", response_model=Empty)
+def test_webhook(webhook_id: int, caller: CallerDep) -> dict:
+    """Determined's ``TestWebhook``: send a test event now, signed as every event is, and say
+    whether the receiver took it (400 with the reason when not). Nothing is recorded."""
+    with get_database().read() as conn:
+        row = webhooks.get_visible(conn, caller, webhook_id)
+    notifier = DetWebhookNotifier(
+        url=row.url,
+        signing_key=row.signing_key,
+        event=webhooks.test_event(),
+        webhook_type=row.webhook_type,
+        timeout=TIMEOUT_SECONDS,
+    )
+    try:
+        notifier.notify({})
+    except DeliveryFailed as exc:
+        raise webhooks.WebhookError(f"webhook {webhook_id}'s test event was not taken: {exc}") from None
     return {}
 
 

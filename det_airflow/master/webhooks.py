@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import re
 import secrets
+import time
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -234,19 +236,49 @@ def delete(conn: Connection, caller: Caller, webhook_id: int) -> None:
 
 
 def describe(row: Row, *, with_key: bool = False) -> dict[str, Any]:
-    """The webhook as an answer; its signing key only in the answer to its creation."""
-    answer = {
+    """The webhook as Determined's API answers it (enum names in full, each trigger numbered), with
+    its owner and creation time; its signing key only in the answer to its creation."""
+    return {
         "id": row.id,
         "name": row.name,
         "url": row.url,
-        "webhookType": row.webhook_type,
-        "mode": row.mode,
-        "triggers": row.triggers,
+        "webhookType": f"WEBHOOK_TYPE_{row.webhook_type}",
+        "mode": f"WEBHOOK_MODE_{row.mode}",
+        "triggers": [
+            {
+                "id": number,
+                "webhookId": row.id,
+                "triggerType": f"TRIGGER_TYPE_{trigger['triggerType']}",
+                "condition": trigger.get("condition") or {},
+            }
+            for number, trigger in enumerate(row.triggers, start=1)
+        ],
+        "workspaceId": None,
         "owner": row.owner,
         "createdAt": row.created_at.isoformat(),
         "signingKey": row.signing_key if with_key else None,
     }
-    return answer
+
+
+def set_url(conn: Connection, caller: Caller, webhook_id: int, url: str) -> None:
+    """Send ``webhook_id``'s events to ``url`` from now on (its owner or an admin); ``url`` checked
+    with :func:`check_url` and :func:`check_destination` before the transaction. Events not
+    delivered yet go to the new address."""
+    row = get_visible(conn, caller, webhook_id)
+    conn.execute(schema.webhooks.update().where(schema.webhooks.c.id == row.id).values(url=url))
+    webhook_events.forget_cache()
+
+
+def test_event() -> dict[str, Any]:
+    """What ``POST /webhooks/{id}/test`` sends, as Determined sends it: a state change to
+    COMPLETED whose data is only ``{"data": "test"}``."""
+    return {
+        "event_id": str(uuid.uuid4()),
+        "event_type": "EXPERIMENT_STATE_CHANGE",
+        "timestamp": int(time.time()),
+        "condition": {"state": "COMPLETED"},
+        "event_data": {"data": "test"},
+    }
 
 
 def deliveries(conn: Connection, caller: Caller, webhook_id: int) -> list[dict[str, Any]]:

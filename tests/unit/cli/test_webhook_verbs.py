@@ -84,6 +84,15 @@ def test_a_webhook_is_created_listed_and_deleted(
     ]
     assert 'signingKey": null' in det("webhook", "list", "--json").out
 
+    moved = det("webhook", "edit", "1", "--url", "http://127.0.0.1:10/other")
+    assert (moved.code, moved.out) == (0, "Webhook 1 now sends to http://127.0.0.1:10/other.\n")
+    assert _table(det("webhook", "list").out)[1][0][4] == "http://127.0.0.1:10/other"
+    refused = det("webhook", "edit", "1", "--url", "http://10.9.9.9/x")
+    assert refused.code == 1 and "10.9.9.9" in refused.err and refused.err.count("\n") == 1
+    untaken = det("webhook", "test", "1")  # nothing listens on port 10
+    assert untaken.code == 1
+    assert "webhook 1's test event was not taken: no answer" in untaken.err
+
     header, rows = _table(det("webhook", "deliveries", "1").out)
     assert header[:3] == ["ID", "Trigger", "Experiment"] and rows == []
     assert json.loads(det("webhook", "deliveries", "1", "--json").out) == []

@@ -19,6 +19,7 @@ BODILESS_COMMANDS = {
     ("POST", "/api/v1/internal/hosts/{host_id}/removals/claim"),
     ("POST", "/api/v1/models/{name}/archive"),
     ("POST", "/api/v1/models/{name}/unarchive"),
+    ("POST", "/api/v1/webhooks/{webhook_id}/test"),
 }
 _BODY_METHODS = {"post", "put", "patch"}
 _SCHEMA_KEYS = {"type", "$ref", "anyOf", "oneOf", "allOf", "enum", "const"}

@@ -200,8 +200,24 @@ def test_determineds_sdk_body_with_its_enum_names_makes_the_same_webhook(
     made = people.call("admin", "POST", "/webhooks", json=sdk_body)
     assert made.status_code == 200, made.text
     hook = made.json()["webhook"]
-    assert (hook["webhookType"], hook["mode"]) == ("DEFAULT", "WORKSPACE")
-    assert hook["triggers"] == [{"triggerType": "EXPERIMENT_STATE_CHANGE", "condition": {"state": "PAUSED"}}]
+    # The answer is Determined's Webhook message: enum names in full, triggers numbered.
+    assert {k: hook[k] for k in ("webhookType", "mode", "workspaceId", "name", "url")} == {
+        "webhookType": "WEBHOOK_TYPE_DEFAULT",
+        "mode": "WEBHOOK_MODE_WORKSPACE",
+        "workspaceId": None,
+        "name": "sdk-hook",
+        "url": receiver.url,
+    }
+    assert hook["triggers"] == [
+        {
+            "id": 1,
+            "webhookId": hook["id"],
+            "triggerType": "TRIGGER_TYPE_EXPERIMENT_STATE_CHANGE",
+            "condition": {"state": "PAUSED"},
+        }
+    ]
+    listed = people.call("admin", "GET", "/webhooks").json()["webhooks"]
+    assert [w["triggers"] for w in listed] == [hook["triggers"]]
     experiment_id = people.add_experiment(owner="alice")
     assert people.call("alice", "POST", f"/experiments/{experiment_id}/pause").status_code == 200
     assert webhook_sender.deliver_due(people.db) == 1
@@ -212,11 +228,49 @@ def test_determineds_sdk_body_with_its_enum_names_makes_the_same_webhook(
     slack = people.call(
         "admin", "POST", "/webhooks", json={**sdk_body, "name": "s", "webhookType": "WEBHOOK_TYPE_SLACK"}
     )
-    assert slack.json()["webhook"]["webhookType"] == "SLACK"
+    assert slack.json()["webhook"]["webhookType"] == "WEBHOOK_TYPE_SLACK"
     # A webhook of one workspace is Determined's, not det's: refused, saying what to do instead.
     scoped = people.call("admin", "POST", "/webhooks", json={**sdk_body, "name": "w", "workspaceId": 1})
     assert scoped.status_code == 422
     assert "webhooks of one workspace are not supported: leave workspaceId out" in scoped.text
+
+
+def test_determineds_patch_moves_a_webhook_to_another_address_checked_as_a_new_one(
+    people: People, receiver: Receiver
+) -> None:
+    hook = create(people, "alice", mode="SPECIFIC", url="http://127.0.0.1:9/old").json()["webhook"]
+    path = f"/webhooks/{hook['id']}"
+    assert people.call("bob", "PATCH", path, json={"url": receiver.url}).status_code == 404
+    refused = people.call("alice", "PATCH", path, json={"url": "http://10.1.2.3/x"})
+    assert refused.status_code == 400
+    assert "10.1.2.3" in refused.json()["detail"]
+    assert people.call("alice", "PATCH", path, json={"url": "ftp://h/x"}).status_code == 400
+    assert [w["url"] for w in people.call("alice", "GET", "/webhooks").json()["webhooks"]] == [
+        "http://127.0.0.1:9/old"
+    ]
+
+    assert people.call("alice", "PATCH", path, json={"url": receiver.url}).json() == {}
+    assert [w["url"] for w in people.call("alice", "GET", "/webhooks").json()["webhooks"]] == [receiver.url]
+
+
+def test_determineds_test_event_is_sent_signed_and_its_refusal_is_told(
+    people: People, receiver: Receiver
+) -> None:
+    hook = create(people, "alice", mode="SPECIFIC", url=receiver.url).json()["webhook"]
+    assert people.call("bob", "POST", f"/webhooks/{hook['id']}/test").status_code == 404
+    assert people.call("alice", "POST", f"/webhooks/{hook['id']}/test").json() == {}
+    event = verified(receiver.posts[0], hook["signingKey"])
+    assert (event["event_type"], event["condition"], event["event_data"]) == (
+        "EXPERIMENT_STATE_CHANGE",
+        {"state": "COMPLETED"},
+        {"data": "test"},
+    )
+    assert people.call("alice", "GET", f"/webhooks/{hook['id']}/deliveries").json()["deliveries"] == []
+
+    down = create(people, "alice", name="down", mode="SPECIFIC", url=f"http://127.0.0.1:{free_port()}/x")
+    failed = people.call("alice", "POST", f"/webhooks/{down.json()['webhook']['id']}/test")
+    assert failed.status_code == 400
+    assert "test event was not taken: no answer" in failed.json()["detail"]
 
 
 def test_housekeeping_sends_on_a_thread_of_its_own(people: People, receiver: Receiver) -> None:

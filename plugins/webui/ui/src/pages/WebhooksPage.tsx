@@ -32,10 +32,15 @@ const TRIGGER_TYPES: { value: TriggerType; label: string }[] = [
 ];
 const COMPARE_OPS: CompareOp[] = [">", ">=", "<", "<="];
 
+/** Determined's enum name as the pages say it: `WEBHOOK_TYPE_SLACK` → `SLACK`. */
+function short(name: string, prefix: string): string {
+  return name.startsWith(prefix) ? name.slice(prefix.length) : name;
+}
+
 /** The events a webhook fires on, as `det webhook list` would say them. */
 export function triggerWords(trigger: { triggerType: string; condition?: Record<string, unknown> }): string {
   const c = trigger.condition ?? {};
-  switch (trigger.triggerType) {
+  switch (short(trigger.triggerType, "TRIGGER_TYPE_")) {
     case "EXPERIMENT_STATE_CHANGE":
       return `experiment reaches ${String(c.state)}`;
     case "METRIC_THRESHOLD_EXCEEDED":
@@ -106,11 +111,11 @@ export function WebhooksPage() {
               <tr key={w.id} data-testid="webhook-row" data-id={w.name}>
                 <td data-testid="webhook-name">{w.name}</td>
                 <td className="mono">{w.url}</td>
-                <td>{w.webhookType}</td>
-                <td>{w.mode}</td>
+                <td>{short(w.webhookType, "WEBHOOK_TYPE_")}</td>
+                <td>{short(w.mode, "WEBHOOK_MODE_")}</td>
                 <td data-testid="webhook-triggers">
                   {w.triggers.map((t, i) => (
-                    <div key={i}>{triggerWords(t as { triggerType: string })}</div>
+                    <div key={i}>{triggerWords(t)}</div>
                   ))}
                 </td>
                 <td>{w.owner}</td>
