@@ -7,7 +7,7 @@ import shutil
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -30,6 +30,7 @@ from det_airflow.tasks import served_type
 
 if TYPE_CHECKING:
     from det_airflow.operators.runners import TrialLaunch
+    from det_airflow.operators.runners._task_ready import OnTaskReady
     from det_airflow.operators.runners.kubernetes import KubernetesRunner
 
 
@@ -408,11 +409,13 @@ class TrialOperator(BaseOperator):
             launch = dataclasses.replace(launch, on_task_ready=self._task_ready_reporter(trial_id))
         return launch
 
-    def _task_ready_reporter(self, trial_id: int) -> Callable[[int, str, str], None]:
+    def _task_ready_reporter(self, trial_id: int) -> OnTaskReady:
         """How the runner tells the master, with det's service token, where a task's server listens
-        once it found the port held by the task's own process (runners/_task_ready.py)."""
+        once it found the port held by the task's own process, and that it no longer does
+        (runners/_task_ready.py)."""
+        from det_airflow.operators.runners._task_ready import OnTaskReady
 
-        def report(port: int, secret: str, address: str) -> None:
+        def ready(port: int, secret: str, address: str) -> None:
             client = self._client()  # of the runner's watch thread: a connection of its own
             try:
                 client.task_ready(trial_id, port, secret, address)
@@ -420,7 +423,15 @@ class TrialOperator(BaseOperator):
                 client.close()
             self.log.info("Trial %s: its task's server listens on port %s", trial_id, port)
 
-        return report
+        def gone(port: int) -> None:
+            client = self._client()
+            try:
+                client.task_gone(trial_id, port)
+            finally:
+                client.close()
+            self.log.warning("Trial %s: its task's server no longer holds port %s", trial_id, port)
+
+        return OnTaskReady(ready=ready, gone=gone)
 
     def _trial_dir(self, experiment_id: int, trial_id: int) -> Path:
         """The trial's work folder on this host."""

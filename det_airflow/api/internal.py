@@ -123,6 +123,11 @@ class InternalClient:
             f"/internal/trials/{trial_id}/task/ready", {"port": port, "secret": secret, "address": address}
         )
 
+    def task_gone(self, trial_id: int, port: int) -> None:
+        """The task's server no longer holds ``port`` (it stopped listening, or the port is not its
+        own any more): the proxy stops sending people there."""
+        self.session.delete(f"/internal/trials/{trial_id}/task/ready", params={"port": port})
+
     def ship_logs(self, trial_id: int, lines: list[dict[str, Any]]) -> None:
         self.session.post(f"/internal/trials/{trial_id}/logs", {"logs": lines})
 

@@ -5,7 +5,9 @@ where its server listens once it has checked that the port is the task's own."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query
 
 from det_airflow.airflow_compat import requires_authenticated
 from det_airflow.api.models import CreateTask, Empty, TaskAnswer, TaskList, TaskReady, TaskRuntime
@@ -90,4 +92,12 @@ def task_ready_by_runner(trial_id: int, body: TaskReady) -> dict:
     """The trial's runner: the task's server listens on a port its own process holds."""
     with get_database().begin() as conn:
         tasks.mark_ready(conn, trial_id, body.port, body.secret, body.address, by_runner=True)
+    return {}
+
+
+@internal_router.delete("/trials/{trial_id}/task/ready", response_model=Empty)
+def task_gone_by_runner(trial_id: int, port: Annotated[int, Query(ge=1, le=65535)]) -> dict:
+    """The trial's runner: the task's server no longer holds ``port``; the proxy stops going there."""
+    with get_database().begin() as conn:
+        tasks.mark_gone(conn, trial_id, port)
     return {}

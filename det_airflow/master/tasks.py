@@ -557,6 +557,18 @@ def mark_ready(
     )
 
 
+def mark_gone(conn: Connection, trial_id: int, port: int) -> None:
+    """The task's server no longer holds ``port``: the proxy sends nobody there until it is reported
+    ready again. A report of another port since is left as it is."""
+    answer = runtime_answer(conn, trial_id)
+    table = schema.tasks
+    conn.execute(
+        table.update()
+        .where(table.c.id == answer["id"], table.c.port == port)
+        .values(port=None, secret=None, ready_at=None)
+    )
+
+
 def _checked_address(address: str | None, bind_address: str, runner: str) -> str:
     """Where the proxy may reach the task's server. The master sends people's requests there, so
     the task (its owner's code) may not name any other place: the address the master told it to

@@ -5,10 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from det_airflow.slots import SlotLease, lease
 from det_airflow.trial_process import TrialSpec, trial_environment
+
+if TYPE_CHECKING:
+    from det_airflow.operators.runners._task_ready import OnTaskReady
 
 
 @dataclass(frozen=True)
@@ -25,8 +28,9 @@ class TrialLaunch:
     # The slot ids the master assigned, when its answer names them.
     assigned_slots: tuple[int, ...] | None = None
     # A task that serves pages (local and Docker runners): told (port, secret, address) once the
-    # runner found its program's port held by the task's own process (runners/_task_ready.py).
-    on_task_ready: Callable[[int, str, str], None] | None = None
+    # runner found its program's port held by the task's own process, and when that no longer holds
+    # (runners/_task_ready.py).
+    on_task_ready: OnTaskReady | None = None
 
     @classmethod
     def from_answer(

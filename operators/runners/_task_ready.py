@@ -10,6 +10,11 @@ them is held by one of the task's own processes (their sessions and descendants)
 task runs as a uid of its own, belongs to that uid. Anything else is refused, and said in the
 task's logs.
 
+A reported port is checked again every second while the task runs: once its server stops listening
+or the port is no longer held by the task's own processes (it closed it, and someone else's program
+took the port), the runner withdraws the report and the proxy sends nobody there until the check
+passes again.
+
 Linux only (``/proc``), as the runners are; the runner needs to read the task's processes' file
 descriptors: a root worker, or one whose trials run as its own user.
 """
@@ -31,17 +36,26 @@ from det_airflow.errors import DetError
 from det_airflow.tasks import READY_FILE
 from det_airflow.trial_process import TRIAL_FILES_DIR, OnOutput
 
-# How often the runner looks for the program's file, and checks a refused report again.
+# How often the runner looks for the program's file, checks a refused report again, and checks that
+# a reported port is still the task's own.
 POLL_SECONDS = 0.25
 RECHECK_SECONDS = 2.0
+REPORTED_CHECK_SECONDS = 1.0
 # The longest wait between two tries to tell a master that did not answer.
 MAX_REPORT_DELAY_SECONDS = 30.0
 _MAX_BYTES = 4096
 _LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp's st column
 _WILDCARDS = {"0.0.0.0", "::"}
 
-# Told (port, secret, address) once the task's port is found to be its own.
-OnTaskReady = Callable[[int, str, str], None]
+
+@dataclass(frozen=True)
+class OnTaskReady:
+    """How a runner tells the master about a task's server."""
+
+    #: (port, secret, address): the port is found to be the task's own.
+    ready: Callable[[int, str, str], None]
+    #: (port): what was reported no longer holds; the proxy must stop sending people there.
+    gone: Callable[[int], None]
 
 
 class NotTheTasksPort(DetError):
@@ -251,6 +265,14 @@ def _addresses_of(address: str) -> set[str]:
 # --- the watch ------------------------------------------------------------------------------------
 
 
+class _Withdrawn(Exception):
+    """A reported port that no longer holds, withdrawn from the master."""
+
+    def __init__(self, report: ReadyReport, why: str) -> None:
+        super().__init__(why)
+        self.report = report
+
+
 class ReadyWatch:
     """Watches a task's work folder for its program's report while the task runs; tells ``report``
     once its port is found to be its own, or says in the task's logs why not (each reason once).
@@ -280,45 +302,79 @@ class ReadyWatch:
 
     def _run(self) -> None:
         checked: ReadyReport | None = None  # the report last checked, looked at again after a while
+        reported: ReadyReport | None = None  # what the master was told, while it still holds
         check_at = 0.0
         said = ""
         while not self._stop.wait(POLL_SECONDS):
             try:
                 found = read_ready_file(self.workdir)
+                if reported is not None and found in (reported, None):  # told: does it still hold?
+                    if time.monotonic() >= check_at:
+                        check_at = time.monotonic() + REPORTED_CHECK_SECONDS
+                        self._still_own(reported)
+                    continue
+                if reported is not None:  # the program wrote another report: the old one is void
+                    self._withdraw(reported)
+                    reported = None
                 if found is None or (found == checked and time.monotonic() < check_at):
                     continue
                 # A program may write its file an instant before its server listens: a refused
                 # report is checked again (RECHECK_SECONDS), a changed one at once.
                 checked, check_at = found, time.monotonic() + RECHECK_SECONDS
                 check_own_port(found, self.leaders(), self.uid)
+            except _Withdrawn as exc:
+                reported, checked = None, exc.report
+                check_at = time.monotonic() + RECHECK_SECONDS
+                said = self._say(f"ERROR: the task's server is no longer reported to the master: {exc}", said)
+                continue
             except NotTheTasksPort as exc:
                 said = self._say(f"ERROR: the task's server is not reported to the master: {exc}", said)
                 continue
             except Exception as exc:  # the watch never ends unsaid while the task runs
                 said = self._say(f"ERROR: cannot check the task's server: {exc!r}", said)
                 continue
-            if self._report(found):
-                return
+            if not self._report(found):
+                return  # the master refused it, or the task is ending
+            reported, check_at, said = found, time.monotonic() + REPORTED_CHECK_SECONDS, ""
+
+    def _still_own(self, reported: ReadyReport) -> None:
+        """Withdraw ``reported`` unless its port is still the task's own.
+
+        Raises:
+            _Withdrawn: It was withdrawn, and why.
+        """
+        try:
+            check_own_port(reported, self.leaders(), self.uid)
+        except NotTheTasksPort as exc:
+            self._withdraw(reported)
+            raise _Withdrawn(reported, str(exc)) from None
+
+    def _withdraw(self, reported: ReadyReport) -> None:
+        try:
+            self.report.gone(reported.port)
+        except Exception as exc:  # noqa: BLE001 - said; the master's proxy then finds nothing there
+            self.on_output(f"WARNING: could not withdraw the task's server from the master: {exc}", "stderr")
 
     def _report(self, found: ReadyReport) -> bool:
-        """Tell the master; False to try again later (the master did not answer), True when done."""
+        """Tell the master: True once told, False when it refused (or the task ends): nothing more
+        to watch. A master that does not answer is told again, with a growing pause."""
         delay = 1.0
         while True:
             try:
-                self.report(found.port, found.secret, found.address)
+                self.report.ready(found.port, found.secret, found.address)
                 return True
             except Exception as exc:
                 status = getattr(exc, "status_code", None)
                 if isinstance(exc, DetError) and status is not None and status < 500:
                     self.on_output(f"ERROR: the master refused the task's server: {exc}", "stderr")
-                    return True
+                    return False
                 self.on_output(
                     f"WARNING: could not tell the master where the task's server listens ({exc}); "
                     f"trying again in {delay:.0f} s",
                     "stderr",
                 )
             if self._stop.wait(delay):
-                return True
+                return False
             delay = min(delay * 2, MAX_REPORT_DELAY_SECONDS)
 
     def _say(self, line: str, said: str) -> str:

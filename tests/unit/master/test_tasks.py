@@ -89,6 +89,16 @@ def test_a_tasks_program_learns_what_to_run_and_its_runner_says_where_it_listens
         )
         assert refused.status_code == 403, refused.text
 
+    # The runner withdraws the port once the task's server no longer holds it: a withdrawal of
+    # another port (an older report) leaves the report alone; neither a trial nor a person may.
+    gone = f"/api/v1/internal/trials/{trial_id}/task/ready"
+    assert people.client.delete(gone, params={"port": 4321}, headers=bearer).status_code == 403
+    assert people.client.delete(gone, params={"port": 1234}, headers=service_headers).status_code == 200
+    assert people.call("alice", "GET", f"/tasks/{shell['id']}").json()["task"]["ready"] is True
+    assert people.client.delete(gone, params={"port": 4321}, headers=service_headers).status_code == 200
+    assert people.call("alice", "GET", f"/tasks/{shell['id']}").json()["task"]["ready"] is False
+    assert people.client.delete(gone, params={"port": 0}, headers=service_headers).status_code == 422
+
 
 def test_a_local_tasks_own_word_on_its_port_is_refused(
     people: People, creator: Creator, service_headers: dict[str, str]

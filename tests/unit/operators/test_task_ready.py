@@ -24,6 +24,7 @@ from det_airflow.errors import APIError
 from det_airflow.operators.runners import TrialLaunch
 from det_airflow.operators.runners._task_ready import (
     NotTheTasksPort,
+    OnTaskReady,
     ReadyReport,
     ReadyWatch,
     check_own_port,
@@ -92,7 +93,8 @@ def run_task(
         workdir=tmp_path / "work" / "trial_7",
         fetch_context=lambda: tar_gz({"program.py": PROGRAM}),
     )
-    trial = dataclasses.replace(trial, on_task_ready=lambda *report: reports.append(report))
+    told = OnTaskReady(ready=lambda *report: reports.append(report), gone=lambda port: None)
+    trial = dataclasses.replace(trial, on_task_ready=told)
     lines: list[tuple[str, str]] = []
     stop = threading.Event()
     runner = LocalRunner(settings.load({}))
@@ -204,14 +206,22 @@ def test_the_ready_file_is_read_without_following_links(tmp_path: Path) -> None:
 # --- the watch, on this test process's own sockets --------------------------------------------------
 
 
-def watch(tmp_path: Path, report: Callable[[int, str, str], None]) -> tuple[ReadyWatch, Path, list[str]]:
+def watch(
+    tmp_path: Path, report: Callable[[int, str, str], None], gone: Callable[[int], None] = lambda port: None
+) -> tuple[ReadyWatch, Path, list[str]]:
     """A watch of ``tmp_path`` for a task whose process is this test's (its sockets are the task's)."""
     folder = tmp_path / TRIAL_FILES_DIR
     folder.mkdir()
     lines: list[str] = []
     on_output = lambda line, _stream: lines.append(line)  # noqa: E731
     return (
-        ReadyWatch(tmp_path, uid=None, leaders=lambda: {os.getpid()}, report=report, on_output=on_output),
+        ReadyWatch(
+            tmp_path,
+            uid=None,
+            leaders=lambda: {os.getpid()},
+            report=OnTaskReady(ready=report, gone=gone),
+            on_output=on_output,
+        ),
         folder,
         lines,
     )
@@ -278,3 +288,53 @@ def test_a_master_that_does_not_answer_is_told_again_and_one_that_refuses_is_not
         time.sleep(1.5)
     assert len(refusals) == 1
     assert lines == ["ERROR: the master refused the task's server: trial 7 is not a task"]
+
+
+def test_a_reported_port_its_server_gives_up_is_withdrawn_and_reported_again_once_it_listens_again(
+    tmp_path: Path,
+) -> None:
+    """A task's server that stops listening (and whose port someone else's program may take) is
+    withdrawn from the master within a couple of seconds; the same port held by the task again is
+    reported again."""
+    events: list[tuple[str, int]] = []
+    ready, folder, lines = watch(
+        tmp_path, lambda port, *_: events.append(("ready", port)), lambda port: events.append(("gone", port))
+    )
+    with ready:
+        server = socket.socket()
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        write_ready_file(str(folder), port, SECRET, "127.0.0.1")
+        wait_for(lambda: events == [("ready", port)], lines)
+        server.close()
+        wait_for(lambda: events == [("ready", port), ("gone", port)], lines)
+        assert lines == [
+            f"ERROR: the task's server is no longer reported to the master: nothing listens at 127.0.0.1:{port}"
+        ]
+        with socket.socket() as again:
+            again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            again.bind(("127.0.0.1", port))
+            again.listen()
+            wait_for(lambda: len(events) == 3, lines)
+            time.sleep(1.5)  # still held: told no more
+    assert events == [("ready", port), ("gone", port), ("ready", port)]
+
+
+def test_a_new_report_withdraws_the_old_port_first(tmp_path: Path) -> None:
+    events: list[tuple[str, int]] = []
+    ready, folder, lines = watch(
+        tmp_path, lambda port, *_: events.append(("ready", port)), lambda port: events.append(("gone", port))
+    )
+    with socket.socket() as first, socket.socket() as second, ready:
+        ports = []
+        for server in (first, second):
+            server.bind(("127.0.0.1", 0))
+            server.listen()
+            ports.append(server.getsockname()[1])
+        write_ready_file(str(folder), ports[0], SECRET, "127.0.0.1")
+        wait_for(lambda: len(events) == 1, lines)
+        write_ready_file(str(folder), ports[1], SECRET, "127.0.0.1")
+        wait_for(lambda: len(events) == 3, lines)
+    assert events == [("ready", ports[0]), ("gone", ports[0]), ("ready", ports[1])]
