@@ -184,6 +184,9 @@ class LogLine(_Answer):
     level: str | None
     stdtype: str | None
     message: str
+    # Who wrote the line: "task" (the trial's processes) or "master"; None for lines stored before
+    # the master recorded it.
+    source: str | None = None
 
 
 class StateChange(_Answer):
@@ -285,6 +288,12 @@ class CreateExperiment(_Body):
     )
     template: str | None = Field(
         None, description="a config template laid under the config: the config's own values win"
+    )
+    project_id: int | None = Field(
+        None,
+        ge=1,
+        description="the project to create the experiment in (Determined's projectId); a config that "
+        "names another workspace and project is refused",
     )
 
     @field_validator("config")
@@ -446,6 +455,33 @@ class CheckpointList(_Answer):
 
 class StateChanges(_Answer):
     state_changes: list[StateChange]
+
+
+class GcPolicy(_Body):
+    """An experiment's checkpoint garbage collection policy (``det e set gc-policy``)."""
+
+    save_experiment_best: int = Field(ge=0, le=2**31 - 1)
+    save_trial_best: int = Field(ge=0, le=2**31 - 1)
+    save_trial_latest: int = Field(ge=0, le=2**31 - 1)
+
+
+class GcPreview(_Answer):
+    """The checkpoints a policy would delete now, and the searcher metric they are ranked by."""
+
+    checkpoints: list[Checkpoint]
+    metric_name: str
+
+
+class GcPolicyAnswer(_Answer):
+    experiment: Experiment
+    deleted: list[str] = Field(description="the UUIDs of the checkpoints the new policy deleted")
+    not_removed: list[str] = Field(description="files of those that will not be removed")
+
+
+class LogRetention(_Body):
+    """Days the experiment's ended trials keep their logs (Determined's numDays); -1: forever."""
+
+    days: int = Field(ge=-1, le=32767)
 
 
 class Deleted(_Answer):
@@ -803,6 +839,8 @@ class HostSlot(_Answer):
     trial_id: int | None
     experiment_id: int | None
     task_name: str | None
+    enabled: bool = Field(True, description="false: an admin disabled it (or its host): it gets no new work")
+    draining: bool = Field(False, description="its host was disabled with --drain: what runs there finishes")
 
 
 class Host(_Answer):
@@ -818,10 +856,20 @@ class Host(_Answer):
     queue: str
     address: str | None
     slots: list[HostSlot]
+    enabled: bool = Field(True, description="false: an admin disabled it: it gets no new work")
+    draining: bool = Field(False, description="disabled with --drain: what runs there finishes")
 
 
 class Hosts(_Answer):
     agents: list[Host]
+
+
+class HostAnswer(_Answer):
+    agent: Host
+
+
+class DisableAgent(_Body):
+    drain: bool = Field(False, description="let what runs on it finish (else it is stopped)")
 
 
 class HostBeat(Host):
@@ -874,6 +922,8 @@ class Model(_Answer):
     creation_time: str
     last_updated_time: str
     num_versions: int
+    workspace_id: int | None = Field(None, description="its workspace (Uncategorized's by default)")
+    workspace_name: str = ""
 
 
 class ModelVersion(_Answer):
@@ -925,6 +975,7 @@ class CreateModel(_Body):
     notes: _Text = ""
     metadata: Metadata = Field(default_factory=dict)
     labels: list[_Label] = Field(default_factory=list, max_length=1000)
+    workspace_name: _Name | None = Field(None, description="its workspace (default: Uncategorized)")
 
 
 class PatchModel(_Body):
@@ -935,6 +986,7 @@ class PatchModel(_Body):
     notes: _Text | None = None
     metadata: Metadata | None = None
     labels: list[_Label] | None = Field(None, max_length=1000)
+    workspace_name: _Name | None = Field(None, description="move it to this workspace")
 
 
 class RegisterVersion(_Body):
@@ -1136,8 +1188,30 @@ class CreateProject(_Body):
 class PatchProject(_Body):
     """The fields to change; those left out stay as they are."""
 
+    name: _Name | None = Field(None, description="unique in its workspace")
     description: _Text | None = None
     notes: _Text | None = None
+
+
+class PatchWorkspace(_Body):
+    """The fields to change; those left out stay as they are."""
+
+    name: _Name | None = Field(None, description="unique among workspaces")
+
+
+class MasterLogEntry(_Answer):
+    """One record of the master's own log (``det master logs``): its text is as logged, untrusted."""
+
+    time: str = Field(description="ISO 8601, UTC")
+    level: str
+    logger: str
+    process: str = Field(description="host:pid of the API server process that logged it")
+    seq: int = Field(description="its number in that process, to tell records of one time apart")
+    message: str
+
+
+class MasterLogList(_Answer):
+    entries: list[MasterLogEntry]
 
 
 class MoveExperiment(_Body):

@@ -43,7 +43,10 @@ from det_airflow.api.models import (
     ExperimentAnswer,
     ExperimentDetail,
     ExperimentList,
+    GcPolicyAnswer,
+    GcPreview,
     Host,
+    HostAnswer,
     Hosts,
     HparamImportance,
     Job,
@@ -51,6 +54,7 @@ from det_airflow.api.models import (
     JobSettings,
     LogLine,
     LogsPage,
+    MasterLogList,
     Me,
     Metrics,
     MetricsList,
@@ -472,6 +476,7 @@ class UserClient:
         parent_id: int | None = None,
         request_id: str | None = None,
         template: str | None = None,
+        project_id: int | None = None,
     ) -> Experiment:
         """``config``: the YAML text; ``context``: the base64 tar.gz of the context directory, or None;
         ``template``: a config template the master lays under ``config``.
@@ -490,6 +495,8 @@ class UserClient:
             body["parent_id"] = parent_id
         if template is not None:
             body["template"] = template
+        if project_id is not None:
+            body["project_id"] = project_id
         return self._answer(
             CreatedExperiment, "POST", "/experiments", json=body, resend_on_failure=True
         ).experiment
@@ -563,6 +570,19 @@ class UserClient:
         """Changes the name and/or the description; fields left None are kept."""
         body = {k: v for k, v in (("name", name), ("description", description)) if v is not None}
         return self._answer(ExperimentAnswer, "PATCH", f"/experiments/{experiment_id}", json=body).experiment
+
+    def preview_gc(self, experiment_id: int, policy: dict[str, int]) -> GcPreview:
+        """The checkpoints of the experiment that ``policy`` (its ``save_*`` counts) would delete."""
+        return self._answer(GcPreview, "GET", f"/experiments/{experiment_id}/preview-gc", params=policy)
+
+    def set_gc_policy(self, experiment_id: int, policy: dict[str, int]) -> GcPolicyAnswer:
+        """Stores the policy in the experiment's config and deletes the checkpoints it does not keep."""
+        return self._answer(GcPolicyAnswer, "PUT", f"/experiments/{experiment_id}/gc-policy", json=policy)
+
+    def set_log_retention(self, experiment_id: int, days: int) -> Experiment:
+        """Days the experiment's ended trials keep their logs; -1: forever."""
+        path = f"/experiments/{experiment_id}/log-retention"
+        return self._answer(ExperimentAnswer, "PUT", path, json={"days": days}).experiment
 
     # --- trials ---
 
@@ -712,6 +732,36 @@ class UserClient:
         body = {"workspace": workspace, "project": project}
         return self._answer(ProjectAnswer, "POST", f"/experiments/{experiment_id}/move", json=body).project
 
+    def update_workspace(self, workspace_id: int, **changes: Any) -> Workspace:
+        """Change ``name``."""
+        return self._answer(WorkspaceAnswer, "PATCH", f"/workspaces/{workspace_id}", json=changes).workspace
+
+    def set_workspace_archived(self, workspace_id: int, archived: bool) -> Workspace:
+        action = "archive" if archived else "unarchive"
+        return self._answer(WorkspaceAnswer, "POST", f"/workspaces/{workspace_id}/{action}").workspace
+
+    def delete_workspace(self, workspace_id: int) -> Workspace:
+        return self._answer(WorkspaceAnswer, "DELETE", f"/workspaces/{workspace_id}").workspace
+
+    def set_project_archived(self, project_id: int, archived: bool) -> Project:
+        action = "archive" if archived else "unarchive"
+        return self._answer(ProjectAnswer, "POST", f"/projects/{project_id}/{action}").project
+
+    def delete_project(self, project_id: int) -> Project:
+        return self._answer(ProjectAnswer, "DELETE", f"/projects/{project_id}").project
+
+    # --- the master's own log (admins) ---
+
+    def master_logs(self, *, tail: int | None = None, since: float | None = None) -> MasterLogList:
+        """The master's log records, oldest first: the last ``tail``, or those logged at or after
+        ``since`` (seconds since the epoch)."""
+        params: dict[str, Any] = {}
+        if tail is not None:
+            params["tail"] = tail
+        if since is not None:
+            params["since"] = since
+        return self._answer(MasterLogList, "GET", "/master/logs", params=params)
+
     # --- tasks: notebooks, TensorBoards, commands, shells ---
 
     def create_task(
@@ -777,6 +827,18 @@ class UserClient:
         """The worker hosts (Determined's agents) with their slots and the trials holding them."""
         return self._answer(Hosts, "GET", "/agents").agents
 
+    def switch_agent(self, agent_id: str, enable: bool, *, drain: bool = False) -> Host:
+        """Enable or disable a worker host (admins); ``drain``: what runs there finishes."""
+        path = f"/agents/{quote(agent_id, safe='')}/{'enable' if enable else 'disable'}"
+        body = None if enable else {"drain": drain}
+        return self._answer(HostAnswer, "POST", path, json=body).agent
+
+    def switch_slot(self, agent_id: str, slot_id: int, enable: bool) -> Host:
+        """Enable or disable one slot of a worker host (admins); answers the host."""
+        action = "enable" if enable else "disable"
+        path = f"/agents/{quote(agent_id, safe='')}/slots/{slot_id}/{action}"
+        return self._answer(HostAnswer, "POST", path).agent
+
     def state_changes(self, kind: str, object_id: int) -> list[StateChange]:
         """Every state an experiment or trial (``kind``) took, oldest first: from, to, time, reason."""
         return self._answer(StateChanges, "GET", f"/{kind}s/{object_id}/state-changes").state_changes
@@ -796,6 +858,9 @@ class UserClient:
         level: str | None = None,
         timestamp_before: datetime | None = None,
         timestamp_after: datetime | None = None,
+        container_id: list[str] | None = None,
+        source: list[str] | None = None,
+        stdtype: list[str] | None = None,
     ) -> LogsPage:
         """One page of a trial's logs, ascending by id: after ``after``, at most ``limit``, or the last
         ``tail``; only lines of these ``rank`` ids, of ``level`` or higher, and logged strictly
@@ -808,6 +873,9 @@ class UserClient:
             ("level", level),
             ("timestamp_before", timestamp_before and timestamp_before.isoformat()),
             ("timestamp_after", timestamp_after and timestamp_after.isoformat()),
+            ("container_id", container_id),
+            ("source", source),
+            ("stdtype", stdtype),
         )
         params = {k: v for k, v in given if v is not None}
         return self._answer(LogsPage, "GET", f"/trials/{trial_id}/logs", params=params)

@@ -1,5 +1,7 @@
 """``det agent|a list`` and ``det slot|s list``: the worker hosts (Determined's agents), their slots
-and the trials holding them, with Determined's columns where det-airflow has the same fact."""
+and the trials holding them, with Determined's columns where det-airflow has the same fact; ``det
+agent enable|disable [--drain]`` and ``det slot enable|disable``: an admin takes a host or one slot
+out of service and back (master/host_switches.py says what happens to the work there)."""
 
 from __future__ import annotations
 
@@ -21,14 +23,17 @@ AGENT_HEADERS = (
     "Used Slots",
     "Slot Type",
     "Alive",
+    "Enabled",
+    "Draining",
     "Queue",
     "Addresses",
 )
-SLOT_HEADERS = ("Agent ID", "Slot ID", "Enabled", "Allocation", "Task Name", "Type", "Device")
+SLOT_HEADERS = ("Agent ID", "Slot ID", "Enabled", "Draining", "Allocation", "Task Name", "Type", "Device")
+DRAINING_HEADERS = ("Allocation ID", "Name", "Slots Needed", "Agent")
 
 
 class AgentArgumentError(DetError):
-    """A `det slot list` argument that names no host the master knows."""
+    """A `det slot list` or `det agent enable|disable` argument that names no host the master knows."""
 
 
 def format_hosts(hosts: Iterable[str]) -> str:
@@ -42,6 +47,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     agents = agent_verbs.add_parser("list", aliases=["ls"], help="list the worker hosts and their slots")
     render.add_output_flags(agents)
     agents.set_defaults(func=_list_agents)
+    for action in ("enable", "disable"):
+        verb = agent_verbs.add_parser(action, help=f"{action} agent")
+        which = verb.add_mutually_exclusive_group()
+        which.add_argument("agent_id", nargs="?", help="agent ID (a worker host's id)")
+        which.add_argument("--all", action="store_true", help=f"{action} all agents")
+        if action == "disable":
+            verb.add_argument(
+                "--drain",
+                action="store_true",
+                help="enter drain mode, allowing the tasks currently running on the disabled agents "
+                "to finish. will also print these tasks, if any",
+            )
+            render.add_output_flags(verb)
+        verb.set_defaults(func=_switch_agent, enable=action == "enable")
 
     slot = subparsers.add_parser("slot", aliases=["s"], help="list the slots of worker hosts")
     slot_verbs = slot.add_subparsers(dest="verb", metavar="VERB", required=True)
@@ -49,6 +68,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     slots.add_argument("--agent", metavar="ID", help="only the slots of this agent (host id)")
     render.add_output_flags(slots)
     slots.set_defaults(func=_list_slots)
+    for action in ("enable", "disable"):
+        verb = slot_verbs.add_parser(action, help=f"{action} slot on agent")
+        verb.add_argument("agent_id", help="agent ID")
+        verb.add_argument("slot_id", type=int, help="slot ID")
+        verb.set_defaults(func=_switch_slot, enable=action == "enable")
 
 
 def _connect(args: argparse.Namespace) -> UserClient:
@@ -86,6 +110,8 @@ def agent_row(host: Host) -> list[Any]:
         host.used_slots,
         host.slot_type,
         host.alive,
+        host.enabled,
+        host.draining,
         host.queue,
         host.address or "",
     ]
@@ -114,8 +140,10 @@ def select_agent(hosts: list[Host], agent_id: str | None) -> list[Host]:
 def slot_records(host: Host) -> list[dict[str, Any]]:
     """Each slot of ``host`` with the host's facts it is shown with (its `--json` form)."""
     return [
-        {"agent_id": host.id, "enabled": host.alive, "slot_type": host.slot_type}
+        {"agent_id": host.id, "slot_type": host.slot_type}
         | slot.model_dump(mode="json")
+        # A slot takes work while its host reports and an admin has not disabled it.
+        | {"enabled": host.alive and slot.enabled}
         for slot in host.slots
     ]
 
@@ -126,8 +154,68 @@ def slot_row(record: dict[str, Any]) -> list[Any]:
         record["agent_id"],
         record["slot_id"],
         record["enabled"],
+        record["draining"],
         record["trial_id"] if record["trial_id"] is not None else "",
         record["task_name"] or "",
         record["slot_type"],
         record["device"] if record["device"] is not None else "",
     ]
+
+
+def _switch_agent(args: argparse.Namespace) -> None:
+    """As Determined's: one line on stderr per agent; after ``--drain``, what still runs there."""
+    import sys
+
+    action = "enable" if args.enable else "disable"
+    if not (args.all or args.agent_id):
+        raise AgentArgumentError(
+            f"Please pass agent id or --all option. See `det agent {action} --help` for details."
+        )
+    client = _connect(args)
+    agent_ids = [args.agent_id] if args.agent_id else sorted(host.id for host in client.list_agents())
+    drain = not args.enable and args.drain
+    answers = []
+    for agent_id in agent_ids:
+        answers.append(client.switch_agent(agent_id, args.enable, drain=drain))
+        print(f"{'Enabled' if args.enable else 'Disabled'} agent {agent_id}.", file=sys.stderr)
+    if not drain:
+        return
+    running = [record for host in answers for record in _allocations(host)]
+    if args.json:
+        render.print_json(running)
+        return
+    if not args.csv:
+        print(
+            "Tasks still in progress on draining nodes."
+            if running
+            else "No tasks in progress on draining nodes."
+        )
+    render.print_table(
+        DRAINING_HEADERS,
+        [[r["allocation_id"], r["name"], r["slots_needed"], r["agent"]] for r in running],
+        csv=args.csv,
+    )
+
+
+def _allocations(host: Host) -> list[dict[str, Any]]:
+    """The trials holding slots of ``host``, one record each with the slots it holds there."""
+    found: dict[int, dict[str, Any]] = {}
+    for slot in host.slots:
+        if slot.trial_id is None:
+            continue
+        record = found.setdefault(
+            slot.trial_id,
+            {
+                "allocation_id": slot.trial_id,
+                "name": slot.task_name or "",
+                "slots_needed": 0,
+                "agent": host.id,
+            },
+        )
+        record["slots_needed"] += 1
+    return list(found.values())
+
+
+def _switch_slot(args: argparse.Namespace) -> None:
+    _connect(args).switch_slot(args.agent_id, args.slot_id, args.enable)
+    print(f"{'Enabled' if args.enable else 'Disabled'} slot {args.slot_id} of agent {args.agent_id}")

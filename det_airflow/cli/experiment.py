@@ -9,8 +9,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from det_airflow.cli import checkpoint as checkpoint_cli
+from det_airflow.cli import experiment_download, experiment_settings, render
 from det_airflow.cli import job as job_cli
-from det_airflow.cli import render
 from det_airflow.cli.logs import add_log_arguments, show_logs_from_args, show_trial_logs
 from det_airflow.errors import ConfigError, DetError
 from det_airflow.states import TERMINAL_EXPERIMENT_STATES, ExperimentState
@@ -104,6 +104,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="NAME",
         help="your config template (else the shared one) that the master lays under the config (det template)",
     )
+    create.add_argument(
+        "--project_id",
+        "--project-id",
+        dest="project_id",
+        type=job_cli._positive_int,
+        metavar="ID",
+        help="create the experiment in this project (det project list WORKSPACE shows the IDs)",
+    )
     create.set_defaults(func=_create)
 
     ls = verbs.add_parser("list", aliases=["ls"], help="list experiments")
@@ -187,6 +195,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     list_checkpoints = verbs.add_parser("list-checkpoints", help="list an experiment's checkpoints")
     checkpoint_cli.add_list_arguments(list_checkpoints)
 
+    experiment_download.register(verbs)
+
     model_def = verbs.add_parser(
         "download-model-def", help="download the experiment's context (model definition) as a tar.gz"
     )
@@ -224,7 +234,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         parser.set_defaults(func=_label)
 
     set_ = verbs.add_parser(
-        "set", help="change an experiment's name, description, priority, weight or max-slots"
+        "set",
+        help="change an experiment's name, description, priority, weight, max-slots, gc-policy or log-retention",
     )
     set_verbs = set_.add_subparsers(dest="field", metavar="FIELD", required=True)
     for field in ("description", "name"):
@@ -233,6 +244,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         parser.add_argument("value", metavar=field.upper())
         parser.set_defaults(func=_set)
     job_cli.add_queue_fields(set_verbs)
+    experiment_settings.add_set_verbs(set_verbs)
 
 
 def _add_id(parser: argparse.ArgumentParser) -> None:
@@ -294,6 +306,8 @@ def _move(args: argparse.Namespace) -> None:
 def _create(args: argparse.Namespace) -> int:
     if args.template and args.local:
         raise DetError("--template is laid under the config by the master: it cannot be used with --local")
+    if args.project_id is not None and args.local:
+        raise DetError("--project_id places the experiment on the master: it cannot be used with --local")
     if args.local and not args.test_mode:
         raise DetError("--local requires --test-mode")
     if args.test_mode and not args.local:
@@ -344,7 +358,12 @@ def _create(args: argparse.Namespace) -> int:
     client = _connect(args)
     # One id for this invocation: a resend after a lost answer cannot create a second experiment.
     experiment = client.create_experiment(
-        config_text, context, paused=args.paused, request_id=new_request_id(), template=args.template
+        config_text,
+        context,
+        paused=args.paused,
+        request_id=new_request_id(),
+        template=args.template,
+        project_id=args.project_id,
     )
     print(f"Created experiment {experiment.id}", flush=True)
     if args.follow_first_trial:

@@ -18,6 +18,9 @@ if TYPE_CHECKING:
     from det_airflow.api.user import LogLine, LogsPage, UserClient
 
 LEVELS = LOG_LEVELS
+# Who wrote a line (as master/trial_logs.py records it) and the output streams lines come from.
+SOURCES = ("task", "master")
+STDTYPES = ("stdout", "stderr")
 # Seconds between two looks at a followed trial; tests shorten it.
 POLL_INTERVAL = 1.0
 PAGE_SIZE = 1000
@@ -40,6 +43,27 @@ def add_log_arguments(parser: argparse.ArgumentParser) -> None:
         help="only lines of this rank (repeatable)",
     )
     parser.add_argument("--level", type=str.upper, choices=LEVELS, help="only lines of this level or higher")
+    parser.add_argument(
+        "--container-id",
+        dest="container_ids",
+        action="append",
+        metavar="ID",
+        help="only lines of this container (repeatable)",
+    )
+    parser.add_argument(
+        "--source",
+        dest="sources",
+        action="append",
+        choices=SOURCES,
+        help="only lines of this source: task (the trial's processes) or master (repeatable)",
+    )
+    parser.add_argument(
+        "--stdtype",
+        dest="stdtypes",
+        action="append",
+        choices=STDTYPES,
+        help="only lines of this output stream (repeatable)",
+    )
     parser.add_argument(
         "--timestamp-before",
         type=timestamp,
@@ -82,11 +106,20 @@ class LogFilter:
     min_level: str | None = None
     before: datetime | None = None
     after: datetime | None = None
+    container_ids: frozenset[str] | None = None
+    sources: frozenset[str] | None = None
+    stdtypes: frozenset[str] | None = None
 
     def params(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         if self.rank_ids is not None:
             out["rank"] = sorted(self.rank_ids)
+        if self.container_ids is not None:
+            out["container_id"] = sorted(self.container_ids)
+        if self.sources is not None:
+            out["source"] = sorted(self.sources)
+        if self.stdtypes is not None:
+            out["stdtype"] = sorted(self.stdtypes)
         if self.min_level is not None:
             out["level"] = self.min_level
         if self.before is not None:
@@ -223,6 +256,9 @@ def log_filter_from_args(args: argparse.Namespace) -> LogFilter:
         min_level=args.level,
         before=args.timestamp_before,
         after=args.timestamp_after,
+        container_ids=frozenset(args.container_ids) if args.container_ids else None,
+        sources=frozenset(args.sources) if args.sources else None,
+        stdtypes=frozenset(args.stdtypes) if args.stdtypes else None,
     )
 
 

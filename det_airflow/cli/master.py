@@ -7,12 +7,21 @@ det-airflow's master is a plugin of an Airflow API server, so "the master's vers
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import time
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 from det_airflow.cli import render
 from det_airflow.errors import DetError
 
+if TYPE_CHECKING:
+    from det_airflow.api.models import MasterLogEntry
+
 CONFIG_SECTION = "[det]"
+# `det master logs -f`: how often it asks for new records, and how far back each ask reaches, so
+# that a record another process wrote a little after its time is still shown (once).
+POLL_INTERVAL = 1.0
+FOLLOW_OVERLAP = 10.0
 
 
 def client_version() -> str:
@@ -36,6 +45,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     config = verbs.add_parser("config", help="fetch master config")
     config.add_argument("--json", action="store_true", help="(refused: see the message)")
     config.set_defaults(func=_config)
+
+    logs = verbs.add_parser("logs", help="fetch master logs (admins only)")
+    logs.add_argument(
+        "-f", "--follow", action="store_true", help="follow the logs of master, similar to tail -f"
+    )
+    logs.add_argument(
+        "--tail",
+        type=_count,
+        help="number of lines to show, counting from the end of the log (default is all)",
+    )
+    logs.set_defaults(func=_logs)
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a number of lines, 0 or more")
+    return value
 
 
 def register_version(subparsers: argparse._SubParsersAction) -> None:
@@ -85,3 +115,41 @@ def _version(args: argparse.Namespace) -> None:
     except DetError as exc:
         print(render.clean(f"  unreachable: {exc}"))
     print(render.clean(f"master_address: {args.master}"))
+
+
+def format_log_entry(entry: MasterLogEntry) -> str:
+    """Determined's layout, ``TIME [LEVEL]: MESSAGE``. The message is text logged by the master,
+    often holding what users typed: its terminal controls are dropped, and its further lines are
+    indented, so that no line of it can pass for a record of its own."""
+    message = render.clean(entry.message).replace("\n", "\n    ")
+    return f"{render.clean(entry.time)} [{render.clean(entry.level)}]: {message}"
+
+
+def _seconds(entry: MasterLogEntry) -> float:
+    return datetime.fromisoformat(entry.time.replace("Z", "+00:00")).timestamp()
+
+
+def _logs(args: argparse.Namespace) -> None:
+    from det_airflow.cli.user import connect
+
+    client = connect(args.master)
+    entries = client.master_logs(tail=args.tail).entries
+    for entry in entries:
+        print(format_log_entry(entry), flush=args.follow)
+    if not args.follow:
+        return
+    # Records are merged from several processes by time: each ask reaches FOLLOW_OVERLAP back, and
+    # those already shown (or older than the first shown) are left out.
+    start = _seconds(entries[0]) if entries and args.tail else 0.0
+    seen = {(e.process, e.seq, e.time): _seconds(e) for e in entries}
+    latest = max(seen.values(), default=start)
+    while True:
+        time.sleep(POLL_INTERVAL)
+        for entry in client.master_logs(since=max(0.0, latest - FOLLOW_OVERLAP)).entries:
+            key, at = (entry.process, entry.seq, entry.time), _seconds(entry)
+            if key in seen or at < start:
+                continue
+            seen[key] = at
+            latest = max(latest, at)
+            print(format_log_entry(entry), flush=True)
+        seen = {key: at for key, at in seen.items() if at >= latest - FOLLOW_OVERLAP}

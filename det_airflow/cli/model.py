@@ -2,7 +2,8 @@
 versions of a named model (a registered checkpoint is never garbage-collected).
 
 A model's name is unique among its owner's models: a NAME means the caller's own model first (else
-the only model of that name), ``--owner`` names whose; a number is a model ID."""
+the only model of that name), ``--owner`` names whose; a number is a model ID. A model lives in a
+workspace (Uncategorized unless created with ``-w`` or moved with ``det model move``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from det_airflow.cli import render
+from det_airflow.errors import DetError
 
 if TYPE_CHECKING:
     from det_airflow.api.models import Model, ModelVersion
@@ -21,15 +23,20 @@ MODEL_HEADERS = (
     "Name",
     "Owner",
     "Description",
+    "Workspace ID",
     "Creation Time",
     "Last Updated Time",
     "Labels",
     "Archived",
     "Metadata",
 )
-LIST_HEADERS = ("ID", "Name", "Owner", "Creation Time", "Last Updated Time", "Metadata")
+LIST_HEADERS = ("ID", "Name", "Owner", "Workspace ID", "Creation Time", "Last Updated Time", "Metadata")
 VERSION_HEADERS = ("Version #", "Trial ID", "Batch #", "Checkpoint UUID", "Validation Metrics", "Metadata")
 SORT_BY = ("name", "description", "creation_time", "last_updated_time")
+
+
+class ModelArgumentError(DetError):
+    """`det model move` arguments that name no single workspace."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -42,6 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     ls.add_argument("--order-by", choices=("asc", "desc"), default="asc", help="ascending or descending")
     ls.add_argument("--owner", help="only this user's models")
+    ls.add_argument("-w", "--workspace-names", help="list models in given list of comma-separated workspaces")
     render.add_output_flags(ls)
     ls.set_defaults(func=_list)
 
@@ -49,6 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     create.add_argument("name", help="name of the model, new among your models")
     create.add_argument("--description", default="", help="description of the model")
     create.add_argument("--label", dest="labels", action="append", default=[], help="a label (repeatable)")
+    create.add_argument("-w", "--workspace-name", help="workspace name (default: Uncategorized)")
     create.add_argument("--json", action="store_true", help="print as JSON")
     create.set_defaults(func=_create)
 
@@ -71,6 +80,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _add_owner(reg)
     reg.add_argument("--json", action="store_true", help="print as JSON")
     reg.set_defaults(func=_register_version)
+
+    delete = verbs.add_parser("delete", help="delete model")
+    delete.add_argument("name", help="unique name of the model")
+    _add_owner(delete)
+    # Determined's `det model delete` asks nothing; --yes is taken so scripts that pass it run.
+    delete.add_argument("-y", "--yes", action="store_true", help=argparse.SUPPRESS)
+    delete.set_defaults(func=_delete)
+
+    move = verbs.add_parser("move", help="move model to given workspace")
+    move.add_argument("name", help="name of model")
+    move.add_argument("workspace", nargs="?", metavar="WORKSPACE_NAME", help="the workspace (or -w)")
+    move.add_argument("-w", "--workspace-name", help="workspace name")
+    _add_owner(move)
+    move.set_defaults(func=_move)
 
 
 def _add_owner(parser: argparse.ArgumentParser) -> None:
@@ -95,6 +118,7 @@ def _print_model(model: Model) -> None:
         model.name,
         model.owner,
         model.description,
+        model.workspace_id,
         render.format_time(model.creation_time),
         render.format_time(model.last_updated_time),
         ", ".join(model.labels),
@@ -117,7 +141,10 @@ def _version_row(version: ModelVersion) -> list[Any]:
 
 
 def _list(args: argparse.Namespace) -> None:
-    models = _connect(args).list_models(sort_by=args.sort_by, order_by=args.order_by, owner=args.owner)
+    workspaces = [w.strip() for w in args.workspace_names.split(",")] if args.workspace_names else None
+    models = _connect(args).list_models(
+        sort_by=args.sort_by, order_by=args.order_by, owner=args.owner, workspace_name=workspaces
+    )
     if args.json:
         render.print_json(models)
         return
@@ -126,6 +153,7 @@ def _list(args: argparse.Namespace) -> None:
             m.id,
             m.name,
             m.owner,
+            m.workspace_id,
             render.format_time(m.creation_time),
             render.format_time(m.last_updated_time),
             _dumps(m.metadata),
@@ -136,7 +164,10 @@ def _list(args: argparse.Namespace) -> None:
 
 
 def _create(args: argparse.Namespace) -> None:
-    model = _connect(args).create_model(args.name, description=args.description, labels=args.labels)
+    fields: dict[str, Any] = {"description": args.description, "labels": args.labels}
+    if args.workspace_name:
+        fields["workspace_name"] = args.workspace_name
+    model = _connect(args).create_model(args.name, **fields)
     if args.json:
         render.print_json(model)
     else:
@@ -176,3 +207,20 @@ def _register_version(args: argparse.Namespace) -> None:
     _print_model(client.get_model(str(version.model_id)))
     print()
     render.print_table(VERSION_HEADERS, [_version_row(version)])
+
+
+def _delete(args: argparse.Namespace) -> None:
+    """Removes the model and its versions; prints nothing, as Determined's."""
+    _connect(args).delete_model(args.name, owner=args.owner)
+
+
+def _move(args: argparse.Namespace) -> None:
+    """Moves the model; prints nothing, as Determined's."""
+    if args.workspace and args.workspace_name and args.workspace != args.workspace_name:
+        raise ModelArgumentError(
+            f"two workspaces given ({args.workspace!r} and -w {args.workspace_name!r}): give one"
+        )
+    workspace = args.workspace or args.workspace_name
+    if not workspace:
+        raise ModelArgumentError("give the workspace to move it to: det model move NAME -w WORKSPACE_NAME")
+    _connect(args).update_model(args.name, owner=args.owner, workspace_name=workspace)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import TYPE_CHECKING, Any
 
 from det_airflow.cli import render
+from det_airflow.errors import DetError
 
 if TYPE_CHECKING:
     from det_airflow.api.models import Experiment, Project
@@ -59,6 +61,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     describe.add_argument("--json", action="store_true", help="print as JSON")
     describe.set_defaults(func=_describe, sort_by="id", order_by="asc", csv=False)
 
+    delete = verbs.add_parser("delete", help="delete project")
+    _add_names(delete)
+    add_yes(delete)
+    delete.set_defaults(func=_delete)
+
+    archive = verbs.add_parser("archive", help="archive project")
+    _add_names(archive)
+    archive.set_defaults(func=_set_archived, archived=True)
+
+    unarchive = verbs.add_parser("unarchive", help="unarchive project")
+    _add_names(unarchive)
+    unarchive.set_defaults(func=_set_archived, archived=False)
+
+    edit = verbs.add_parser("edit", help="edit project")
+    edit.add_argument("workspace_name", help="current name of the workspace")
+    edit.add_argument("project_name", help="name of the project")
+    edit.add_argument("--new_name", "--new-name", dest="new_name", help="new name of the project")
+    edit.add_argument("--description", help="description of the project")
+    edit.add_argument("--json", action="store_true", help="print as JSON")
+    edit.set_defaults(func=_edit)
+
 
 def _add_names(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("workspace_name", help="name of the workspace")
@@ -69,6 +92,19 @@ def _add_all(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--all", "-a", action="store_true", help="show all experiments (including archived and other users')"
     )
+
+
+def add_yes(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--yes", action="store_true", help="automatically answer yes to prompts")
+
+
+def confirmed(args: argparse.Namespace, question: str, what: str) -> bool:
+    """``--yes``, or the user's yes to ``question`` at a terminal; refused without a terminal."""
+    if args.yes:
+        return True
+    if not sys.stdin.isatty():
+        raise DetError(f"not deleting {what} without confirmation: pass --yes")
+    return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
 
 
 def _connect(args: argparse.Namespace) -> UserClient:
@@ -146,3 +182,38 @@ def _describe(args: argparse.Namespace) -> None:
     render.print_table(PROJECT_HEADERS, [project_row(project)])
     print("\nAssociated Experiments")
     _list_experiments(args)
+
+
+def _delete(args: argparse.Namespace) -> None:
+    client = _connect(args)
+    project = client.project_by_name(args.workspace_name, args.project_name)
+    name = render.clean(args.project_name)
+    question = (
+        f'Deleting project "{name}" removes it and its notes for good; a project that still holds\n'
+        "experiments is not deleted (move or delete them first).\n"
+        "For a recoverable alternative, see the 'archive' command. Do you still wish to proceed?"
+    )
+    if not confirmed(args, question, f"project {name}"):
+        print("Aborting project deletion.")
+        return
+    client.delete_project(project.id)
+    print(f"Successfully deleted project {name}.")
+
+
+def _set_archived(args: argparse.Namespace) -> None:
+    client = _connect(args)
+    project = client.project_by_name(args.workspace_name, args.project_name)
+    client.set_project_archived(project.id, args.archived)
+    done = "archived" if args.archived else "un-archived"
+    print(f"Successfully {done} project {render.clean(args.project_name)}.")
+
+
+def _edit(args: argparse.Namespace) -> None:
+    client = _connect(args)
+    project = client.project_by_name(args.workspace_name, args.project_name)
+    changes = {"name": args.new_name, "description": args.description}
+    edited = client.update_project(project.id, **{k: v for k, v in changes.items() if v is not None})
+    if args.json:
+        render.print_json(edited)
+    else:
+        render.print_table(PROJECT_HEADERS, [project_row(edited)])

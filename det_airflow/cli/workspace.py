@@ -6,7 +6,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from det_airflow.cli import render
-from det_airflow.cli.project import PROJECT_HEADERS, project_row
+from det_airflow.cli.project import PROJECT_HEADERS, add_yes, confirmed, project_row
 
 if TYPE_CHECKING:
     from det_airflow.api.models import Workspace
@@ -39,6 +39,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     describe.add_argument("workspace_name", help="name of the workspace")
     describe.add_argument("--json", action="store_true", help="print as JSON")
     describe.set_defaults(func=_describe)
+
+    delete = verbs.add_parser("delete", help="delete workspace")
+    delete.add_argument("workspace_name", help="name of the workspace")
+    add_yes(delete)
+    delete.set_defaults(func=_delete)
+
+    edit = verbs.add_parser("edit", help="edit workspace")
+    edit.add_argument("workspace_name", help="current name of the workspace")
+    edit.add_argument("--name", help="new name of the workspace")
+    edit.add_argument("--json", action="store_true", help="print as JSON")
+    edit.set_defaults(func=_edit)
+
+    archive = verbs.add_parser("archive", help="archive workspace")
+    archive.add_argument("workspace_name", help="name of the workspace")
+    archive.set_defaults(func=_set_archived, archived=True)
+
+    unarchive = verbs.add_parser("unarchive", help="unarchive workspace")
+    unarchive.add_argument("workspace_name", help="name of the workspace")
+    unarchive.set_defaults(func=_set_archived, archived=False)
 
 
 def _connect(args: argparse.Namespace) -> UserClient:
@@ -87,3 +106,37 @@ def _describe(args: argparse.Namespace) -> None:
     render.print_table(WORKSPACE_HEADERS, [_row(answer.workspace)])
     print("\nAssociated Projects")
     render.print_table(PROJECT_HEADERS, [project_row(p) for p in answer.projects])
+
+
+def _delete(args: argparse.Namespace) -> None:
+    client = _connect(args)
+    workspace = client.workspace_by_name(args.workspace_name)
+    name = render.clean(args.workspace_name)
+    question = (
+        f'Deleting workspace "{name}" removes it and its projects for good; a workspace whose\n'
+        "projects still hold experiments is not deleted (move or delete them first).\n"
+        "For a recoverable alternative, see the 'archive' command. Do you still wish to proceed?"
+    )
+    if not confirmed(args, question, f"workspace {name}"):
+        print("Aborting workspace deletion.")
+        return
+    client.delete_workspace(workspace.id)
+    print(f"Successfully deleted workspace {name}.")
+
+
+def _set_archived(args: argparse.Namespace) -> None:
+    client = _connect(args)
+    client.set_workspace_archived(client.workspace_by_name(args.workspace_name).id, args.archived)
+    done = "archived" if args.archived else "un-archived"
+    print(f"Successfully {done} workspace {render.clean(args.workspace_name)}.")
+
+
+def _edit(args: argparse.Namespace) -> None:
+    client = _connect(args)
+    workspace = client.workspace_by_name(args.workspace_name)
+    changes = {"name": args.name} if args.name is not None else {}
+    edited = client.update_workspace(workspace.id, **changes)
+    if args.json:
+        render.print_json(edited)
+    else:
+        render.print_table(WORKSPACE_HEADERS, [_row(edited)])

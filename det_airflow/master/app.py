@@ -52,28 +52,38 @@ def reapply_airflow_permissions() -> list[str]:
 
 def _lifespan(background_jobs: bool):  # type: ignore[no-untyped-def]
     """The master app's lifespan (Airflow's API server runs the lifespans of the apps plugins
-    mount): FAB's permissions set again, then housekeeping while the app serves."""
-    from det_airflow.master import housekeeping
+    mount): FAB's permissions set again, then housekeeping while the app serves. An API server
+    process (``background_jobs``) also keeps its records for ``det master logs`` (master_logs.py)."""
+    from det_airflow.master import housekeeping, master_logs
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if background_jobs:
+            await asyncio.to_thread(master_logs.install)
         await asyncio.to_thread(reapply_airflow_permissions)
         if not background_jobs:
             yield
             return
-        async with housekeeping.lifespan(app):
-            yield
+        try:
+            async with housekeeping.lifespan(app):
+                yield
+        finally:
+            master_logs.uninstall()
 
     return lifespan
 
 
 def create_app(*, background_jobs: bool = True) -> FastAPI:
-    """The master app; ``background_jobs``: run housekeeping (master/housekeeping.py) while it serves."""
+    """The master app; ``background_jobs``: run housekeeping (master/housekeeping.py) and keep the
+    master's log (master/master_logs.py) while it serves, as an API server process does."""
     from det_airflow.master import (
         limits,
         proxy,
+        routes_agents,
+        routes_experiment_policies,
         routes_internal,
         routes_jobs,
+        routes_master_logs,
         routes_models,
         routes_people,
         routes_pipeline,
@@ -106,7 +116,10 @@ def create_app(*, background_jobs: bool = True) -> FastAPI:
     app.include_router(routes_webhooks.router, prefix=prefix)
     app.include_router(routes_webhooks.runtime_router, prefix=prefix)
     app.include_router(routes_models.router, prefix=prefix)
+    app.include_router(routes_agents.router, prefix=prefix)
     app.include_router(routes_pipeline.router, prefix=prefix)
+    app.include_router(routes_master_logs.router, prefix=prefix)
+    app.include_router(routes_experiment_policies.router, prefix=prefix)  # det e set gc-policy|log-retention
     app.include_router(routes_tasks.runtime_router, prefix=prefix)
     app.include_router(routes_storage.router, prefix=prefix)  # a trial's files in object storage
     app.include_router(routes_tasks.internal_router, prefix=prefix)

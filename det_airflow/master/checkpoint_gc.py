@@ -5,14 +5,16 @@ As in Determined, when a trial ends the experiment keeps, among its COMPLETED ch
 the ``save_trial_latest`` latest of each trial, and every trial's ``latest_checkpoint`` (a paused
 or queued trial resumes from it),
 and every checkpoint registered as a model version. The rest is garbage. Selecting it reads only; marking the rows
-DELETED is the caller's, through ``lifecycle.delete_checkpoint``.
+DELETED is the caller's, through ``lifecycle.delete_checkpoint``. ``det e set gc-policy`` previews
+another policy with the same selection, then stores it (``set_policy``) and collects at once.
 """
 
 from __future__ import annotations
 
+import copy
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from sqlalchemy import Connection, Row, select
 
@@ -24,14 +26,39 @@ if TYPE_CHECKING:
     from det_airflow.config import ExperimentConfig
 
 
-def checkpoints_to_delete(conn: Connection, experiment_id: int, cfg: ExperimentConfig) -> list[Row]:
-    """The COMPLETED checkpoints of the experiment that its policy does not keep.
+class Policy(Protocol):
+    """The counts a policy keeps: a ``CheckpointStorageConfig``, or one a person asks for."""
+
+    @property
+    def save_experiment_best(self) -> int: ...
+    @property
+    def save_trial_best(self) -> int: ...
+    @property
+    def save_trial_latest(self) -> int: ...
+
+
+class Counts(NamedTuple):
+    save_experiment_best: int
+    save_trial_best: int
+    save_trial_latest: int
+
+
+POLICY_FIELDS = Counts._fields
+_DEFAULTS = Counts(*(getattr(CheckpointStorageConfig, name) for name in POLICY_FIELDS))
+
+
+def checkpoints_to_delete(
+    conn: Connection, experiment_id: int, cfg: ExperimentConfig, policy: Policy | None = None
+) -> list[Row]:
+    """The COMPLETED checkpoints of the experiment that its policy (or ``policy``, to preview
+    another) does not keep.
 
     The rows have ``uuid``, ``trial_id`` and ``storage`` (for ``file_cleanup.refused_checkpoints``) and
     ``state`` (for ``lifecycle.delete_checkpoint``), among others.
     """
-    # No storage section of its own: the policy defaults of the storage config apply.
-    policy = cfg.checkpoint_storage or CheckpointStorageConfig
+    if policy is None:
+        # No storage section of its own: the policy defaults of the storage config apply.
+        policy = cfg.checkpoint_storage or _DEFAULTS
     c = schema.checkpoints.c
     rows = conn.execute(
         select(c.uuid, c.trial_id, c.state, c.storage, c.steps_completed, c.validation_metric).where(
@@ -54,14 +81,34 @@ def collect(db: Database, experiment_id: int) -> list[str]:
     storage is a container's own) is queued for a host (master/removals.py). Returns what will not
     be removed."""
     with db.begin() as conn:
-        exp = experiments.get_experiment(conn, experiment_id)
-        cfg = experiments.experiment_config(exp)
-        garbage = checkpoints_to_delete(conn, experiment_id, cfg)
-        for row in garbage:
-            lifecycle.delete_checkpoint(conn, row, _REASON)
-        uuids, refused = file_cleanup.refused_checkpoints(exp, [(row.uuid, row.storage) for row in garbage])
-        removals.queue_checkpoints(conn, exp, uuids)
-    return refused
+        return _collect(conn, experiments.get_experiment(conn, experiment_id))[1]
+
+
+def set_policy(
+    db: Database, experiment_id: int, policy: Policy, check: Callable[[Row], None]
+) -> tuple[list[str], list[str]]:
+    """Store ``policy`` in the experiment's config (``checkpoint_storage``), as Determined's
+    ``det e set gc-policy`` does, and collect at once what it no longer keeps; ``check`` may refuse
+    the change on the locked row. Answers (UUIDs deleted, what will not be removed)."""
+    table = schema.experiments
+    with db.begin() as conn:
+        exp = experiments.get_experiment(conn, experiment_id, lock=True)
+        check(exp)
+        config = copy.deepcopy(exp.config)
+        storage = dict(config.get("checkpoint_storage") or {})
+        storage.update({name: int(getattr(policy, name)) for name in POLICY_FIELDS})
+        config["checkpoint_storage"] = storage
+        conn.execute(table.update().where(table.c.id == experiment_id).values(config=config))
+        return _collect(conn, experiments.get_experiment(conn, experiment_id))
+
+
+def _collect(conn: Connection, exp: Row) -> tuple[list[str], list[str]]:
+    garbage = checkpoints_to_delete(conn, exp.id, experiments.experiment_config(exp))
+    for row in garbage:
+        lifecycle.delete_checkpoint(conn, row, _REASON)
+    uuids, refused = file_cleanup.refused_checkpoints(exp, [(row.uuid, row.storage) for row in garbage])
+    removals.queue_checkpoints(conn, exp, uuids)
+    return [row.uuid for row in garbage], refused
 
 
 _REASON = "checkpoint_storage keeps neither it as one of the experiment's save_experiment_best, nor "

@@ -4,7 +4,9 @@ Each worker host reports its slots every few seconds (det_airflow/celery_config.
 last report is older than ``[det] host_timeout`` seconds offers nothing. While some host is alive,
 the job queue's admission also places the trial (master/placement.py) on one of them and records
 it in ``det_trials.host``; the trial's task is sent to that host's Celery queue. With no host
-reporting (one machine, LocalExecutor) nothing is placed and admission is the pool's alone.
+reporting (one machine, LocalExecutor) nothing is placed and admission is the pool's alone. An
+admin may disable a host or some of its slots (master/host_switches.py): placement gives them no
+new trial.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 from sqlalchemy import Connection, Row, or_, select
 
 from det_airflow import settings
-from det_airflow.master import schema
+from det_airflow.master import host_switches, schema
 from det_airflow.master.lifecycle import now
 from det_airflow.master.placement import HostLoad
 from det_airflow.master.queue_policy import BETWEEN_RUNS, RUNNING_STATES, holds_and_waits
@@ -133,13 +135,23 @@ def _gangs(conn: Connection, experiment_ids: set[int]) -> dict[int, int]:
 
 
 def loads(conn: Connection) -> list[HostLoad]:
-    """The live hosts with the slots their trials hold, as placement sees them (none, at the cost
-    of one query, where no host reports)."""
+    """The live hosts with the slots their trials hold and those an admin disabled, as placement
+    sees them (none, at the cost of one query, where no host reports). A disabled host is still
+    one: trials wait for an enabled one rather than run wherever Airflow puts them."""
     live = live_hosts(conn)
     if not live:
         return []
     held = holdings(conn)
-    return [HostLoad(row.id, row.slots, sum(gang for _, _, gang in held.get(row.id, ()))) for row in live]
+    switched = host_switches.switches(conn)
+    return [
+        HostLoad(
+            row.id,
+            row.slots,
+            sum(gang for _, _, gang in held.get(row.id, ())),
+            switched[row.id].disabled_count(row.slots) if row.id in switched else 0,
+        )
+        for row in live
+    ]
 
 
 def is_live(conn: Connection, host_id: str) -> bool:
@@ -163,17 +175,21 @@ def queue_of(conn: Connection, host_id: str) -> str | None:
 
 def describe(conn: Connection, host_id: str | None = None) -> list[dict[str, Any]]:
     """Every known host (or only ``host_id``) with its slots and the trials holding them, as
-    `det agent list` and `det slot list` show them (``api.models.Host``)."""
+    `det agent list` and `det slot list` show them (``api.models.Host``), with what an admin
+    disabled. Trials are shown on enabled slots first (a slot is a count here, not a device)."""
     held = holdings(conn, host_id)
     table = schema.hosts
     rows = all_hosts(conn) if host_id is None else conn.execute(select(table).where(table.c.id == host_id))
+    switched = host_switches.switches(conn, None if host_id is None else [host_id])
     result = []
     for row in rows:
-        slots = []
+        switch = switched.get(row.id, host_switches.Switch(None))
         taken = [(trial, exp) for trial, exp, gang in held.get(row.id, ()) for _ in range(gang)]
+        shown = dict(zip(switch.slot_order(row.slots), taken, strict=False))
         devices = list(row.devices or [])
+        slots = []
         for index in range(row.slots):
-            trial, exp = taken[index] if index < len(taken) else (None, None)
+            trial, exp = shown.get(index, (None, None))
             slots.append(
                 {
                     "slot_id": index,
@@ -181,10 +197,13 @@ def describe(conn: Connection, host_id: str | None = None) -> list[dict[str, Any
                     "trial_id": trial,
                     "experiment_id": exp,
                     "task_name": f"Trial {trial} (Experiment {exp})" if trial is not None else None,
+                    "enabled": switch.slot_enabled(index),
+                    "draining": switch.draining and not switch.enabled,
                 }
             )
         result.append(
             {
+                **host_switches.describe(switch),
                 "id": row.id,
                 "registered_time": iso(row.registered_at),
                 "last_seen": iso(row.last_seen),

@@ -417,6 +417,41 @@ def _v19_used_grants(op: Operations) -> None:
     )
 
 
+def _v20_models_in_workspaces_and_host_switches(op: Operations) -> None:
+    """Models live in workspaces (None: the Uncategorized one, where every model so far stays);
+    what an admin disabled of the worker hosts (none so far)."""
+    conn = op.get_bind()
+    column = sa.Column("workspace_id", sa.Integer)
+    foreign_key = ("det_models_workspace_id_fkey", "det_workspaces", ["workspace_id"], ["id"])
+    if conn.dialect.name == "sqlite":
+        # SQLite adds no foreign key to a table: rebuild it, with its AUTOINCREMENT (see v2).
+        with op.batch_alter_table(
+            "det_models", recreate="always", table_kwargs={"sqlite_autoincrement": True}
+        ) as batch:
+            batch.add_column(column)
+            batch.create_foreign_key(*foreign_key)
+            batch.create_index("ix_det_models_workspace_id", ["workspace_id"])
+    else:
+        op.add_column("det_models", column)
+        op.create_foreign_key(foreign_key[0], "det_models", *foreign_key[1:])
+        op.create_index("ix_det_models_workspace_id", "det_models", ["workspace_id"])
+    op.create_table(
+        "det_host_switches",
+        sa.Column("host_id", sa.String(63), primary_key=True),
+        sa.Column("enabled", sa.Boolean, nullable=False),
+        sa.Column("draining", sa.Boolean, nullable=False),
+        sa.Column("disabled_slots", sa.JSON, nullable=False),
+        sa.Column("changed_by", sa.String(256), nullable=False),
+        sa.Column("changed_at", sa.DateTime(timezone=True), nullable=False),
+    )
+
+
+def _v21_log_sources(op: Operations) -> None:
+    """Trial log lines record who wrote them (the trial's processes or the master); lines stored
+    before stay without one."""
+    op.add_column("det_trial_logs", sa.Column("source", sa.String(16)))
+
+
 def backfill_metric_chunks(conn: Connection, chunks: sa.Table = schema.metric_chunks) -> int:
     """Rebuild the charts' numbers from every stored metric row; returns the trials that had some."""
     metrics = sa.table(
@@ -492,6 +527,15 @@ MIGRATIONS: tuple[Migration, ...] = (
         _v18_checkpoint_claims,
     ),
     Migration(19, "task grants taken once: det_used_grants", _v19_used_grants),
+    Migration(
+        20,
+        "models in workspaces: det_models.workspace_id; agents and slots disabled by an admin: "
+        "det_host_switches",
+        _v20_models_in_workspaces_and_host_switches,
+    ),
+    Migration(
+        21, "trial log lines name their source (task or master): det_trial_logs.source", _v21_log_sources
+    ),
 )
 
 

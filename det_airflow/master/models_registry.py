@@ -13,6 +13,11 @@ have no members, so the owner is the scope): nobody can take or shadow the name 
 model. A name alone means the caller's own model of that name, else the one model of that name
 if only one user has one; with several, the owner must be named, so a model made later under a
 name someone already reads by never takes its place silently.
+
+A model lives in a workspace, the Uncategorized one unless created in or moved to another
+(``det model create -w``, ``det model move``): its owner or an admin moves it, never into an
+archived workspace, as in Determined. ``det_models.workspace_id`` is None for Uncategorized, so
+the models stored before workspaces held them are already there.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from collections.abc import Iterable
 from types import SimpleNamespace
 from typing import Any, cast
 
-from sqlalchemy import Connection, Row, func, select
+from sqlalchemy import Connection, Row, false, func, or_, select
 from sqlalchemy.exc import IntegrityError
 
 from det_airflow.errors import DetError
@@ -89,11 +94,18 @@ def list_models(
     owner: str | None = None,
     label: str | None = None,
     archived: bool | None = None,
+    workspaces: Iterable[str] | None = None,
     sort_by: str = "last_updated_time",
     descending: bool = False,
 ) -> list[Row]:
+    """The models matching every filter given; ``workspaces``: in any of these (names)."""
     m = schema.models.c
     query = select(schema.models)
+    if workspaces is not None:
+        names = set(workspaces)
+        ids = [row.id for row in _workspaces(conn) if row.name in names]
+        in_uncategorized = m.workspace_id.is_(None) if schema.UNCATEGORIZED in names else false()
+        query = query.where(or_(m.workspace_id.in_(ids), in_uncategorized))
     if name:
         query = query.where(m.name.icontains(name, autoescape=True))
     if owner is not None:
@@ -114,9 +126,25 @@ def _version_counts(conn: Connection, model_ids: Iterable[int]) -> dict[int, int
     return {model_id: count for model_id, count in counts}
 
 
+def _workspaces(conn: Connection) -> list[Row]:
+    return list(conn.execute(select(schema.workspaces.c.id, schema.workspaces.c.name)).all())
+
+
 def describe_models(conn: Connection, rows: list[Row]) -> list[dict[str, Any]]:
     counts = _version_counts(conn, [row.id for row in rows])
-    return [_model(row, counts.get(row.id, 0)) for row in rows]
+    names = {row.id: row.name for row in _workspaces(conn)}
+    default = next((id_ for id_, name in names.items() if name == schema.UNCATEGORIZED), 0)
+    result = []
+    for row in rows:
+        workspace_id = row.workspace_id if row.workspace_id is not None else default
+        result.append(
+            {
+                **_model(row, counts.get(row.id, 0)),
+                "workspace_id": workspace_id,
+                "workspace_name": names.get(workspace_id, ""),
+            }
+        )
+    return result
 
 
 def describe_model(conn: Connection, row: Row) -> dict[str, Any]:
@@ -162,11 +190,34 @@ def _check_unique(conn: Connection, owner: str, name: str) -> None:
         raise _taken(owner, name)
 
 
+def _workspace_id(conn: Connection, name: str, what: str) -> int | None:
+    """The ``workspace_id`` stored for a model put in workspace ``name`` (None: Uncategorized);
+    a workspace that does not exist or is archived is refused, as in Determined."""
+    row = conn.execute(select(schema.workspaces).where(schema.workspaces.c.name == name)).first()
+    if row is None:
+        raise NotFound(f"workspace '{name}' not found")
+    if row.archived:
+        raise ModelError(f"workspace '{name}' is archived: cannot {what} into it")
+    return None if row.name == schema.UNCATEGORIZED else int(row.id)
+
+
+def models_in_workspace(conn: Connection, workspace_id: int) -> int:
+    """How many models workspace ``workspace_id`` holds: one that holds any is not deleted (its
+    models' rows reference it), as in Determined ("move or delete models first")."""
+    m = schema.models.c
+    return int(conn.execute(select(func.count()).where(m.workspace_id == workspace_id)).scalar() or 0)
+
+
 def create_model(conn: Connection, caller: Caller, fields: dict[str, Any]) -> Row:
-    """A model of the caller's, named in the caller's own namespace."""
+    """A model of the caller's, named in the caller's own namespace, in workspace
+    ``workspace_name`` (default: Uncategorized)."""
+    fields = dict(fields)
     name = check_name(fields["name"])
     _check_may_edit(caller, f"create model '{name}'")
     _check_unique(conn, caller.name, name)
+    workspace = fields.pop("workspace_name", None)
+    if workspace is not None:
+        fields["workspace_id"] = _workspace_id(conn, workspace, f"create model '{name}'")
     time = now()
     try:
         result = conn.execute(
@@ -186,10 +237,20 @@ def create_model(conn: Connection, caller: Caller, fields: dict[str, Any]) -> Ro
 def update_model(
     conn: Connection, caller: Caller, row: Row, changes: dict[str, Any], *, action: str | None = None
 ) -> Row:
-    """Change the fields given (``labels`` and ``metadata`` are replaced whole); ``archived`` too.
-    A new name stays in the model's owner's namespace."""
+    """Change the fields given (``labels`` and ``metadata`` are replaced whole); ``archived`` too;
+    ``workspace_name`` moves it (Determined's ``det model move``). A new name stays in the model's
+    owner's namespace."""
+    changes = dict(changes)
     renamed = changes.get("name") not in (None, row.name)
-    _check_owner(caller, row.owner, f"{action or ('rename' if renamed else 'edit')} model '{row.name}'")
+    workspace = changes.pop("workspace_name", None)
+    moving = workspace is not None
+    verb = action or ("rename" if renamed else "move" if moving else "edit")
+    _check_owner(caller, row.owner, f"{verb} model '{row.name}'")
+    if moving:
+        what = f"move model '{row.name}'"
+        if row.archived:  # Determined: an archived model's attributes are not updated
+            raise ModelError(f"model '{row.name}' is archived: unarchive it to move it")
+        changes["workspace_id"] = _workspace_id(conn, workspace, what)
     if renamed:
         _check_unique(conn, row.owner, check_name(changes["name"]))
     if "labels" in changes:

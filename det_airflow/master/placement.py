@@ -7,14 +7,16 @@ slots the gang fills most tightly, so that a job asking for a whole host still f
 small trials fill the gaps. A gang that fits some host is never split; one larger than every host
 runs as ``k`` nodes of ``slots / k`` slots each (the fewest nodes that have room, each on its best
 fit), as Determined spreads a multi-agent trial evenly. No host is given more slots than it
-reported, so a slot is never leased twice. Pure functions of what the hosts hold, like the queue
+reported, so a slot is never leased twice, and none is given a slot an admin disabled (``det
+agent|slot disable``, master/host_switches.py): a disabled host counts as one with no slots, so it
+is full while the others take the work. Pure functions of what the hosts hold, like the queue
 policy.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from det_airflow.runner_policy import runner_of
@@ -22,15 +24,23 @@ from det_airflow.runner_policy import runner_of
 
 @dataclass(frozen=True)
 class HostLoad:
-    """A live host as placement sees it: the slots it reported and those its trials hold."""
+    """A live host as placement sees it: the slots it reported, those its trials hold and those
+    an admin disabled (all of them for a disabled host)."""
 
     id: str
     slots: int
     used: int = 0
+    disabled: int = 0
+
+    @property
+    def enabled_slots(self) -> int:
+        """The slots it may be given work on: a trial still running on a disabled slot (a
+        draining host) holds one of these in ``used`` until it ends."""
+        return max(self.slots - self.disabled, 0)
 
     @property
     def free(self) -> int:
-        return max(self.slots - self.used, 0)
+        return max(self.enabled_slots - self.used, 0)
 
 
 def best_fit(hosts: Iterable[HostLoad], gang: int, prefer: str | None = None) -> str | None:
@@ -50,7 +60,7 @@ def best_fit(hosts: Iterable[HostLoad], gang: int, prefer: str | None = None) ->
 
 def fits_any(hosts: Iterable[HostLoad], gang: int) -> bool:
     """Whether some host could ever take the gang whole (when all its trials have ended)."""
-    return any(host.slots >= gang for host in hosts)
+    return any(host.enabled_slots >= gang for host in hosts)
 
 
 #: The most nodes one trial runs on: the experiment's DAG has a node task for each of them.
@@ -115,7 +125,7 @@ def fits_together(hosts: Iterable[HostLoad], gang: int) -> bool:
     hosts = list(hosts)
     if fits_any(hosts, gang):
         return True
-    return any(sum(host.slots >= gang // k for host in hosts) >= k for k in node_counts(gang))
+    return any(sum(host.enabled_slots >= gang // k for host in hosts) >= k for k in node_counts(gang))
 
 
 def place(hosts: Sequence[HostLoad], gangs: Sequence[int]) -> list[str | None]:
@@ -127,6 +137,6 @@ def place(hosts: Sequence[HostLoad], gangs: Sequence[int]) -> list[str | None]:
         host_id = best_fit(loads.values(), gang)
         if host_id is not None:
             host = loads[host_id]
-            loads[host_id] = HostLoad(host.id, host.slots, host.used + gang)
+            loads[host_id] = replace(host, used=host.used + gang)
         placed.append(host_id)
     return placed

@@ -10,6 +10,16 @@ being the project's owner, its workspace's owner, or an admin; moving an experim
 right to change it (its owner or an admin). The Uncategorized project is everyone's place to file
 into and only admins' to edit.
 
+Archiving, renaming and deleting follow Determined: the project's owner, its workspace's owner or
+an admin archives, renames or deletes a project; a workspace's owner or an admin does the same to
+a workspace. The Uncategorized workspace and project are never archived, renamed or deleted. An
+archived workspace takes no new projects; an archived project (or one in an archived workspace)
+takes no new experiments and no edits until it is unarchived. Where Determined's delete also deletes
+the experiments inside, ours refuses while the project (or any project of the workspace) still holds
+one, naming them: they are moved (``det e move``) or deleted (``det e delete``, with its own checks
+of who may) first, so a delete never takes an experiment with it, least of all another user's; a
+workspace that holds models is refused too, as Determined refuses it.
+
 An experiment whose config names no workspace and project lives in the Uncategorized project of the
 Uncategorized workspace, as in Determined; one that names a project that does not exist is refused,
 as Determined does. ``det_experiments.project_id`` is None for the Uncategorized project, so the
@@ -27,7 +37,7 @@ from det_airflow.config import read_yaml
 from det_airflow.errors import DetError
 from det_airflow.master import experiments, schema, serialize
 from det_airflow.master.authz import Caller, PermissionDenied, check_change, readable
-from det_airflow.master.lifecycle import NotFound, now
+from det_airflow.master.lifecycle import NotFound, StateError, now
 from det_airflow.states import ExperimentState
 from det_airflow.text_input import name_problem
 
@@ -49,15 +59,20 @@ def check_name(kind: str, name: str) -> str:
     return name
 
 
-def get_workspace(conn: Connection, workspace_id: int) -> Row:
-    row = conn.execute(select(schema.workspaces).where(schema.workspaces.c.id == workspace_id)).first()
+def get_workspace(conn: Connection, workspace_id: int, *, lock: bool = False, share: bool = False) -> Row:
+    """``lock``: held for the rest of the transaction (PostgreSQL) by the one changing it;
+    ``share``: by one that depends on it, so that an archive or delete waits for it."""
+    query = select(schema.workspaces).where(schema.workspaces.c.id == workspace_id)
+    row = conn.execute(query.with_for_update(read=share) if lock or share else query).first()
     if row is None:
         raise NotFound(f"workspace {workspace_id} not found")
     return row
 
 
-def get_project(conn: Connection, project_id: int) -> Row:
-    row = conn.execute(select(schema.projects).where(schema.projects.c.id == project_id)).first()
+def get_project(conn: Connection, project_id: int, *, lock: bool = False, share: bool = False) -> Row:
+    """``lock`` and ``share`` as for ``get_workspace``."""
+    query = select(schema.projects).where(schema.projects.c.id == project_id)
+    row = conn.execute(query.with_for_update(read=share) if lock or share else query).first()
     if row is None:
         raise NotFound(f"project {project_id} not found")
     return row
@@ -88,6 +103,30 @@ def find_project(conn: Connection, workspace: str, project: str) -> Row:
     return row
 
 
+def _open_project(conn: Connection, workspace: str, project: str) -> Row:
+    """Project ``project`` of ``workspace`` locked (PostgreSQL) for the transaction that files an
+    experiment into it, refused when it or its workspace is archived: an archive or delete of it
+    waits for that transaction, or that transaction sees it archived or gone."""
+    row = get_project(conn, find_project(conn, workspace, project).id, share=True)
+    _check_open(conn, row)
+    return row
+
+
+def _check_open(conn: Connection, project: Row) -> None:
+    """Refuse a change in an archived project or in a project of an archived workspace."""
+    workspace = get_workspace(conn, project.workspace_id)
+    where = f"project '{project.name}' of workspace '{workspace.name}'"
+    if workspace.archived:
+        raise ProjectError(
+            f"{where}: the workspace is archived; unarchive it first "
+            f"(`det workspace unarchive {workspace.name}`)"
+        )
+    if project.archived:
+        raise ProjectError(
+            f"{where} is archived; unarchive it first (`det project unarchive {workspace.name} {project.name}`)"
+        )
+
+
 def _uncategorized_id(conn: Connection) -> int:
     w, p = schema.workspaces.c, schema.projects.c
     project_id = conn.execute(
@@ -105,7 +144,7 @@ def project_id_for(conn: Connection, workspace: str | None, project: str | None)
     with; None (the Uncategorized project) when it names neither."""
     if workspace is None or project is None:
         return None
-    row = find_project(conn, workspace, project)
+    row = _open_project(conn, workspace, project)
     return None if row.id == _uncategorized_id(conn) else int(row.id)
 
 
@@ -122,10 +161,13 @@ def _in_project(conn: Connection, project: Row) -> Any:
 # --- workspaces -----------------------------------------------------------------------------------
 
 
-def list_workspaces(conn: Connection, *, name: str | None = None) -> list[Row]:
+def list_workspaces(conn: Connection, *, name: str | None = None, archived: bool | None = None) -> list[Row]:
+    """Every workspace, or the one named ``name``; ``archived``: only those archived (True) or not."""
     query = select(schema.workspaces).order_by(schema.workspaces.c.id)
     if name is not None:
         query = query.where(schema.workspaces.c.name == name)
+    if archived is not None:
+        query = query.where(schema.workspaces.c.archived.is_(archived))
     return list(conn.execute(query).all())
 
 
@@ -158,14 +200,93 @@ def create_workspace(conn: Connection, caller: Caller, name: str) -> Row:
     return get_workspace(conn, int(result.inserted_primary_key[0]))  # type: ignore[index]
 
 
+def _check_may_manage_workspace(caller: Caller, workspace: Row, what: str) -> None:
+    """Refuse unless the caller may create DAG runs and made the workspace, or is an admin."""
+    _check_may_edit(caller, what)
+    if caller.is_admin or caller.name == workspace.created_by:
+        return
+    raise PermissionDenied(
+        f"user '{caller.name}' may not {what}: it belongs to '{workspace.created_by}'; only they or an admin may"
+    )
+
+
+def set_workspace_archived(conn: Connection, caller: Caller, workspace_id: int, archived: bool) -> Row:
+    row = get_workspace(conn, workspace_id, lock=True)
+    verb = "archive" if archived else "unarchive"
+    if row.name == schema.UNCATEGORIZED:
+        raise ProjectError(f"the {schema.UNCATEGORIZED} workspace is the default one: it cannot be {verb}d")
+    _check_may_manage_workspace(caller, row, f"{verb} workspace '{row.name}'")
+    conn.execute(schema.workspaces.update().where(schema.workspaces.c.id == row.id).values(archived=archived))
+    return get_workspace(conn, workspace_id)
+
+
+def rename_workspace(conn: Connection, caller: Caller, workspace_id: int, name: str) -> Row:
+    row = get_workspace(conn, workspace_id, lock=True)
+    check_name("workspace", name)
+    if row.name == schema.UNCATEGORIZED:
+        raise ProjectError(f"the {schema.UNCATEGORIZED} workspace is the default one: it cannot be renamed")
+    _check_may_manage_workspace(caller, row, f"rename workspace '{row.name}'")
+    if row.archived:
+        raise ProjectError(
+            f"workspace '{row.name}' is archived; unarchive it first (`det workspace unarchive {row.name}`)"
+        )
+    if name != row.name:
+        if _workspace_named(conn, name) is not None:
+            raise ProjectError(f"a workspace named '{name}' already exists")
+        conn.execute(schema.workspaces.update().where(schema.workspaces.c.id == row.id).values(name=name))
+    return get_workspace(conn, workspace_id)
+
+
+def delete_workspace(conn: Connection, caller: Caller, workspace_id: int) -> dict[str, Any]:
+    """Delete the workspace and its projects, refused while any of them holds an experiment; answers
+    the workspace as it was."""
+    row = get_workspace(conn, workspace_id, lock=True)
+    if row.name == schema.UNCATEGORIZED:
+        raise ProjectError(f"the {schema.UNCATEGORIZED} workspace is the default one: it cannot be deleted")
+    _check_may_manage_workspace(caller, row, f"delete workspace '{row.name}'")
+    p = schema.projects.c
+    held = conn.execute(
+        select(p.id, p.name).where(p.workspace_id == row.id).order_by(p.id).with_for_update()
+    ).all()
+    counts = [(name, _count(conn, project_id)) for project_id, name in held]
+    full = [f"'{name}' ({count})" for name, count in counts if count]
+    if full:
+        raise StateError(
+            f"workspace '{row.name}' still holds experiments, in project(s) {', '.join(full)}: "
+            "move them (`det e move`) or delete them (`det e delete`) first"
+        )
+    m = schema.models.c
+    models = list(conn.execute(select(m.name).where(m.workspace_id == row.id).order_by(m.name)).scalars())
+    if models:  # as Determined: a workspace's models are moved or deleted first, never with it
+        shown = ", ".join(f"'{name}'" for name in models[:10]) + (", ..." if len(models) > 10 else "")
+        raise StateError(
+            f"workspace '{row.name}' still holds {len(models)} model(s) ({shown}): move them "
+            "(`det model move NAME -w WORKSPACE`) or delete them (`det model delete NAME`) first"
+        )
+    described = describe_workspaces(conn, [row])[0]
+    conn.execute(schema.projects.delete().where(p.workspace_id == row.id))
+    conn.execute(schema.workspaces.delete().where(schema.workspaces.c.id == row.id))
+    return described
+
+
+def _count(conn: Connection, project_id: int) -> int:
+    """How many experiments (any state, archived or not, anyone's) project ``project_id`` holds."""
+    e = schema.experiments.c
+    return int(conn.execute(select(func.count()).where(e.project_id == project_id)).scalar_one())
+
+
 # --- projects -------------------------------------------------------------------------------------
 
 
-def list_projects(conn: Connection, workspace: Row, *, name: str | None = None) -> list[Row]:
+def list_projects(
+    conn: Connection, workspace: Row, *, name: str | None = None, archived: bool | None = None
+) -> list[Row]:
     p = schema.projects.c
     query = select(schema.projects).where(p.workspace_id == workspace.id).order_by(p.id)
     if name is not None:
         query = query.where(p.name == name)
+    if archived is not None:
+        query = query.where(p.archived.is_(archived))
     return list(conn.execute(query).all())
 
 
@@ -265,6 +386,12 @@ def check_placement(conn: Connection, caller: Caller, workspace: Any, project: A
 def create_project(conn: Connection, caller: Caller, workspace: Row, fields: dict[str, Any]) -> Row:
     name = check_name("project", fields["name"])
     _check_may_edit(caller, f"create project '{name}'")
+    workspace = get_workspace(conn, workspace.id, share=True)  # not archived or deleted meanwhile
+    if workspace.archived:
+        raise ProjectError(
+            f"workspace '{workspace.name}' is archived and takes no new projects; "
+            f"unarchive it first (`det workspace unarchive {workspace.name}`)"
+        )
     if _project_named(conn, workspace.id, name) is not None:
         raise ProjectError(f"a project named '{name}' already exists in workspace '{workspace.name}'")
     result = conn.execute(
@@ -282,12 +409,60 @@ def create_project(conn: Connection, caller: Caller, workspace: Row, fields: dic
 
 
 def update_project(conn: Connection, caller: Caller, project_id: int, changes: dict[str, Any]) -> Row:
-    """Change ``description`` and ``notes`` (those given)."""
-    row = get_project(conn, project_id)
+    """Change ``name``, ``description`` and ``notes`` (those given); not in an archived project or
+    workspace, and never the Uncategorized project's name."""
+    row = get_project(conn, project_id, lock=True)
+    name = changes.get("name")
+    if name is not None:
+        check_name("project", name)
+        if name != row.name and _stored_id(conn, row) is None:
+            raise ProjectError(f"the {schema.UNCATEGORIZED} project is the default one: it cannot be renamed")
     _check_may_manage(conn, caller, row, f"edit project '{row.name}'")
+    _check_open(conn, row)
+    if name is not None and name != row.name and _project_named(conn, row.workspace_id, name) is not None:
+        workspace = get_workspace(conn, row.workspace_id)
+        raise ProjectError(f"a project named '{name}' already exists in workspace '{workspace.name}'")
     if changes:
         conn.execute(schema.projects.update().where(schema.projects.c.id == row.id).values(**changes))
     return get_project(conn, project_id)
+
+
+def set_project_archived(conn: Connection, caller: Caller, project_id: int, archived: bool) -> Row:
+    """Archive or unarchive the project: not the Uncategorized one, not in an archived workspace
+    (as Determined: unarchive the workspace first)."""
+    row = get_project(conn, project_id, lock=True)
+    verb = "archive" if archived else "unarchive"
+    if _stored_id(conn, row) is None:
+        raise ProjectError(f"the {schema.UNCATEGORIZED} project is the default one: it cannot be {verb}d")
+    _check_may_manage(conn, caller, row, f"{verb} project '{row.name}'")
+    workspace = get_workspace(conn, row.workspace_id)
+    if workspace.archived:
+        raise ProjectError(
+            f"project '{row.name}' belongs to archived workspace '{workspace.name}'; "
+            f"unarchive the workspace first (`det workspace unarchive {workspace.name}`)"
+        )
+    conn.execute(schema.projects.update().where(schema.projects.c.id == row.id).values(archived=archived))
+    return get_project(conn, project_id)
+
+
+def delete_project(conn: Connection, caller: Caller, project_id: int) -> dict[str, Any]:
+    """Delete the project, refused while it holds an experiment; answers it as it was."""
+    row = get_project(conn, project_id, lock=True)
+    if _stored_id(conn, row) is None:
+        raise ProjectError(f"the {schema.UNCATEGORIZED} project is the default one: it cannot be deleted")
+    _check_may_manage(conn, caller, row, f"delete project '{row.name}'")
+    described = describe_project(conn, row)
+    e = schema.experiments.c
+    held = list(conn.execute(select(e.id).where(e.project_id == row.id).order_by(e.id)).scalars())
+    if held:
+        shown = ", ".join(str(i) for i in held[:10]) + (", ..." if len(held) > 10 else "")
+        raise StateError(
+            f"project '{row.name}' of workspace '{described['workspace_name']}' still holds "
+            f"{len(held)} experiment(s) ({shown}): move them (`det e move`) or delete them "
+            "(`det e delete`) first"
+        )
+    conn.execute(schema.projects.delete().where(schema.projects.c.id == row.id))
+    return described
 
 
 def project_experiments(conn: Connection, caller: Caller, project: Row, *, archived: bool) -> list[Row]:
@@ -314,8 +489,7 @@ def move_experiment(
         target,
         f"move experiment {experiment_id} into project '{project}' of workspace '{workspace}'",
     )
-    if target.archived:
-        raise ProjectError(f"project '{project}' of workspace '{workspace}' is archived")
+    target = _open_project(conn, workspace, project)
     if row.state in (ExperimentState.DELETING, ExperimentState.DELETED):
         raise ProjectError(f"experiment {experiment_id} is being deleted")
     conn.execute(

@@ -46,7 +46,6 @@ from det_airflow.master import (
 from det_airflow.master.airflow_bridge import NODE_TASK
 from det_airflow.master.auth import ServiceAuth
 from det_airflow.master.db import get_database
-from det_airflow.master.routes_people import decode_context
 from det_airflow.master.trial_logs import append_logs
 from det_airflow.states import ExperimentState, TrialState
 
@@ -63,7 +62,7 @@ def register(body: RegisterRun) -> dict:
             run_id=body.run_id,
             experiment_id=body.experiment_id,
             config_yaml=body.config,
-            context=decode_context(body.context),
+            context=submission.decode_context(body.context),  # its size and members checked
             owner=body.owner or "airflow",
         )
     return {"experiment_id": row.id, "state": row.state}
@@ -186,7 +185,7 @@ def trial_status(trial_id: int) -> dict:
 def trial_logs(trial_id: int, body: LogBatch) -> dict:
     with get_database().begin() as conn:
         trials.get_trial(conn, trial_id)
-        append_logs(conn, trial_id, [line.model_dump() for line in body.logs])
+        append_logs(conn, trial_id, [line.model_dump() for line in body.logs], source="task")
     return {}
 
 

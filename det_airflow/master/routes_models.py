@@ -39,10 +39,12 @@ def list_models(
     owner: Owner = None,
     label: str | None = None,
     archived: bool | None = None,
+    workspace_name: Annotated[list[str] | None, Query(description="in any of these workspaces")] = None,
     sort_by: SortBy = "last_updated_time",
     order_by: OrderBy = "asc",
 ) -> dict:
-    """Every model, or those whose name contains ``name``, of ``owner``, with ``label``, archived or not."""
+    """Every model, or those whose name contains ``name``, of ``owner``, with ``label``, archived or
+    not, in the workspaces named."""
     with get_database().read() as conn:
         rows = registry.list_models(
             conn,
@@ -50,6 +52,7 @@ def list_models(
             owner=owner,
             label=label,
             archived=archived,
+            workspaces=workspace_name,
             sort_by=sort_by,
             descending=order_by == "desc",
         )
@@ -74,7 +77,8 @@ def describe_model(name: str, caller: CallerDep, owner: Owner = None) -> dict:
 
 @router.patch("/models/{name}", response_model=ModelAnswer)
 def update_model(name: str, body: PatchModel, caller: CallerDep, owner: Owner = None) -> dict:
-    """Change the fields given; ``labels`` and ``metadata`` are replaced whole (its owner or an admin)."""
+    """Change the fields given; ``labels`` and ``metadata`` are replaced whole; ``workspace_name``
+    moves it, never into an archived workspace (its owner or an admin)."""
     changes = body.model_dump(exclude_none=True)
     with get_database().begin() as conn:
         model = registry.find_model(conn, caller, name, owner=owner)

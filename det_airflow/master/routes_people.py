@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Annotated, Any, Literal
@@ -36,7 +34,7 @@ from det_airflow.api.models import (
     TrialAnswer,
     TrialList,
 )
-from det_airflow.errors import ContextError, DetError
+from det_airflow.errors import DetError
 from det_airflow.master import (
     caps,
     experiment_deletion,
@@ -67,7 +65,7 @@ from det_airflow.master.authz import (
     readable,
 )
 from det_airflow.master.db import get_database
-from det_airflow.master.trial_logs import read_logs, time_window
+from det_airflow.master.trial_logs import SOURCES, read_logs, time_window
 from det_airflow.states import LOG_LEVELS, TrialState
 
 # Every route needs an Airflow login (the master runs inside Airflow's API server), and no change
@@ -81,15 +79,6 @@ CONTEXT_ANSWER: dict[int | str, dict[str, Any]] = {
         "content": {"application/gzip": {"schema": {"type": "string", "format": "binary"}}},
     }
 }
-
-
-def decode_context(data: str | None) -> bytes | None:
-    if data is None:
-        return None
-    try:
-        return base64.b64decode(data, validate=True)
-    except (binascii.Error, ValueError):
-        raise ContextError("context: not valid base64") from None
 
 
 def _experiment_answer(conn: Connection, row: Row) -> dict:
@@ -117,6 +106,8 @@ def create_experiment(body: CreateExperiment, caller: CallerDep) -> dict:
             with db.read() as conn:
                 config_yaml = templates.apply(conn, caller, body.template, body.config)
         with db.read() as conn:  # a config may name a project: only one the caller may file into
+            if body.project_id is not None:
+                config_yaml = _placed_in_project(conn, caller, config_yaml, body.project_id)
             projects.check_config_placement(conn, caller, config_yaml)
         row, created = submission.create_once(
             db,
@@ -235,6 +226,35 @@ def hyperparameter_importance(
         "constants": found.constants,
         "note": found.note,
     }
+
+
+def _placed_in_project(conn: Connection, caller: Caller, config_yaml: str, project_id: int) -> str:
+    """The config with the workspace and project of ``project_id`` (Determined's ``projectId``), once
+    the caller may file into it: the same rights and checks as ``det e move``. A config that names
+    another project is refused rather than silently moved."""
+    import yaml
+
+    from det_airflow.config import read_yaml
+
+    project = projects.get_project(conn, project_id)
+    workspace = projects.get_workspace(conn, project.workspace_id)
+    where = f"project '{project.name}' of workspace '{workspace.name}'"
+    projects.check_may_file_into(conn, caller, project, f"create experiments in {where}")
+    if project.archived or workspace.archived:
+        archived = where if project.archived else f"workspace '{workspace.name}'"
+        raise projects.ProjectError(f"{archived} is archived: experiments cannot be created in it")
+    raw = read_yaml(config_yaml, source_name="config")
+    if not isinstance(raw, dict):
+        return config_yaml  # the config's own checks say what is wrong
+    named = (raw.get("workspace"), raw.get("project"))
+    if named == (workspace.name, project.name):
+        return config_yaml
+    if named != (None, None):
+        raise projects.ProjectError(
+            f"the config names project '{named[1]}' of workspace '{named[0]}', but project_id "
+            f"{project_id} is {where}: give one of them"
+        )
+    return yaml.safe_dump({**raw, "workspace": workspace.name, "project": project.name}, sort_keys=False)
 
 
 @router.get("/experiments/{experiment_id}/trials", response_model=TrialList)
@@ -408,14 +428,24 @@ def trial_logs(
     search: Annotated[str | None, Query(min_length=1, max_length=1000)] = None,
     timestamp_before: datetime | None = None,
     timestamp_after: datetime | None = None,
+    container_id: Annotated[list[Annotated[str, Query(max_length=64)]] | None, Query()] = None,
+    source: Annotated[list[Literal[SOURCES]] | None, Query()] = None,  # type: ignore[valid-type]
+    stdtype: Annotated[list[Annotated[str, Query(max_length=16)]] | None, Query()] = None,
 ) -> dict:
     """Lines after ``after`` (the id of the last line seen, for tailing), filtered like `det trial logs`:
-    of these ranks, of ``level`` or higher, containing ``search`` (any case), logged before
-    ``timestamp_before`` and after ``timestamp_after`` (RFC 3339; no zone: UTC)."""
+    of these ranks, containers, sources ("task", "master") and output streams (stdout, stderr), of
+    ``level`` or higher, containing ``search`` (any case), logged before ``timestamp_before`` and
+    after ``timestamp_after`` (RFC 3339; no zone: UTC)."""
     table = schema.trial_logs
     where: list[ColumnElement[bool]] = time_window(timestamp_before, timestamp_after)
     if rank:
         where.append(table.c.rank.in_(rank))
+    if container_id:
+        where.append(table.c.container_id.in_(container_id))
+    if source:
+        where.append(table.c.source.in_(source))
+    if stdtype:
+        where.append(table.c.stdtype.in_(stdtype))
     if level is not None:
         names = LOG_LEVELS[LOG_LEVELS.index(level) :]
         where.append(func.upper(table.c.level).in_([*names, *(f"LOG_LEVEL_{n}" for n in names)]))

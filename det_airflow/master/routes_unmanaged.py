@@ -111,5 +111,5 @@ def unmanaged_logs(trial_id: TrialAuth, body: LogBatch) -> dict:
             raise lifecycle.StateError(
                 f"trial {trial_id} belongs to a managed experiment; its task ships its output"
             )
-        trial_logs.append_logs(conn, trial_id, [line.model_dump() for line in body.logs])
+        trial_logs.append_logs(conn, trial_id, [line.model_dump() for line in body.logs], source="task")
     return {}

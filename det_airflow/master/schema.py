@@ -26,7 +26,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection
 
 # Bump when a table changes; `det admin migrate` brings a database up to this version.
-SCHEMA_VERSION = 19
+SCHEMA_VERSION = 21
 
 metadata = MetaData()
 
@@ -175,6 +175,7 @@ trial_logs = Table(
     Column("level", String(16)),
     Column("stdtype", String(16)),
     Column("message", Text, nullable=False),
+    Column("source", String(16)),  # "task" (the trial's processes) or "master"; None: stored before 21
     Index("det_trial_logs_trial", "trial_id", "id"),
 )
 
@@ -212,6 +213,20 @@ hosts = Table(
     Column("address", String(253)),
     Column("registered_at", DateTime(timezone=True), nullable=False),
     Column("last_seen", DateTime(timezone=True), nullable=False),
+)
+
+# What an admin took out of service (`det agent|slot enable|disable`, master/host_switches.py): a
+# row per host with some of it disabled, none when all is enabled. Apart from det_hosts, so that a
+# host whose worker restarts (its det_hosts row goes and comes back) stays as the admin left it.
+host_switches = Table(
+    "det_host_switches",
+    metadata,
+    Column("host_id", String(63), primary_key=True),
+    Column("enabled", Boolean, nullable=False),  # False: the whole host is disabled
+    Column("draining", Boolean, nullable=False),  # disabled with --drain: what runs there finishes
+    Column("disabled_slots", JSON, nullable=False),  # slot ids disabled one by one
+    Column("changed_by", String(256), nullable=False),
+    Column("changed_at", DateTime(timezone=True), nullable=False),
 )
 
 # Files to remove (checkpoints, trial work folders): queued by the master, removed by the host that
@@ -339,6 +354,9 @@ models = Table(
     Column("archived", Boolean, nullable=False),
     Column("creation_time", DateTime(timezone=True), nullable=False),
     Column("last_updated_time", DateTime(timezone=True), nullable=False),
+    # Its workspace (`det model move`); None: the Uncategorized workspace. A workspace that holds
+    # models is not deleted (Determined: "move or delete models first").
+    Column("workspace_id", Integer, ForeignKey("det_workspaces.id"), index=True),
     # Names are per owner: nobody can take, or shadow, the name of another's model.
     UniqueConstraint("owner", "name", name="det_models_owner_name_uq"),
     sqlite_autoincrement=True,

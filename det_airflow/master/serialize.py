@@ -114,6 +114,7 @@ def log_line(row: Row) -> dict[str, Any]:
         "level": row.level,
         "stdtype": row.stdtype,
         "message": row.message,
+        "source": row.source,
     }
 
 

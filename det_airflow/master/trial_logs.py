@@ -49,7 +49,15 @@ def time_window(before: datetime | None, after: datetime | None) -> list[ColumnE
     return where
 
 
-def append_logs(conn: Connection, trial_id: int, lines: list[dict[str, Any]]) -> None:
+# Who wrote a line (Determined's log ``source``): the trial's own processes, or the master about it.
+SOURCES = ("task", "master")
+
+
+def append_logs(
+    conn: Connection, trial_id: int, lines: list[dict[str, Any]], *, source: str = "master"
+) -> None:
+    """Stores the lines; ``source`` is "task" for what the trial's processes sent, else the
+    master wrote them (preemption, lost runs)."""
     if not lines:
         return
     conn.execute(
@@ -63,6 +71,7 @@ def append_logs(conn: Connection, trial_id: int, lines: list[dict[str, Any]]) ->
                 "level": line.get("level") or "INFO",
                 "stdtype": line.get("stdtype") or "stdout",
                 "message": str(line.get("message", "")),
+                "source": source,
             }
             for line in lines
         ],

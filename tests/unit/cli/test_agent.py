@@ -34,9 +34,21 @@ GPU_HOST = {
             "trial_id": 12,
             "experiment_id": 3,
             "task_name": "Trial 12 (Experiment 3)",
+            "enabled": True,
+            "draining": False,
         },
-        {"slot_id": 1, "device": 1, "trial_id": None, "experiment_id": None, "task_name": None},
+        {
+            "slot_id": 1,
+            "device": 1,
+            "trial_id": None,
+            "experiment_id": None,
+            "task_name": None,
+            "enabled": False,
+            "draining": False,
+        },
     ],
+    "enabled": True,
+    "draining": False,
 }
 CPU_HOST = {
     "id": "cpu-b",
@@ -48,7 +60,19 @@ CPU_HOST = {
     "used_slots": 0,
     "queue": "det-host-cpu-b",
     "address": None,
-    "slots": [{"slot_id": 0, "device": None, "trial_id": None, "experiment_id": None, "task_name": None}],
+    "slots": [
+        {
+            "slot_id": 0,
+            "device": None,
+            "trial_id": None,
+            "experiment_id": None,
+            "task_name": None,
+            "enabled": False,
+            "draining": True,
+        }
+    ],
+    "enabled": False,
+    "draining": True,
 }
 
 
@@ -102,13 +126,13 @@ def test_agent_list_shows_one_row_per_host(det: Any, agents_master: Any) -> None
     assert result.code == 0, result.err
     assert result.out.splitlines() == [
         " Agent ID   | Registered Time          |   Num Slots |   Used Slots | Slot Type   "
-        "| Alive   | Queue          | Addresses",
+        "| Alive   | Enabled   | Draining   | Queue          | Addresses",
         "------------+--------------------------+-------------+--------------+-------------"
-        "+---------+----------------+-------------",
+        "+---------+-----------+------------+----------------+-------------",
         " gpu-a      | 2025-03-01 12:00:00+0000 |           2 |            1 | cuda        "
-        "| True    | det-host-gpu-a | 10.0.0.5",
+        "| True    | True      | False      | det-host-gpu-a | 10.0.0.5",
         " cpu-b      | 2025-03-01 11:00:00+0000 |           1 |            0 | cpu         "
-        "| False   | det-host-cpu-b |",
+        "| False   | False     | True       | det-host-cpu-b |",
     ]
 
 
@@ -126,9 +150,9 @@ def test_agent_list_without_worker_hosts_says_where_trials_run(
 
 def test_agent_list_csv_and_json(det: Any, agents_master: Any) -> None:
     assert det("a", "ls", "--csv").out.splitlines() == [
-        "Agent ID,Registered Time,Num Slots,Used Slots,Slot Type,Alive,Queue,Addresses",
-        "gpu-a,2025-03-01 12:00:00+0000,2,1,cuda,True,det-host-gpu-a,10.0.0.5",
-        "cpu-b,2025-03-01 11:00:00+0000,1,0,cpu,False,det-host-cpu-b,",
+        "Agent ID,Registered Time,Num Slots,Used Slots,Slot Type,Alive,Enabled,Draining,Queue,Addresses",
+        "gpu-a,2025-03-01 12:00:00+0000,2,1,cuda,True,True,False,det-host-gpu-a,10.0.0.5",
+        "cpu-b,2025-03-01 11:00:00+0000,1,0,cpu,False,False,True,det-host-cpu-b,",
     ]
     assert json.loads(det("a", "list", "--json").out) == [GPU_HOST, CPU_HOST]
 
@@ -137,10 +161,10 @@ def test_slot_list_shows_what_holds_each_slot(det: Any, agents_master: Any) -> N
     result = det("slot", "list", "--csv")
     assert result.code == 0, result.err
     assert result.out.splitlines() == [
-        "Agent ID,Slot ID,Enabled,Allocation,Task Name,Type,Device",
-        "gpu-a,0,True,12,Trial 12 (Experiment 3),cuda,0",
-        "gpu-a,1,True,,,cuda,1",
-        "cpu-b,0,False,,,cpu,",
+        "Agent ID,Slot ID,Enabled,Draining,Allocation,Task Name,Type,Device",
+        "gpu-a,0,True,False,12,Trial 12 (Experiment 3),cuda,0",
+        "gpu-a,1,False,False,,,cuda,1",
+        "cpu-b,0,False,True,,,cpu,",
     ]
 
 
@@ -150,13 +174,14 @@ def test_slot_list_of_one_agent(det: Any, agents_master: Any) -> None:
         "Agent ID",
         "Slot ID",
         "Enabled",
+        "Draining",
         "Allocation",
         "Task Name",
         "Type",
         "Device",
     ]
     assert [[cell.strip() for cell in line.split("|")] for line in table[2:]] == [
-        ["cpu-b", "0", "False", "", "", "cpu", ""]
+        ["cpu-b", "0", "False", "True", "", "", "cpu", ""]
     ]
     records = json.loads(det("slot", "list", "--agent", "gpu-a", "--json").out)
     assert records[0] == {
@@ -168,6 +193,7 @@ def test_slot_list_of_one_agent(det: Any, agents_master: Any) -> None:
         "trial_id": 12,
         "experiment_id": 3,
         "task_name": "Trial 12 (Experiment 3)",
+        "draining": False,
     }
     assert [r["slot_id"] for r in records] == [0, 1]
 
@@ -181,7 +207,7 @@ def test_slot_list_of_an_unknown_agent_is_one_line_and_exit_1(det: Any, agents_m
 def test_no_hosts_yet(det: Any, agents_master: Any) -> None:
     agents_master.agents = []
     assert det("agent", "list", "--csv").out.splitlines() == [
-        "Agent ID,Registered Time,Num Slots,Used Slots,Slot Type,Alive,Queue,Addresses"
+        "Agent ID,Registered Time,Num Slots,Used Slots,Slot Type,Alive,Enabled,Draining,Queue,Addresses"
     ]
     result = det("slot", "list", "--agent", "gpu-a")
     assert result.code == 1

@@ -42,8 +42,8 @@ def test_a_model_is_created_a_checkpoint_registered_and_both_listed(det: Any, cl
     assert '"loss": 0.5' in version_table
 
     header, rows = _table(det("model", "list").out)
-    assert header == ["ID", "Name", "Owner", "Creation Time", "Last Updated Time", "Metadata"]
-    assert [row[:3] for row in rows] == [["1", "mnist", "alice"]]
+    assert header == ["ID", "Name", "Owner", "Workspace ID", "Creation Time", "Last Updated Time", "Metadata"]
+    assert [row[:4] for row in rows] == [["1", "mnist", "alice", "1"]]
     listed = json.loads(det("m", "list-versions", "mnist", "--json").out)
     assert [v["checkpoint"]["uuid"] for v in listed["model_versions"]] == [UUID]
     described = det("model", "describe", "mnist")

@@ -187,6 +187,25 @@ def test_an_archive_over_the_compressed_limit_is_refused_before_decoding(creator
     assert creator.count() == 0
 
 
+def test_a_dag_run_registering_a_context_past_the_limit_is_refused_as_a_create_is(
+    creator: Creator, people: People, service_headers: dict[str, str]
+) -> None:
+    """An experiment dropped into the DAGs folder registers its run with its context: the same
+    limits as ``det e create``, the archive's size checked before it is decoded."""
+    too_long = "A" * (4 * -(-(LIMITS.archive_bytes + 3) // 3))
+    answer = people.client.post(
+        "/api/v1/internal/experiments/register",
+        headers=service_headers,
+        json={"dag_id": "det_dropped", "run_id": "manual__1", "config": CONFIG, "context": too_long},
+    )
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["detail"] == (
+        f"context: the archive is {format_size(len(too_long) * 3 // 4)}, over the limit of "
+        f"{format_size(LIMITS.archive_bytes)}"
+    )
+    assert creator.count() == 0
+
+
 def test_database_refusals_are_a_409_with_a_message(tmp_path: Path) -> None:
     engine = create_engine(f"sqlite:///{tmp_path / 'things.db'}")
     table = Table("things", MetaData(), Column("id", Integer, primary_key=True))

@@ -62,6 +62,8 @@ def test_a_model_is_created_listed_and_gets_a_checkpoint_as_version_1(people: Pe
         "creation_time": 0,
         "last_updated_time": 0,
         "num_versions": 0,
+        "workspace_id": 1,  # the Uncategorized workspace's
+        "workspace_name": "Uncategorized",
     }
 
     registered = people.call("alice", "POST", "/models/mnist/versions", json={"checkpoint_uuid": UUID})

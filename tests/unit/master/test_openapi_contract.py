@@ -20,6 +20,13 @@ BODILESS_COMMANDS = {
     ("POST", "/api/v1/models/{name}/archive"),
     ("POST", "/api/v1/models/{name}/unarchive"),
     ("POST", "/api/v1/webhooks/{webhook_id}/test"),
+    ("POST", "/api/v1/workspaces/{workspace_id}/archive"),
+    ("POST", "/api/v1/workspaces/{workspace_id}/unarchive"),
+    ("POST", "/api/v1/projects/{project_id}/archive"),
+    ("POST", "/api/v1/projects/{project_id}/unarchive"),
+    ("POST", "/api/v1/agents/{agent_id}/enable"),
+    ("POST", "/api/v1/agents/{agent_id}/slots/{slot_id}/enable"),
+    ("POST", "/api/v1/agents/{agent_id}/slots/{slot_id}/disable"),
 }
 _BODY_METHODS = {"post", "put", "patch"}
 _SCHEMA_KEYS = {"type", "$ref", "anyOf", "oneOf", "allOf", "enum", "const"}

@@ -25,6 +25,83 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/agents/{agent_id}/disable": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Disable Agent
+         * @description The host takes no new work; what runs there is preempted (tasks killed) unless ``drain``.
+         */
+        post: operations["disable_agent_api_v1_agents__agent_id__disable_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/agents/{agent_id}/enable": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Enable Agent
+         * @description The host and all its slots take new work again.
+         */
+        post: operations["enable_agent_api_v1_agents__agent_id__enable_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/agents/{agent_id}/slots/{slot_id}/disable": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Disable Slot
+         * @description The slot takes no new work; the trial shown on it is preempted (a task killed).
+         */
+        post: operations["disable_slot_api_v1_agents__agent_id__slots__slot_id__disable_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/agents/{agent_id}/slots/{slot_id}/enable": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Enable Slot */
+        post: operations["enable_slot_api_v1_agents__agent_id__slots__slot_id__enable_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/checkpoints/{uuid}": {
         parameters: {
             query?: never;
@@ -195,6 +272,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/experiments/{experiment_id}/gc-policy": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Set Gc Policy
+         * @description Store the policy in the experiment's ``checkpoint_storage`` and delete, at once, the
+         *     checkpoints it does not keep; their files go as every checkpoint deletion's do (master/removals.py).
+         */
+        put: operations["set_gc_policy_api_v1_experiments__experiment_id__gc_policy_put"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/experiments/{experiment_id}/hyperparameter-importance": {
         parameters: {
             query?: never;
@@ -246,6 +344,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/experiments/{experiment_id}/log-retention": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Set Log Retention
+         * @description Keep the logs of the experiment's ended trials ``days`` days after each ended (-1: forever):
+         *     ``retention_policy.log_retention_days`` of its config, which the retention job reads.
+         */
+        put: operations["set_log_retention_api_v1_experiments__experiment_id__log_retention_put"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/experiments/{experiment_id}/move": {
         parameters: {
             query?: never;
@@ -261,6 +380,26 @@ export interface paths {
          *     project: its owner, its workspace's, an admin; anyone into Uncategorized); answers that project.
          */
         post: operations["move_experiment_api_v1_experiments__experiment_id__move_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/experiments/{experiment_id}/preview-gc": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Preview Gc
+         * @description The COMPLETED checkpoints this policy would delete now, by trial and age; nothing changes.
+         */
+        get: operations["preview_gc_api_v1_experiments__experiment_id__preview_gc_get"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -634,7 +773,11 @@ export interface paths {
          * @description The trial's runner: the task's server listens on a port its own process holds.
          */
         post: operations["task_ready_by_runner_api_v1_internal_trials__trial_id__task_ready_post"];
-        delete?: never;
+        /**
+         * Task Gone By Runner
+         * @description The trial's runner: the task's server no longer holds ``port``; the proxy stops going there.
+         */
+        delete: operations["task_gone_by_runner_api_v1_internal_trials__trial_id__task_ready_delete"];
         options?: never;
         head?: never;
         patch?: never;
@@ -681,6 +824,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/master/logs": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Read Master Logs
+         * @description The records of this machine's API server processes, oldest first (at most
+         *     ``master_logs.MAX_ANSWER``). They name hosts, paths and what users typed: admins only.
+         */
+        get: operations["read_master_logs_api_v1_master_logs_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/me": {
         parameters: {
             query?: never;
@@ -707,7 +871,8 @@ export interface paths {
         };
         /**
          * List Models
-         * @description Every model, or those whose name contains ``name``, of ``owner``, with ``label``, archived or not.
+         * @description Every model, or those whose name contains ``name``, of ``owner``, with ``label``, archived or
+         *     not, in the workspaces named.
          */
         get: operations["list_models_api_v1_models_get"];
         put?: never;
@@ -745,7 +910,8 @@ export interface paths {
         head?: never;
         /**
          * Update Model
-         * @description Change the fields given; ``labels`` and ``metadata`` are replaced whole (its owner or an admin).
+         * @description Change the fields given; ``labels`` and ``metadata`` are replaced whole; ``workspace_name``
+         *     moves it, never into an archived workspace (its owner or an admin).
          */
         patch: operations["update_model_api_v1_models__name__patch"];
         trace?: never;
@@ -852,15 +1018,39 @@ export interface paths {
         get: operations["describe_project_api_v1_projects__project_id__get"];
         put?: never;
         post?: never;
-        delete?: never;
+        /**
+         * Delete Project
+         * @description Delete it, refused while it holds an experiment (move or delete them first); answers it as it was.
+         */
+        delete: operations["delete_project_api_v1_projects__project_id__delete"];
         options?: never;
         head?: never;
         /**
          * Update Project
-         * @description Change the description or the Markdown notes (those given): the project's owner, its
-         *     workspace's owner, or an admin.
+         * @description Change the name, the description or the Markdown notes (those given): the project's owner,
+         *     its workspace's owner, or an admin; not while it or its workspace is archived.
          */
         patch: operations["update_project_api_v1_projects__project_id__patch"];
+        trace?: never;
+    };
+    "/api/v1/projects/{project_id}/archive": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Archive Project
+         * @description It takes no new experiments and no edits until unarchived.
+         */
+        post: operations["archive_project_api_v1_projects__project_id__archive_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
         trace?: never;
     };
     "/api/v1/projects/{project_id}/experiments": {
@@ -877,6 +1067,23 @@ export interface paths {
         get: operations["list_project_experiments_api_v1_projects__project_id__experiments_get"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/projects/{project_id}/unarchive": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Unarchive Project */
+        post: operations["unarchive_project_api_v1_projects__project_id__unarchive_post"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1421,8 +1628,9 @@ export interface paths {
         /**
          * Trial Logs
          * @description Lines after ``after`` (the id of the last line seen, for tailing), filtered like `det trial logs`:
-         *     of these ranks, of ``level`` or higher, containing ``search`` (any case), logged before
-         *     ``timestamp_before`` and after ``timestamp_after`` (RFC 3339; no zone: UTC).
+         *     of these ranks, containers, sources ("task", "master") and output streams (stdout, stderr), of
+         *     ``level`` or higher, containing ``search`` (any case), logged before ``timestamp_before`` and
+         *     after ``timestamp_after`` (RFC 3339; no zone: UTC).
          */
         get: operations["trial_logs_api_v1_trials__trial_id__logs_get"];
         put?: never;
@@ -1526,7 +1734,12 @@ export interface paths {
         delete: operations["delete_webhook_api_v1_webhooks__webhook_id__delete"];
         options?: never;
         head?: never;
-        patch?: never;
+        /**
+         * Patch Webhook
+         * @description Determined's ``PatchWebhook``: a new address, checked as a new webhook's is (its host
+         *     resolved before the transaction); events not delivered yet go there.
+         */
+        patch: operations["patch_webhook_api_v1_webhooks__webhook_id__patch"];
         trace?: never;
     };
     "/api/v1/webhooks/{webhook_id}/deliveries": {
@@ -1546,6 +1759,27 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/webhooks/{webhook_id}/test": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Test Webhook
+         * @description Determined's ``TestWebhook``: send a test event now, signed as every event is, and say
+         *     whether the receiver took it (400 with the reason when not). Nothing is recorded.
+         */
+        post: operations["test_webhook_api_v1_webhooks__webhook_id__test_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/workspaces": {
         parameters: {
             query?: never;
@@ -1555,7 +1789,8 @@ export interface paths {
         };
         /**
          * List Workspaces
-         * @description Every workspace, or the one named ``name``.
+         * @description Every workspace, or the one named ``name``; ``archived``: only the archived ones, or only the
+         *     others (Determined's filter; its CLI lists them all).
          */
         get: operations["list_workspaces_api_v1_workspaces_get"];
         put?: never;
@@ -1564,6 +1799,50 @@ export interface paths {
          * @description Admins only.
          */
         post: operations["create_workspace_api_v1_workspaces_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/workspaces/{workspace_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Delete Workspace
+         * @description Delete it with its projects, refused while any of them holds an experiment; answers it as it was.
+         */
+        delete: operations["delete_workspace_api_v1_workspaces__workspace_id__delete"];
+        options?: never;
+        head?: never;
+        /**
+         * Update Workspace
+         * @description Rename it: its creator or an admin; never the Uncategorized workspace, nor an archived one.
+         */
+        patch: operations["update_workspace_api_v1_workspaces__workspace_id__patch"];
+        trace?: never;
+    };
+    "/api/v1/workspaces/{workspace_id}/archive": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Archive Workspace
+         * @description It takes no new projects, and its projects no new experiments, until unarchived.
+         */
+        post: operations["archive_workspace_api_v1_workspaces__workspace_id__archive_post"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1579,12 +1858,29 @@ export interface paths {
         };
         /**
          * List Projects
-         * @description The workspace and its projects, or its project named ``name``.
+         * @description The workspace and its projects, or its project named ``name``; ``archived`` as for workspaces.
          */
         get: operations["list_projects_api_v1_workspaces__workspace_id__projects_get"];
         put?: never;
         /** Create Project */
         post: operations["create_project_api_v1_workspaces__workspace_id__projects_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/workspaces/{workspace_id}/unarchive": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Unarchive Workspace */
+        post: operations["unarchive_workspace_api_v1_workspaces__workspace_id__unarchive_post"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1737,6 +2033,11 @@ export interface components {
              */
             paused?: boolean;
             /**
+             * Project Id
+             * @description the project to create the experiment in (Determined's projectId); a config that names another workspace and project is refused
+             */
+            project_id?: number | null;
+            /**
              * Request Id
              * @description a client's idempotency key: a retry with the same key answers the experiment already made
              */
@@ -1770,6 +2071,11 @@ export interface components {
              * @default
              */
             notes?: string;
+            /**
+             * Workspace Name
+             * @description its workspace (default: Uncategorized)
+             */
+            workspace_name?: string | null;
         };
         /** CreateProject */
         CreateProject: {
@@ -1916,6 +2222,15 @@ export interface components {
              */
             removing?: string[];
         };
+        /** DisableAgent */
+        DisableAgent: {
+            /**
+             * Drain
+             * @description let what runs on it finish (else it is stopped)
+             * @default false
+             */
+            drain?: boolean;
+        };
         /** EarlyExit */
         EarlyExit: {
             /**
@@ -2052,6 +2367,42 @@ export interface components {
             best_checkpoint: string | null;
             experiment: components["schemas"]["Experiment"];
         };
+        /**
+         * GcPolicy
+         * @description An experiment's checkpoint garbage collection policy (``det e set gc-policy``).
+         */
+        GcPolicy: {
+            /** Save Experiment Best */
+            save_experiment_best: number;
+            /** Save Trial Best */
+            save_trial_best: number;
+            /** Save Trial Latest */
+            save_trial_latest: number;
+        };
+        /** GcPolicyAnswer */
+        GcPolicyAnswer: {
+            /**
+             * Deleted
+             * @description the UUIDs of the checkpoints the new policy deleted
+             */
+            deleted: string[];
+            experiment: components["schemas"]["Experiment"];
+            /**
+             * Not Removed
+             * @description files of those that will not be removed
+             */
+            not_removed: string[];
+        };
+        /**
+         * GcPreview
+         * @description The checkpoints a policy would delete now, and the searcher metric they are ranked by.
+         */
+        GcPreview: {
+            /** Checkpoints */
+            checkpoints: components["schemas"]["Checkpoint"][];
+            /** Metric Name */
+            metric_name: string;
+        };
         /** HTTPValidationError */
         HTTPValidationError: {
             /** Detail */
@@ -2069,6 +2420,18 @@ export interface components {
              * @description its heartbeat is recent: its slots count for placement
              */
             alive: boolean;
+            /**
+             * Draining
+             * @description disabled with --drain: what runs there finishes
+             * @default false
+             */
+            draining?: boolean;
+            /**
+             * Enabled
+             * @description false: an admin disabled it: it gets no new work
+             * @default true
+             */
+            enabled?: boolean;
             /** Id */
             id: string;
             /** Last Seen */
@@ -2086,6 +2449,10 @@ export interface components {
             /** Used Slots */
             used_slots: number;
         };
+        /** HostAnswer */
+        HostAnswer: {
+            agent: components["schemas"]["Host"];
+        };
         /**
          * HostBeat
          * @description The master's answer to a host's heartbeat: its record, and the work queued for it.
@@ -2098,6 +2465,18 @@ export interface components {
              * @description its heartbeat is recent: its slots count for placement
              */
             alive: boolean;
+            /**
+             * Draining
+             * @description disabled with --drain: what runs there finishes
+             * @default false
+             */
+            draining?: boolean;
+            /**
+             * Enabled
+             * @description false: an admin disabled it: it gets no new work
+             * @default true
+             */
+            enabled?: boolean;
             /** Id */
             id: string;
             /** Last Seen */
@@ -2154,6 +2533,18 @@ export interface components {
              * @description the GPU index behind the slot (null for CPU slots)
              */
             device: number | null;
+            /**
+             * Draining
+             * @description its host was disabled with --drain: what runs there finishes
+             * @default false
+             */
+            draining?: boolean;
+            /**
+             * Enabled
+             * @description false: an admin disabled it (or its host): it gets no new work
+             * @default true
+             */
+            enabled?: boolean;
             /** Experiment Id */
             experiment_id: number | null;
             /** Slot Id */
@@ -2334,6 +2725,8 @@ export interface components {
             message: string;
             /** Rank */
             rank: number | null;
+            /** Source */
+            source?: string | null;
             /** Stdtype */
             stdtype: string | null;
             /** Timestamp */
@@ -2356,11 +2749,51 @@ export interface components {
             /** Timestamp */
             timestamp?: string | null;
         };
+        /**
+         * LogRetention
+         * @description Days the experiment's ended trials keep their logs (Determined's numDays); -1: forever.
+         */
+        LogRetention: {
+            /** Days */
+            days: number;
+        };
         /** LogsPage */
         LogsPage: {
             /** Logs */
             logs: components["schemas"]["LogLine"][];
             trial_state: components["schemas"]["TrialState"];
+        };
+        /**
+         * MasterLogEntry
+         * @description One record of the master's own log (``det master logs``): its text is as logged, untrusted.
+         */
+        MasterLogEntry: {
+            /** Level */
+            level: string;
+            /** Logger */
+            logger: string;
+            /** Message */
+            message: string;
+            /**
+             * Process
+             * @description host:pid of the API server process that logged it
+             */
+            process: string;
+            /**
+             * Seq
+             * @description its number in that process, to tell records of one time apart
+             */
+            seq: number;
+            /**
+             * Time
+             * @description ISO 8601, UTC
+             */
+            time: string;
+        };
+        /** MasterLogList */
+        MasterLogList: {
+            /** Entries */
+            entries: components["schemas"]["MasterLogEntry"][];
         };
         /** Me */
         Me: {
@@ -2447,6 +2880,16 @@ export interface components {
             num_versions: number;
             /** Owner */
             owner: string;
+            /**
+             * Workspace Id
+             * @description its workspace (Uncategorized's by default)
+             */
+            workspace_id?: number | null;
+            /**
+             * Workspace Name
+             * @default
+             */
+            workspace_name?: string;
         };
         /** ModelAnswer */
         ModelAnswer: {
@@ -2577,6 +3020,11 @@ export interface components {
             name?: string | null;
             /** Notes */
             notes?: string | null;
+            /**
+             * Workspace Name
+             * @description move it to this workspace
+             */
+            workspace_name?: string | null;
         };
         /**
          * PatchModelVersion
@@ -2603,8 +3051,32 @@ export interface components {
         PatchProject: {
             /** Description */
             description?: string | null;
+            /**
+             * Name
+             * @description unique in its workspace
+             */
+            name?: string | null;
             /** Notes */
             notes?: string | null;
+        };
+        /**
+         * PatchWebhook
+         * @description Determined's ``PATCH /api/v1/webhooks/{id}`` body: a new address for the webhook.
+         */
+        PatchWebhook: {
+            /** Url */
+            url: string;
+        };
+        /**
+         * PatchWorkspace
+         * @description The fields to change; those left out stay as they are.
+         */
+        PatchWorkspace: {
+            /**
+             * Name
+             * @description unique among workspaces
+             */
+            name?: string | null;
         };
         /** Preemption */
         Preemption: {
@@ -2867,6 +3339,28 @@ export interface components {
             files: {
                 [key: string]: number;
             };
+        };
+        /**
+         * StoredTrigger
+         * @description A webhook's trigger as Determined's API answers it (its ``Trigger`` message).
+         */
+        StoredTrigger: {
+            /** Condition */
+            condition: {
+                [key: string]: unknown;
+            };
+            /**
+             * Id
+             * @description the trigger's number within its webhook, from 1
+             */
+            id: number;
+            /**
+             * Triggertype
+             * @enum {string}
+             */
+            triggerType: "TRIGGER_TYPE_EXPERIMENT_STATE_CHANGE" | "TRIGGER_TYPE_METRIC_THRESHOLD_EXCEEDED" | "TRIGGER_TYPE_TASK_LOG" | "TRIGGER_TYPE_CUSTOM";
+            /** Webhookid */
+            webhookId: number;
         };
         /**
          * SubmitExperiment
@@ -3268,14 +3762,21 @@ export interface components {
             /** Error Type */
             type: string;
         };
-        /** Webhook */
+        /**
+         * Webhook
+         * @description A webhook as Determined's API answers it (its ``Webhook`` message, enum names in full), with
+         *     det's owner, creation time and, once, the signing key.
+         */
         Webhook: {
             /** Createdat */
             createdAt: string;
             /** Id */
             id: number;
-            /** Mode */
-            mode: string;
+            /**
+             * Mode
+             * @enum {string}
+             */
+            mode: "WEBHOOK_MODE_WORKSPACE" | "WEBHOOK_MODE_SPECIFIC";
             /** Name */
             name: string;
             /** Owner */
@@ -3286,13 +3787,19 @@ export interface components {
              */
             signingKey: string | null;
             /** Triggers */
-            triggers: {
-                [key: string]: unknown;
-            }[];
+            triggers: components["schemas"]["StoredTrigger"][];
             /** Url */
             url: string;
-            /** Webhooktype */
-            webhookType: string;
+            /**
+             * Webhooktype
+             * @enum {string}
+             */
+            webhookType: "WEBHOOK_TYPE_DEFAULT" | "WEBHOOK_TYPE_SLACK";
+            /**
+             * Workspaceid
+             * @description always null: a webhook here is not one workspace's
+             */
+            workspaceId?: null;
         };
         /** WebhookAnswer */
         WebhookAnswer: {
@@ -3402,6 +3909,136 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Hosts"];
+                };
+            };
+        };
+    };
+    disable_agent_api_v1_agents__agent_id__disable_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                agent_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["DisableAgent"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HostAnswer"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    enable_agent_api_v1_agents__agent_id__enable_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                agent_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HostAnswer"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    disable_slot_api_v1_agents__agent_id__slots__slot_id__disable_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                agent_id: string;
+                slot_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HostAnswer"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    enable_slot_api_v1_agents__agent_id__slots__slot_id__enable_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                agent_id: string;
+                slot_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HostAnswer"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
                 };
             };
         };
@@ -3825,6 +4462,41 @@ export interface operations {
             };
         };
     };
+    set_gc_policy_api_v1_experiments__experiment_id__gc_policy_put: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                experiment_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["GcPolicy"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GcPolicyAnswer"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
     hyperparameter_importance_api_v1_experiments__experiment_id__hyperparameter_importance_get: {
         parameters: {
             query?: {
@@ -3927,6 +4599,41 @@ export interface operations {
             };
         };
     };
+    set_log_retention_api_v1_experiments__experiment_id__log_retention_put: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                experiment_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["LogRetention"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ExperimentAnswer"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
     move_experiment_api_v1_experiments__experiment_id__move_post: {
         parameters: {
             query?: never;
@@ -3949,6 +4656,41 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ProjectAnswer"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    preview_gc_api_v1_experiments__experiment_id__preview_gc_get: {
+        parameters: {
+            query: {
+                save_experiment_best: number;
+                save_trial_best: number;
+                save_trial_latest: number;
+            };
+            header?: never;
+            path: {
+                experiment_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["GcPreview"];
                 };
             };
             /** @description Validation Error */
@@ -4663,6 +5405,39 @@ export interface operations {
             };
         };
     };
+    task_gone_by_runner_api_v1_internal_trials__trial_id__task_ready_delete: {
+        parameters: {
+            query: {
+                port: number;
+            };
+            header?: never;
+            path: {
+                trial_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Empty"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
     list_jobs_api_v1_jobs_get: {
         parameters: {
             query?: {
@@ -4728,6 +5503,40 @@ export interface operations {
             };
         };
     };
+    read_master_logs_api_v1_master_logs_get: {
+        parameters: {
+            query?: {
+                /** @description the last N records; 0 or none: all */
+                tail?: number | null;
+                /** @description seconds since the epoch */
+                since?: number | null;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MasterLogList"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
     whoami_api_v1_me_get: {
         parameters: {
             query?: never;
@@ -4756,6 +5565,8 @@ export interface operations {
                 owner?: string | null;
                 label?: string | null;
                 archived?: boolean | null;
+                /** @description in any of these workspaces */
+                workspace_name?: string[] | null;
                 sort_by?: "name" | "description" | "creation_time" | "last_updated_time";
                 order_by?: "asc" | "desc";
             };
@@ -5205,6 +6016,37 @@ export interface operations {
             };
         };
     };
+    delete_project_api_v1_projects__project_id__delete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                project_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProjectAnswer"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
     update_project_api_v1_projects__project_id__patch: {
         parameters: {
             query?: never;
@@ -5219,6 +6061,37 @@ export interface operations {
                 "application/json": components["schemas"]["PatchProject"];
             };
         };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProjectAnswer"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    archive_project_api_v1_projects__project_id__archive_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                project_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
         responses: {
             /** @description Successful Response */
             200: {
@@ -5260,6 +6133,37 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ExperimentList"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    unarchive_project_api_v1_projects__project_id__unarchive_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                project_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ProjectAnswer"];
                 };
             };
             /** @description Validation Error */
@@ -6374,6 +7278,9 @@ export interface operations {
                 search?: string | null;
                 timestamp_before?: string | null;
                 timestamp_after?: string | null;
+                container_id?: string[] | null;
+                source?: ("task" | "master")[] | null;
+                stdtype?: string[] | null;
             };
             header?: never;
             path: {
@@ -6584,6 +7491,41 @@ export interface operations {
             };
         };
     };
+    patch_webhook_api_v1_webhooks__webhook_id__patch: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                webhook_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PatchWebhook"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Empty"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
     webhook_deliveries_api_v1_webhooks__webhook_id__deliveries_get: {
         parameters: {
             query?: never;
@@ -6615,10 +7557,42 @@ export interface operations {
             };
         };
     };
+    test_webhook_api_v1_webhooks__webhook_id__test_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                webhook_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Empty"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
     list_workspaces_api_v1_workspaces_get: {
         parameters: {
             query?: {
                 name?: string | null;
+                archived?: boolean | null;
             };
             header?: never;
             path?: never;
@@ -6679,10 +7653,108 @@ export interface operations {
             };
         };
     };
+    delete_workspace_api_v1_workspaces__workspace_id__delete: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                workspace_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WorkspaceAnswer"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    update_workspace_api_v1_workspaces__workspace_id__patch: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                workspace_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PatchWorkspace"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WorkspaceAnswer"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    archive_workspace_api_v1_workspaces__workspace_id__archive_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                workspace_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WorkspaceAnswer"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
     list_projects_api_v1_workspaces__workspace_id__projects_get: {
         parameters: {
             query?: {
                 name?: string | null;
+                archived?: boolean | null;
             };
             header?: never;
             path: {
@@ -6734,6 +7806,37 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ProjectAnswer"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    unarchive_workspace_api_v1_workspaces__workspace_id__unarchive_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                workspace_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WorkspaceAnswer"];
                 };
             };
             /** @description Validation Error */
