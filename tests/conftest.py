@@ -2,7 +2,7 @@
 suite expects on a machine without that hardware or cluster; a test that imports Determined's
 names in-process (``import determined``, from det-airflow's alias folder, as user code does) does
 not leave them imported for the tests after it; and under pytest-xdist (``make test`` runs
-``pytest -n 2``) the tests that start a real Airflow run in order on one worker."""
+``pytest -n 3``) the tests that start a real Airflow run in order in two lanes of their own."""
 
 from __future__ import annotations
 
@@ -71,19 +71,59 @@ def _forget_determined() -> Iterator[None]:
 
 # -- pytest-xdist: which worker runs what -------------------------------------------------------------
 #
-# Everything that starts a real Airflow (tests/integration, tests/ui, tests/e2e) is one unit of work,
-# run in order on one worker, as it would run alone: its tests wait on schedulers, heartbeats and
-# trials, and two Airflows busy at once on a small machine make each other miss their timeouts. The
-# other worker takes the unit tests, module by module (a module is a unit: its module-scoped
-# fixtures are made once). The Airflow unit is handed out first.
+# Everything that starts a real Airflow (tests/integration, tests/ui, tests/e2e) runs in two lanes,
+# each a unit of work run in order on one worker, as it would run alone: its tests wait on
+# schedulers, heartbeats and trials. The first lane shares one Airflow on PostgreSQL (the
+# `airflow` fixture of tests/integration); the second holds the tests that start Airflows of their
+# own (tests/ui's and tests/e2e's, the SQLite ones, the Celery hosts, FAB, the README tour), so
+# that no Airflow runs twice. The third worker takes the unit tests, module by module (a module is a
+# unit: its module-scoped fixtures are made once), the slowest first; a lane's worker joins it when
+# its lane is done. The lanes are handed out first (`make test` runs pytest -n 3, with the
+# collection order kept: --no-loadscope-reorder).
 AIRFLOW_UNIT = "airflow"
+OWN_AIRFLOW_UNIT = "airflow-own"
 _STARTS_AIRFLOW = ("tests/integration", "tests/ui", "tests/e2e")
+# Modules of tests/integration whose tests start Airflows (or clusters) of their own.
+_OWN_AIRFLOW_MODULES = (
+    "tests/integration/test_authz_fab.py",
+    "tests/integration/test_celery_hosts.py",
+    "tests/integration/test_readme_tour.py",
+)
+# Unit-test modules of a minute or more on 2 cores, handed out before the others so that none of
+# them is the last to start.
+_SLOW_UNIT_MODULES = (
+    "tests/unit/launchers/test_eight_ranks.py",
+    "tests/unit/master/test_authz.py",
+    "tests/unit/cli/test_task_verbs.py",
+    "tests/unit/compat/test_tutorials.py",
+    "tests/unit/test_wheel.py",
+    "tests/unit/examples/test_mnist_pytorch.py",
+    "tests/unit/pytorch/test_deepspeed.py",
+    "tests/unit/keras/test_run_trial.py",
+    "tests/unit/core/test_through_master_checkpoints.py",
+    "tests/unit/cli/test_real_master.py",
+    "tests/unit/test_provider.py",
+)
+_LANES = (AIRFLOW_UNIT, OWN_AIRFLOW_UNIT)
 
 
 def work_unit(nodeid: str) -> str:
     """The unit of work ``nodeid`` belongs to, for :func:`pytest_xdist_make_scheduler`."""
     path = nodeid.partition("::")[0]
-    return AIRFLOW_UNIT if path.startswith(tuple(f"{top}/" for top in _STARTS_AIRFLOW)) else path
+    if not path.startswith(tuple(f"{top}/" for top in _STARTS_AIRFLOW)):
+        return path
+    if server_group(nodeid) is not None or path in _OWN_AIRFLOW_MODULES:
+        return OWN_AIRFLOW_UNIT
+    return AIRFLOW_UNIT
+
+
+def _hand_out_order(nodeid: str) -> tuple[int, int]:
+    unit = work_unit(nodeid)
+    if unit in _LANES:
+        return (0, _LANES.index(unit))
+    if unit in _SLOW_UNIT_MODULES:
+        return (1, _SLOW_UNIT_MODULES.index(unit))
+    return (2, 0)
 
 
 def server_group(nodeid: str) -> str | None:
@@ -109,13 +149,15 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return ByWorkUnit(config, log)
 
 
-# The niceness of a worker that runs unit tests beside the Airflow tests: the Airflow tests wait on
-# heartbeats and timeouts, the unit tests on nothing but the CPU, so the CPU goes to the first.
-UNIT_TESTS_NICENESS = 10
+# The niceness of a worker that runs unit tests beside the Airflow lanes: the Airflow tests wait on
+# heartbeats and timeouts, the unit tests on nothing but the CPU, so the CPU goes to the first. The
+# lowest priority there is: a unit test of eight worker processes at niceness 10 still took half the
+# CPU from an Airflow's single busy process, and made its requests time out.
+UNIT_TESTS_NICENESS = 19
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    if hasattr(item.config, "workerinput") and work_unit(item.nodeid) != AIRFLOW_UNIT:
+    if hasattr(item.config, "workerinput") and work_unit(item.nodeid) not in _LANES:
         now = os.getpriority(os.PRIO_PROCESS, 0)
         if now < UNIT_TESTS_NICENESS:
             os.setpriority(os.PRIO_PROCESS, 0, UNIT_TESTS_NICENESS)  # its children inherit it
@@ -123,29 +165,41 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 # The last test of each server group, in the order they run; see pytest_runtest_teardown.
 _last_of_group: dict[str, str] = {}
+# The last test of each Airflow lane, in the order they run.
+_last_of_lane: dict[str, str] = {}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if hasattr(config, "workerinput"):  # units are handed out in the order the workers collected
-        items.sort(key=lambda item: work_unit(item.nodeid) != AIRFLOW_UNIT)
+        items.sort(key=lambda item: _hand_out_order(item.nodeid))  # stable: a unit keeps its order
     _last_of_group.clear()
+    _last_of_lane.clear()
     for item in items:
         if (group := server_group(item.nodeid)) is not None:
             _last_of_group[group] = item.nodeid
+        if (unit := work_unit(item.nodeid)) in _LANES:
+            _last_of_lane[unit] = item.nodeid
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     """After the last test of tests/ui, tests/e2e or the SQLite group, stop the Airflow only they use
-    (a session fixture) rather than at the session's end: an idle Airflow still parses and
+    (a session fixture), and after the last test of a lane every Airflow it started, rather than at
+    the session's end: an idle Airflow still parses and
     heartbeats, and the rest of the suite would share the CPU with it. Stopping is idempotent; the
     fixture's own teardown removes its folder later."""
     from det_airflow.localairflow import LocalAirflow
 
     group = server_group(item.nodeid)
-    if group is None or _last_of_group.get(group) != item.nodeid:
-        return
-    for name in ("airflow", "airflow_sqlite"):
-        server = getattr(item, "funcargs", {}).get(name)
-        if isinstance(server, LocalAirflow):
+    if group is not None and _last_of_group.get(group) == item.nodeid:
+        for name in ("airflow", "airflow_sqlite"):
+            server = getattr(item, "funcargs", {}).get(name)
+            if isinstance(server, LocalAirflow):
+                server.stop()
+    if _last_of_lane.get(work_unit(item.nodeid)) == item.nodeid:
+        # The lane's worker goes on with unit tests: the Airflows its lane left running (the
+        # shared one on PostgreSQL above all) stop now rather than at the session's end.
+        from tests.integration import conftest as integration
+
+        for server in integration.started_airflows:
             server.stop()

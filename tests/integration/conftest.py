@@ -107,6 +107,11 @@ def restart_postgres(postgres_url: str) -> Callable[[], None]:
 # -- Airflow ---------------------------------------------------------------------------------------
 
 
+#: The Airflows :func:`_run_airflow` started in this process, which tests/conftest.py stops when
+#: the lane of tests that uses them is done (stopping is idempotent).
+started_airflows: list[LocalAirflow] = []
+
+
 def _run_airflow(
     base: Path, sql_alchemy_conn: str, label: str, extra: dict[str, dict[str, str]]
 ) -> Iterator[LocalAirflow]:
@@ -118,6 +123,7 @@ def _run_airflow(
         port=free_port(),
         extra=extra,
     )
+    started_airflows.append(af)
     try:
         af.migrate()
         t1 = time.monotonic()

@@ -23,7 +23,9 @@ pytest.importorskip("torch")
 
 LAUNCHER = [sys.executable, "-m", "det_airflow.launchers.torch_distributed"]
 RANKS = 8
-RUNS = 10
+# Runs of the same 8 workers: a teardown hang shows in some runs only. `make test` makes 4 (about
+# 2 minutes of both cores); DET_TEST_EIGHT_RANK_RUNS=20 soaks it after a change to the launcher.
+RUNS = int(os.environ.get("DET_TEST_EIGHT_RANK_RUNS", "4"))
 # Generous on purpose: on a 2-core machine one run of 8 workers takes about 20 s.
 RUN_TIMEOUT_SECONDS = 240
 
