@@ -294,6 +294,7 @@ def build_dag(file: ExperimentFile, cfg: ExperimentConfig, submission: Submissio
         TrialNodeOperator,
         TrialOperator,
     )
+    from det_airflow.operators.trial import SLOT_MAP_INDEX_TEMPLATE
 
     conn_id = cfg.airflow.master_conn_id
     # Every user-chosen text below goes through airflow_text: no control sequences, and in doc_md
@@ -357,7 +358,10 @@ def build_dag(file: ExperimentFile, cfg: ExperimentConfig, submission: Submissio
             # start the run, and the first one to ask links the run (no task starts before a trial).
             slots = (submission.trial_slots if submission else None) or concurrent_slot_count(cfg)
             trial = TrialOperator.partial(
-                task_id="trial", experiment_id=file.experiment_id, **trial_kwargs
+                task_id="trial",
+                experiment_id=file.experiment_id,
+                map_index_template=SLOT_MAP_INDEX_TEMPLATE,
+                **trial_kwargs,
             ).expand(slot=list(range(slots)))
             finalize = FinalizeExperimentOperator(experiment_id=file.experiment_id, **finalize_kwargs)
             trial >> finalize
@@ -381,9 +385,12 @@ def build_dag(file: ExperimentFile, cfg: ExperimentConfig, submission: Submissio
             retries=2,
             retry_delay=timedelta(seconds=2),
         )
-        trial = TrialOperator.partial(task_id="trial", experiment_id=register.output, **trial_kwargs).expand(
-            slot=searcher.output
-        )
+        trial = TrialOperator.partial(
+            task_id="trial",
+            experiment_id=register.output,
+            map_index_template=SLOT_MAP_INDEX_TEMPLATE,
+            **trial_kwargs,
+        ).expand(slot=searcher.output)
         finalize = FinalizeExperimentOperator(experiment_id=register.output, **finalize_kwargs)
         register >> searcher >> trial >> finalize
         if ranks := node_ranks(cfg.resources.slots_per_trial):

@@ -44,6 +44,32 @@ def _trial_to_run(answer: SlotAnswer) -> tuple[int, dict[str, Any], str]:
 #: A node's exit code when its task failed around the trial's process (the runner raised).
 CRASHED = 1
 
+#: What a trial slot's task instance is called in Airflow's UI and REST API (its rendered map
+#: index, in place of the bare index): the slot and its trials, from the label the operator keeps
+#: in its context under :data:`SLOT_LABEL_KEY` as it goes (:func:`slot_label`). Airflow renders it
+#: as the task starts, defers and ends.
+SLOT_LABEL_KEY = "det_slot_label"
+SLOT_MAP_INDEX_TEMPLATE = "{{ det_slot_label | default('slot ' ~ task.slot) }}"
+#: How many characters of a rendered map index Airflow keeps.
+_LABEL_MAX = 250
+
+
+def slot_label(slot: int, ran: Sequence[int], running: int | None = None) -> str:
+    """``slot 2: trial 9 (ran 3, 5)`` while trial 9 runs; ``slot 2: trials 3, 5, 9`` between trials
+    and at the end; ``slot 2`` before its first. Long lists keep their ends: ``1, 2, ... 90 (40)``."""
+
+    def listed(ids: Sequence[int]) -> str:
+        text = ", ".join(map(str, ids))
+        if len(text) <= _LABEL_MAX - 40:
+            return text
+        return f"{ids[0]}, {ids[1]}, ... {ids[-1]} ({len(ids)})"
+
+    if running is not None:
+        return f"slot {slot}: trial {running}" + (f" (ran {listed(ran)})" if ran else "")
+    if ran:
+        return f"slot {slot}: trial{'s' if len(ran) > 1 else ''} {listed(ran)}"
+    return f"slot {slot}"
+
 
 def free_port() -> int:
     """A TCP port nothing listens on now, on every address of this host."""
@@ -200,8 +226,10 @@ class TrialOperator(BaseOperator):
         experiment_id = int(self.experiment_id)
         task_ref = self._task_ref(context)
         client = self._client()
+        labels = cast("dict[str, Any]", context)
         try:
             while True:
+                labels[SLOT_LABEL_KEY] = slot_label(self.slot, ran)
                 # Should the trial run over several hosts, the others join this host at that port.
                 task_ref.port = free_port()
                 answer = client.acquire(experiment_id, self.slot, task_ref)
@@ -210,12 +238,14 @@ class TrialOperator(BaseOperator):
                 if answer.status == SlotStatus.DONE:
                     # An earlier try of this task may have run some (an activation starts a new try).
                     ran = sorted({*ran, *(answer.ran or ())})
+                    labels[SLOT_LABEL_KEY] = slot_label(self.slot, ran)
                     if ran:
                         return {"trials": ran}
                     raise AirflowSkipException(f"the search needs no trial in slot {self.slot}")
                 if answer.status == SlotStatus.WAIT:
                     self._defer(TrialSlotTrigger, ran, slot=self.slot)
                 trial_id, spec_dict, token = _trial_to_run(answer)
+                labels[SLOT_LABEL_KEY] = slot_label(self.slot, ran, running=trial_id)
                 if runner_name(spec_dict.get("config") or {}) == "kubernetes":
                     exit_code = self._submit_to_kubernetes(client, answer, ran)  # defers once submitted
                 else:
@@ -488,8 +518,10 @@ class TrialNodeOperator(TrialOperator):
         experiment_id = int(self.experiment_id)
         task_ref = self._task_ref(context)
         client = self._client()
+        labels = cast("dict[str, Any]", context)
         try:
             while True:
+                labels[SLOT_LABEL_KEY] = slot_label(self.slot, ran)
                 answer = client.acquire_node(experiment_id, self.slot, self.rank, task_ref)
                 if answer.status == SlotStatus.WAIT and answer.host is not None:
                     # Its node waits on another host: the master sent the task there.

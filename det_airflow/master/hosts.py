@@ -4,9 +4,9 @@ Each worker host reports its slots every few seconds (det_airflow/celery_config.
 last report is older than ``[det] host_timeout`` seconds offers nothing. While some host is alive,
 the job queue's admission also places the trial (master/placement.py) on one of them and records
 it in ``det_trials.host``; the trial's task is sent to that host's Celery queue. With no host
-reporting (one machine, LocalExecutor) nothing is placed and admission is the pool's alone. An
-admin may disable a host or some of its slots (master/host_switches.py): placement gives them no
-new trial.
+reporting (one machine, LocalExecutor) nothing is placed and admission is the pool's alone; `det
+agent list` then shows that one machine (:func:`local_host`). An admin may disable a host or some
+of its slots (master/host_switches.py): placement gives them no new trial.
 """
 
 from __future__ import annotations
@@ -14,11 +14,13 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from datetime import UTC, timedelta
+from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import Connection, Row, or_, select
 
-from det_airflow import settings
+from det_airflow import airflow_compat, settings
+from det_airflow.hosts import inventory
 from det_airflow.master import host_switches, schema
 from det_airflow.master.lifecycle import now
 from det_airflow.master.placement import HostLoad
@@ -173,13 +175,45 @@ def queue_of(conn: Connection, host_id: str) -> str | None:
     return conn.execute(select(schema.hosts.c.queue).where(schema.hosts.c.id == host_id)).scalar()
 
 
+#: When the master started: the local host's registered time (:func:`local_host`).
+_STARTED = now()
+
+
+def runs_tasks_here() -> bool:
+    """Airflow's default executor is the LocalExecutor: its scheduler's machine runs every task,
+    which in a one-machine deployment (`make quickstart`) is the master's."""
+    executor = airflow_compat.conf.get("core", "executor", fallback="") or ""
+    default = executor.split(",")[0].strip().rpartition(":")[2]  # an alias ``name:path`` names its class last
+    return default.rpartition(".")[2] == "LocalExecutor"
+
+
+def local_host(conn: Connection) -> SimpleNamespace | None:
+    """The one machine of a LocalExecutor deployment, as a host that reports no heartbeat: this
+    machine's inventory (``[det] host_id``, its slots) seen now; None where some host has reported
+    or tasks run on an executor's workers. It holds every trial that holds slots (the trials there
+    are recorded under the name of the machine their task ran on)."""
+    if not runs_tasks_here() or conn.execute(select(schema.hosts.c.id).limit(1)).first() is not None:
+        return None
+    host_id, report = inventory()
+    # As a row of schema.hosts reads; no Celery queue sends it tasks.
+    return SimpleNamespace(
+        **{**report.model_dump(), "queue": ""}, id=host_id, registered_at=_STARTED, last_seen=now()
+    )
+
+
 def describe(conn: Connection, host_id: str | None = None) -> list[dict[str, Any]]:
     """Every known host (or only ``host_id``) with its slots and the trials holding them, as
     `det agent list` and `det slot list` show them (``api.models.Host``), with what an admin
-    disabled. Trials are shown on enabled slots first (a slot is a count here, not a device)."""
+    disabled. Trials are shown on enabled slots first (a slot is a count here, not a device).
+    Where no host reports and tasks run on the LocalExecutor, the list is the master's machine."""
     held = holdings(conn, host_id)
     table = schema.hosts
-    rows = all_hosts(conn) if host_id is None else conn.execute(select(table).where(table.c.id == host_id))
+    rows: list[Any] = (
+        all_hosts(conn) if host_id is None else list(conn.execute(select(table).where(table.c.id == host_id)))
+    )
+    if host_id is None and not rows and (local := local_host(conn)) is not None:
+        rows = [local]
+        held = {local.id: [hold for holds in held.values() for hold in holds]}
     switched = host_switches.switches(conn, None if host_id is None else [host_id])
     result = []
     for row in rows:

@@ -71,6 +71,9 @@ def test_det_experiment_create_runs_to_completed_with_metrics(det: DetEnv) -> No
     # `[timestamp] [rank=N] || LEVEL: message`, the level taken from the line the trial printed.
     assert re.search(r"^\[\S+\] .*\|\| INFO: batch 50: ", logs, re.MULTILINE), logs[-2000:]
     assert "validation_loss" in logs
+    # Airflow lists the slot's task instance by the trial it ran.
+    task = _trial_task(det, experiment_id)
+    assert task is not None and task["rendered_map_index"] == f"slot 0: trial {trial_id}", task
 
 
 def test_yaml_dropped_into_dags_folder_runs_with_airflow_dags_trigger(det: DetEnv, airflow_api) -> None:

@@ -12,6 +12,7 @@ pytest.importorskip("airflow")
 
 from det_airflow import dagfactory  # noqa: E402
 from det_airflow.dagfactory import INVALID_TASK_ID, build_dags  # noqa: E402
+from det_airflow.operators.trial import SLOT_MAP_INDEX_TEMPLATE
 
 CONST = """
 name: digits
@@ -59,6 +60,8 @@ def test_trial_task_carries_the_experiments_pool_slots_priority_and_restarts(tmp
     assert kwargs["priority_weight"] == 90  # priority 10: lower runs first
     assert kwargs["weight_rule"] == "absolute"
     assert kwargs["retries"] == 3
+    # Airflow lists the slot's task instance by the trials it runs, not by a bare map index.
+    assert trial.map_index_template == SLOT_MAP_INDEX_TEMPLATE
 
 
 RANDOM_12 = """

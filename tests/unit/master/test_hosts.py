@@ -151,8 +151,9 @@ def test_agent_list_shows_each_slot_and_the_trial_holding_it(people: People, cre
 
 
 def test_a_heartbeat_registers_the_host_and_a_shutdown_removes_it(
-    people: People, service_headers: dict[str, str]
+    people: People, service_headers: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("AIRFLOW__CORE__EXECUTOR", "CeleryExecutor")
     body = {"slot_type": "cuda", "slots": 2, "devices": [2, 3], "queue": "det-host-gpu1", "address": "gpu1"}
     answer = people.client.put("/api/v1/internal/hosts/gpu1", json=body, headers=service_headers)
     assert answer.status_code == 200, answer.text
@@ -163,6 +164,38 @@ def test_a_heartbeat_registers_the_host_and_a_shutdown_removes_it(
     assert again["registered_time"] == host["registered_time"]
     assert people.client.delete("/api/v1/internal/hosts/gpu1", headers=service_headers).status_code == 200
     assert people.call("alice", "GET", "/agents").json() == {"agents": []}
+
+
+def test_on_the_local_executor_the_agent_list_is_this_machine_with_the_trials_it_runs(
+    people: People, creator: Creator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `make quickstart`: the LocalExecutor, no worker host reporting; the trial's task ran here.
+    monkeypatch.setenv("AIRFLOW__CORE__EXECUTOR", "LocalExecutor")
+    monkeypatch.setenv("AIRFLOW__DET__HOST_ID", "laptop")
+    monkeypatch.setenv("AIRFLOW__DET__HOST_SLOTS", "3")
+    set_pool_slots(8)
+    e = experiment(people, slots_per_trial=2)
+    assert ask(people, e, 0, "laptop")["status"] == "run"
+    (agent,) = people.call("bob", "GET", "/agents").json()["agents"]
+    trial_id = trial_of(people, e).id
+    assert (agent["id"], agent["alive"], agent["slot_type"], agent["num_slots"], agent["used_slots"]) == (
+        "laptop",
+        True,
+        "cpu",
+        3,
+        2,
+    )
+    assert [s["trial_id"] for s in agent["slots"]] == [trial_id, trial_id, None]
+    refused = people.call("admin", "POST", "/agents/laptop/disable")
+    assert refused.status_code == 409
+    assert "LocalExecutor runs every task on" in refused.json()["detail"]
+    # Once a worker host reports, the list is the hosts that report; on Celery, no host is none.
+    report(people, "w1", 4)
+    assert [a["id"] for a in people.call("bob", "GET", "/agents").json()["agents"]] == ["w1"]
+    with people.db.begin() as conn:
+        hosts.leave(conn, "w1")
+    monkeypatch.setenv("AIRFLOW__CORE__EXECUTOR", "CeleryExecutor")
+    assert people.call("bob", "GET", "/agents").json() == {"agents": []}
 
 
 def test_only_the_service_reports_hosts(people: People, service_headers: dict[str, str]) -> None:
