@@ -99,6 +99,13 @@ class ContainerTrial:
         return argv
 
 
+#: A container trial's ``TMPDIR``: the container's own ``/tmp`` (a tmpfs under Docker's read-only
+#: root, an ``emptyDir`` in a Kubernetes pod; else the image's), which no other trial shares. A
+#: folder in the deep work folder leaves too little of an AF_UNIX socket path's 107 bytes for
+#: programs that make their sockets under ``TMPDIR`` (Ray's session folder, NCCL).
+CONTAINER_TMPDIR = Path("/tmp")
+
+
 def container_environment(
     env: Mapping[str, str], config: Mapping[str, Any], device: str, slot_ids: Sequence[int], workdir: Path
 ) -> dict[str, str]:
@@ -171,7 +178,7 @@ class ContainerRunner(TrialRunner):
             on_output(f"ERROR: {exc}", "stderr")
             return None
         slots, device = held.slot_ids, held.device
-        env = launch.environment(slots, base_env={})
+        env = launch.environment(slots, base_env={}, tmpdir=CONTAINER_TMPDIR)
         trial = ContainerTrial(
             spec=spec,
             workdir=workdir.absolute(),

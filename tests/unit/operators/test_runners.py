@@ -292,3 +292,26 @@ def test_startup_hook_is_sourced_before_the_entrypoint(tmp_path: Path) -> None:
     command = container_request(client(), trial(tmp_path, normalized())).command
     assert command[:4] == ["sh", "-c", '. ./startup-hook.sh && exec "$@"', "sh"]
     assert command[4:6] == ["python3", "-m"]
+
+
+def test_a_container_trials_tmpdir_is_the_containers_own_short_tmp(tmp_path: Path) -> None:
+    # Ray and NCCL put AF_UNIX sockets (at most 107 bytes of path) under TMPDIR: not the work folder.
+    runner = DockerRunner(
+        client(),
+        settings=settings.load(
+            {"checkpoint_storage_path": str(tmp_path), "slot_lock_dir": str(tmp_path / "locks")}
+        ),
+    )
+    spec = TrialSpec(
+        trial_id=12, experiment_id=3, request_id="r", trial_seed=5, config=normalized(), run_id=2
+    )
+    deep = tmp_path / ("w" * 60) / "exp_3" / "trial_12"
+    launch = TrialLaunch(
+        spec=spec, token="t", master_url="http://m", workdir=deep, fetch_context=lambda: None
+    )
+    prepared = runner.prepare(launch, on_output=lambda line, stream: None)
+    assert prepared is not None
+    container, lease = prepared
+    lease.release()
+    assert container.env["TMPDIR"] == "/tmp"
+    assert container.env["HOME"] == str(deep.absolute() / ".det" / "home")  # HOME stays in the work folder
