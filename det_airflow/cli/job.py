@@ -129,7 +129,8 @@ def list_row(job: Job) -> list[Any]:
     elif job.fits_hosts is False:
         slots += (
             f" (needs {job.slots_per_trial} per trial: waits for hosts that can take it, one with that"
-            f" many slots or several with equal shares; the largest live host has {job.largest_host_slots})"
+            f" many slots or several with equal shares; the largest live host has {job.largest_host_slots}"
+            " enabled)"
         )
     return [
         job.jobs_ahead,

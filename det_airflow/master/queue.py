@@ -345,9 +345,10 @@ def job_rows(conn: Connection, pool: str, capacity: int | None = None) -> list[d
     result = plan(snap.capacity, snap.jobs)
     preempting = _preempting(conn, list(snap.rows))
     task_jobs = experiments.task_ids(conn, list(snap.rows))
-    # While worker hosts report, a trial's gang must fit one of them whole, or several together.
-    live = [placement.HostLoad(row.id, row.slots) for row in hosts.live_hosts(conn)]
-    largest_host = max((host.slots for host in live), default=None)
+    # While worker hosts report, a trial's gang must fit one of them whole, or several together,
+    # on the slots an admin has not disabled.
+    live = hosts.loads(conn)
+    largest_host = max((host.enabled_slots for host in live), default=None)
     job_hosts: dict[int, set[str]] = {}
     for host_id, held in hosts.holdings(conn).items():
         for _, exp_id, _ in held:

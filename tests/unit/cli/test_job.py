@@ -60,7 +60,7 @@ def test_a_job_the_live_hosts_cannot_take_says_what_it_waits_for() -> None:
     row = list_row(_job(largest_host_slots=2, fits_hosts=False, acquired_slots=0, state="STATE_QUEUED"))
     assert row[6] == (
         "0/8 (needs 4 per trial: waits for hosts that can take it, one with that many slots or several"
-        " with equal shares; the largest live host has 2)"
+        " with equal shares; the largest live host has 2 enabled)"
     )
     assert list_row(_job(largest_host_slots=2, fits_hosts=True))[6] == "4/8", "runs across two hosts"
     assert list_row(_job(largest_host_slots=4, fits_hosts=True))[6] == "4/8"

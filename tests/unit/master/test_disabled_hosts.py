@@ -95,6 +95,25 @@ def test_a_disabled_host_gets_no_new_trial_until_enabled(people: People, creator
     assert agent(people, "a")["enabled"] is True
 
 
+def test_the_job_list_counts_only_the_slots_an_admin_left_enabled(people: People, creator: Creator) -> None:
+    set_pool_slots(64)
+    report(people, "a", 4)
+    report(people, "b", 1)
+    big = experiment(people, slots_per_trial=4)
+
+    def job() -> dict[str, Any]:
+        (only,) = [j for j in people.call("bob", "GET", "/jobs").json()["jobs"] if j["id"] == big]
+        return only
+
+    assert (job()["largest_host_slots"], job()["fits_hosts"]) == (4, True)
+    assert people.call("admin", "POST", "/agents/a/slots/0/disable").status_code == 200
+    assert (job()["largest_host_slots"], job()["fits_hosts"]) == (3, False), "neither 3 + 1 nor 2 x 2"
+    assert switch(people, "admin", "a/disable").status_code == 200
+    assert (job()["largest_host_slots"], job()["fits_hosts"]) == (1, False)
+    assert switch(people, "admin", "a/enable").status_code == 200
+    assert (job()["largest_host_slots"], job()["fits_hosts"]) == (4, True)
+
+
 def test_a_disabled_slot_gets_no_new_trial_until_enabled(people: People, creator: Creator) -> None:
     set_pool_slots(64)
     report(people, "a", 2)
