@@ -110,11 +110,11 @@ stop:
 trial-image: venv-all
 	$(PY) images/trial_image.py --tag det-airflow-trial:cpu
 
-# The suite on $(TEST_WORKERS) pytest-xdist workers: two run the tests that start a real Airflow, in
-# two lanes (one shared Airflow on PostgreSQL; the tests that start their own), each in order as it
-# would run alone, while the third runs the unit tests (tests/conftest.py); TEST_WORKERS=0 runs
-# everything in one process, in order.
-TEST_WORKERS ?= 3
+# The suite on $(TEST_WORKERS) pytest-xdist workers: one runs the tests that start a real Airflow, in
+# order, as they would run alone, while the other runs the unit tests and then a few Airflow tests
+# that start Airflows of their own (tests/conftest.py); TEST_WORKERS=0 runs everything in one
+# process, in order.
+TEST_WORKERS ?= 2
 test: venv-all
 	$(VENV)/bin/pytest -q -rs --durations=40 -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder tests
 

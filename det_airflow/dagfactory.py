@@ -268,6 +268,7 @@ _TASK_VERBS = {
     "notebook": "notebook start",
     "tensorboard": "tensorboard start",
     "shell": "shell start",
+    "generic": "task create",
 }
 
 
@@ -303,7 +304,8 @@ def build_dag(file: ExperimentFile, cfg: ExperimentConfig, submission: Submissio
     task_type = _task_type(cfg.labels)
     if file.experiment_id is not None and task_type is not None:
         display_name = f"{name} ({task_type} {file.experiment_id})"
-        doc = f"A {task_type} started with `det {_TASK_VERBS[task_type]}`: `det task logs {file.experiment_id}` follows it."
+        kind = "generic task" if task_type == "generic" else task_type
+        doc = f"A {kind} started with `det {_TASK_VERBS[task_type]}`: `det task logs {file.experiment_id}` follows it."
     elif file.experiment_id is not None:
         display_name = f"{name} (experiment {file.experiment_id})"
         doc = (

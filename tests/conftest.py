@@ -2,10 +2,12 @@
 suite expects on a machine without that hardware or cluster; a test that imports Determined's
 names in-process (``import determined``, from det-airflow's alias folder, as user code does) does
 not leave them imported for the tests after it; and under pytest-xdist (``make test`` runs
-``pytest -n 3``) the tests that start a real Airflow run in order in two lanes of their own."""
+``pytest -n 2``) the tests that start a real Airflow run in order on one worker, but for a late lane
+that the unit tests' worker runs after them."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Iterator
@@ -71,24 +73,19 @@ def _forget_determined() -> Iterator[None]:
 
 # -- pytest-xdist: which worker runs what -------------------------------------------------------------
 #
-# Everything that starts a real Airflow (tests/integration, tests/ui, tests/e2e) runs in two lanes,
-# each a unit of work run in order on one worker, as it would run alone: its tests wait on
-# schedulers, heartbeats and trials. The first lane shares one Airflow on PostgreSQL (the
-# `airflow` fixture of tests/integration); the second holds the tests that start Airflows of their
-# own (tests/ui's and tests/e2e's, the SQLite ones, the Celery hosts, FAB, the README tour), so
-# that no Airflow runs twice. The third worker takes the unit tests, module by module (a module is a
-# unit: its module-scoped fixtures are made once), the slowest first; a lane's worker joins it when
-# its lane is done. The lanes are handed out first (`make test` runs pytest -n 3, with the
-# collection order kept: --no-loadscope-reorder).
+# Everything that starts a real Airflow (tests/integration, tests/ui, tests/e2e) is one unit of work,
+# run in order on one worker, as it would run alone: its tests wait on schedulers, heartbeats and
+# trials, and two Airflow lanes busy at once on a small machine each run about 1.7 times slower (so
+# the suite is no faster) and make each other miss their timeouts. The other worker takes the unit
+# tests, module by module (a module is a unit: its module-scoped fixtures are made once), the
+# slowest first, then a short late lane of Airflow tests that start Airflows of their own (the
+# Docker trials of tests/e2e, the README tour): the unit tests end well before the main lane, and
+# the late lane fills that time. The main lane is handed out first (`make test` runs pytest -n 2,
+# the collection order kept: --no-loadscope-reorder).
 AIRFLOW_UNIT = "airflow"
-OWN_AIRFLOW_UNIT = "airflow-own"
-_STARTS_AIRFLOW = ("tests/integration", "tests/ui", "tests/e2e")
-# Modules of tests/integration whose tests start Airflows (or clusters) of their own.
-_OWN_AIRFLOW_MODULES = (
-    "tests/integration/test_authz_fab.py",
-    "tests/integration/test_celery_hosts.py",
-    "tests/integration/test_readme_tour.py",
-)
+LATE_AIRFLOW_UNIT = "airflow-late"
+_STARTS_AIRFLOW = ("tests/integration/", "tests/ui/", "tests/e2e/")
+_LATE_AIRFLOW = ("tests/e2e/", "tests/integration/test_readme_tour.py")
 # Unit-test modules of a minute or more on 2 cores, handed out before the others so that none of
 # them is the last to start.
 _SLOW_UNIT_MODULES = (
@@ -104,23 +101,23 @@ _SLOW_UNIT_MODULES = (
     "tests/unit/cli/test_real_master.py",
     "tests/unit/test_provider.py",
 )
-_LANES = (AIRFLOW_UNIT, OWN_AIRFLOW_UNIT)
+_LANES = (AIRFLOW_UNIT, LATE_AIRFLOW_UNIT)
 
 
 def work_unit(nodeid: str) -> str:
     """The unit of work ``nodeid`` belongs to, for :func:`pytest_xdist_make_scheduler`."""
     path = nodeid.partition("::")[0]
-    if not path.startswith(tuple(f"{top}/" for top in _STARTS_AIRFLOW)):
-        return path
-    if server_group(nodeid) is not None or path in _OWN_AIRFLOW_MODULES:
-        return OWN_AIRFLOW_UNIT
-    return AIRFLOW_UNIT
+    if path.startswith(_LATE_AIRFLOW):
+        return LATE_AIRFLOW_UNIT
+    return AIRFLOW_UNIT if path.startswith(_STARTS_AIRFLOW) else path
 
 
 def _hand_out_order(nodeid: str) -> tuple[int, int]:
     unit = work_unit(nodeid)
-    if unit in _LANES:
-        return (0, _LANES.index(unit))
+    if unit == AIRFLOW_UNIT:
+        return (0, 0)
+    if unit == LATE_AIRFLOW_UNIT:
+        return (3, 0)
     if unit in _SLOW_UNIT_MODULES:
         return (1, _SLOW_UNIT_MODULES.index(unit))
     return (2, 0)
@@ -149,18 +146,25 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return ByWorkUnit(config, log)
 
 
-# The niceness of a worker that runs unit tests beside the Airflow lanes: the Airflow tests wait on
-# heartbeats and timeouts, the unit tests on nothing but the CPU, so the CPU goes to the first. The
-# lowest priority there is: a unit test of eight worker processes at niceness 10 still took half the
-# CPU from an Airflow's single busy process, and made its requests time out.
-UNIT_TESTS_NICENESS = 19
+# The niceness of a worker while it runs unit tests beside an Airflow lane: the Airflow tests wait
+# on heartbeats and timeouts, the unit tests on nothing but the CPU, so the CPU goes to the first.
+# At niceness 10 a unit test of eight worker processes still took half the CPU from an Airflow's
+# busy process, and made its requests time out.
+UNIT_TESTS_NICENESS = 15
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    if hasattr(item.config, "workerinput") and work_unit(item.nodeid) not in _LANES:
-        now = os.getpriority(os.PRIO_PROCESS, 0)
+    if not hasattr(item.config, "workerinput"):
+        return
+    now = os.getpriority(os.PRIO_PROCESS, 0)
+    if work_unit(item.nodeid) not in _LANES:
         if now < UNIT_TESTS_NICENESS:
             os.setpriority(os.PRIO_PROCESS, 0, UNIT_TESTS_NICENESS)  # its children inherit it
+    elif now > 0:
+        # The late lane, after this worker's unit tests: its Airflow must not start at their
+        # niceness. Only root may lower it again; elsewhere the lane runs as it is.
+        with contextlib.suppress(PermissionError):
+            os.setpriority(os.PRIO_PROCESS, 0, 0)
 
 
 # The last test of each server group, in the order they run; see pytest_runtest_teardown.

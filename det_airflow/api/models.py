@@ -207,7 +207,9 @@ class Job(_Answer):
 
     jobs_ahead: int
     id: int
-    type: Literal["TYPE_EXPERIMENT", "TYPE_COMMAND", "TYPE_NOTEBOOK", "TYPE_TENSORBOARD", "TYPE_SHELL"]
+    type: Literal[
+        "TYPE_EXPERIMENT", "TYPE_COMMAND", "TYPE_NOTEBOOK", "TYPE_TENSORBOARD", "TYPE_SHELL", "TYPE_GENERIC"
+    ]
     name: str | None = Field(description="null when the caller may not read the experiment")
     priority: int
     weight: float
@@ -221,13 +223,13 @@ class Job(_Answer):
     fits_pool: bool
     largest_host_slots: int | None = Field(
         None,
-        description="the most slots a live worker host has (null without hosts): a trial whose "
-        "slots_per_trial exceed it runs across several hosts",
+        description="the most slots a live worker host has that an admin has not disabled (null "
+        "without hosts): a trial whose slots_per_trial exceed it runs across several hosts",
     )
     fits_hosts: bool | None = Field(
         None,
-        description="whether the live hosts could take one of its trials, whole on one host or in "
-        "equal shares on several (null without hosts); false: it waits for hosts that can",
+        description="whether the live hosts' enabled slots could take one of its trials, whole on one "
+        "host or in equal shares on several (null without hosts); false: it waits for hosts that can",
     )
     user: str | None = Field(description="null when the caller may not read the experiment")
     resource_pool: str
@@ -337,11 +339,11 @@ class TemplateList(_Answer):
     templates: list[Template]
 
 
-TaskType = Literal["command", "notebook", "tensorboard", "shell"]
+TaskType = Literal["command", "notebook", "tensorboard", "shell", "generic"]
 
 
 class Task(_Answer):
-    """A notebook, TensorBoard, command or shell (`det task list`, the Tasks page)."""
+    """A notebook, TensorBoard, command, shell or generic task (`det task list`, the Tasks page)."""
 
     id: int
     type: TaskType
@@ -374,6 +376,15 @@ class CreateTask(_Body):
     command: list[CommandPart] = Field(default_factory=list, max_length=10_000)
     experiment_ids: list[int] = Field(default_factory=list, max_length=1000)
     trial_ids: list[int] = Field(default_factory=list, max_length=10_000)
+    forked_from: int | None = Field(
+        None,
+        ge=1,
+        description="generic: the task whose config (under this one's fields) and context (unless one "
+        "is sent) it starts with (Determined's forkedFrom)",
+    )
+    project_id: int | None = Field(
+        None, ge=1, description="generic: the project to place the task in (Determined's projectId)"
+    )
 
     @field_validator("config")
     @classmethod
@@ -741,7 +752,7 @@ class TaskRuntime(_Answer):
     """What a task's own program runs (``GET /runtime/trials/{id}/task``, the task's trial token)."""
 
     id: int
-    type: Literal["command", "notebook", "tensorboard", "shell"]
+    type: TaskType
     # command: its argv; shell: the command to run in each terminal (empty: the login shell);
     # tensorboard: {"sources": [{"experiment_id", "trial_id"}, ...]}.
     args: dict[str, Any]

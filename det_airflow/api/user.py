@@ -773,10 +773,13 @@ class UserClient:
         command: list[str] | None = None,
         experiment_ids: list[int] | None = None,
         trial_ids: list[int] | None = None,
+        forked_from: int | None = None,
+        project_id: int | None = None,
     ) -> Task:
         """Start a task. ``config``: its config as YAML text; ``context``: the base64 tar.gz of a
         folder to run in; ``command``: what a command runs (a shell: what each terminal runs);
-        ``experiment_ids`` / ``trial_ids``: what a TensorBoard shows."""
+        ``experiment_ids`` / ``trial_ids``: what a TensorBoard shows; ``forked_from``: the generic
+        task whose config and context a generic one starts from; ``project_id``: its project."""
         body: dict[str, Any] = {
             "type": task_type,
             "config": config,
@@ -785,6 +788,10 @@ class UserClient:
             "experiment_ids": experiment_ids or [],
             "trial_ids": trial_ids or [],
         }
+        if forked_from is not None:
+            body["forked_from"] = forked_from
+        if project_id is not None:
+            body["project_id"] = project_id
         return self._answer(TaskAnswer, "POST", "/tasks", json=body).task
 
     def list_tasks(self, *, task_type: TaskType | None = None, all: bool = False) -> list[Task]:  # noqa: A002 - the route's own name
@@ -801,6 +808,10 @@ class UserClient:
 
     def kill_task(self, task_id: int) -> Task:
         return self._answer(TaskAnswer, "POST", f"/tasks/{task_id}/kill").task
+
+    def get_task_config(self, task_id: int) -> dict[str, Any]:
+        """The task's config as submitted (its secrets masked unless it is the caller's)."""
+        return self._answer(ConfigAnswer, "GET", f"/tasks/{task_id}/config").config
 
     def open_websocket(self, path: str, *, params: dict[str, Any] | None = None) -> ClientConnection:
         """A WebSocket to ``path`` on the master (such as a shell's ``/det/proxy/<id>/ws``), opened
@@ -861,10 +872,12 @@ class UserClient:
         container_id: list[str] | None = None,
         source: list[str] | None = None,
         stdtype: list[str] | None = None,
+        search: str | None = None,
     ) -> LogsPage:
         """One page of a trial's logs, ascending by id: after ``after``, at most ``limit``, or the last
-        ``tail``; only lines of these ``rank`` ids, of ``level`` or higher, and logged strictly
-        between ``timestamp_after`` and ``timestamp_before``, when given."""
+        ``tail``; only lines of these ``rank`` ids, of ``level`` or higher, logged strictly
+        between ``timestamp_after`` and ``timestamp_before``, and containing ``search`` (any case),
+        when given."""
         given = (
             ("after", after),
             ("limit", limit),
@@ -876,6 +889,7 @@ class UserClient:
             ("container_id", container_id),
             ("source", source),
             ("stdtype", stdtype),
+            ("search", search),
         )
         params = {k: v for k, v in given if v is not None}
         return self._answer(LogsPage, "GET", f"/trials/{trial_id}/logs", params=params)

@@ -48,7 +48,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def follow(client: UserClient, task: Task) -> int:
-    """Prints the command's output until it ends; answers its exit status."""
+    """Prints the command's (or generic task's) output until it ends; answers its exit status."""
     trial_id = task_cli.trial_of(client, task, wait=True)
     if trial_id is not None:
         show_trial_logs(client, trial_id, follow=True)
@@ -59,7 +59,8 @@ def follow(client: UserClient, task: Task) -> int:
     status = exit_status(task)
     if status != 0:
         code = "no exit status" if task.exit_code is None else f"exit status {task.exit_code}"
-        print(f"Command {task.id} ended ({task.end_state}): {code}", file=sys.stderr, flush=True)
+        title = task_cli.KINDS[task.type].title
+        print(f"{title} {task.id} ended ({task.end_state}): {code}", file=sys.stderr, flush=True)
     return status
 
 

@@ -1,6 +1,7 @@
 """``det task ...`` and what the verbs of notebooks, TensorBoards, commands and shells share: the
 task config from ``--config-file`` and ``--config``, the context folder, starting one and waiting
-until it serves, and their ``list``, ``kill`` and ``logs`` verbs.
+until it serves, and their ``list``, ``kill`` and ``logs`` verbs. Generic tasks' own verbs
+(``det task create|fork|config``) are in cli/task_create.py.
 
 A task runs as the one trial of a hidden experiment, so its logs are that trial's (``trial_id``).
 """
@@ -50,13 +51,19 @@ class Kind:
     type: TaskType
     title: str  # at the start of a sentence
     noun: str  # the `det NOUN` that manages it
+    name: str = ""  # how a sentence names one, where its type alone does not read ("generic task")
+
+    @property
+    def called(self) -> str:
+        return self.name or self.type
 
 
 NOTEBOOK = Kind("notebook", "Notebook", "notebook")
 TENSORBOARD = Kind("tensorboard", "TensorBoard", "tensorboard")
 COMMAND = Kind("command", "Command", "cmd")
 SHELL = Kind("shell", "Shell", "shell")
-KINDS = {kind.type: kind for kind in (NOTEBOOK, TENSORBOARD, COMMAND, SHELL)}
+GENERIC = Kind("generic", "Task", "task", "generic task")
+KINDS = {kind.type: kind for kind in (NOTEBOOK, TENSORBOARD, COMMAND, SHELL, GENERIC)}
 
 
 class TaskStateError(DetError):
@@ -64,8 +71,12 @@ class TaskStateError(DetError):
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from det_airflow.cli import task_create
+
     noun = subparsers.add_parser(
-        "task", help="list tasks of every type (notebooks, TensorBoards, commands, shells); their logs"
+        "task",
+        help="list tasks of every type (notebooks, TensorBoards, commands, shells); their logs; "
+        "create generic tasks",
     )
     verbs = noun.add_subparsers(dest="verb", metavar="VERB", required=True)
 
@@ -78,6 +89,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     logs.add_argument("task_id", metavar="ID", type=int, help="task ID")
     add_log_arguments(logs)
     logs.set_defaults(func=_logs, kind=None)
+
+    kill = verbs.add_parser("kill", help="stop tasks of any type at once")
+    kill.add_argument("task_ids", metavar="ID", type=int, nargs="+", help="task ID")
+    kill.add_argument(
+        "--root",
+        action="store_true",
+        help="accepted as Determined's: a task here has no child tasks, so it is its own root",
+    )
+    kill.set_defaults(func=_kill, kind=None)
+
+    task_create.register(verbs)
 
 
 def connect(args: argparse.Namespace) -> UserClient:
@@ -116,7 +138,7 @@ def get_task(client: UserClient, task_id: int, kind: Kind | None) -> Task:
     if kind is not None and task.type != kind.type:
         other = KINDS[task.type]
         raise TaskStateError(
-            f"task {task_id} is a {task.type}, not a {kind.type}: use `det {other.noun} ...` for it"
+            f"task {task_id} is a {other.called}, not a {kind.type}: use `det {other.noun} ...` for it"
         )
     return task
 
@@ -173,12 +195,12 @@ def _ids(ids: list[int]) -> str:
 
 
 def _kill(args: argparse.Namespace) -> None:
-    kind: Kind = args.kind
+    kind: Kind | None = args.kind
     client = connect(args)
     for task_id in args.task_ids:
-        get_task(client, task_id, kind)
+        task = get_task(client, task_id, kind)
         client.kill_task(task_id)
-        print(f"Killed {kind.type} {task_id}", flush=True)
+        print(f"Killed {KINDS[task.type].called} {task_id}", flush=True)
 
 
 def _logs(args: argparse.Namespace) -> None:
@@ -263,15 +285,16 @@ def task_config_text(config_file: str | None, overrides: list[str]) -> str | Non
     return yaml.safe_dump(data, sort_keys=False)
 
 
-def packed_context(directory: str | None) -> str | None:
-    """The base64 tar.gz of ``directory`` (honouring .detignore), said as `det experiment create` says it."""
+def packed_context(directory: str | None, includes: list[str] | None = None) -> str | None:
+    """The base64 tar.gz of ``directory`` (honouring .detignore) with ``includes`` at its top level,
+    said as `det experiment create` says it."""
     if directory is None:
         return None
     import base64
 
     from det_airflow.context_archive import format_size, pack_context
 
-    packed = pack_context(directory)
+    packed = pack_context(directory, includes=includes or ())
     print(
         f"Preparing files ({packed.directory.absolute()}) to send to master... "
         f"{format_size(packed.size)} and {packed.file_count} files",

@@ -65,6 +65,21 @@ def switch_of(conn: Connection, host_id: str) -> Switch:
     return switches(conn, [host_id]).get(host_id, Switch(None))
 
 
+def preemption_cause(conn: Connection, host_ids: Iterable[str | None]) -> str | None:
+    """Why a trial that ran on ``host_ids`` was preempted, when an admin's switch explains it: its
+    host disabled, or a slot of it (the trial's state history says so rather than "the job
+    queue"); None when nothing there is disabled now."""
+    named = sorted({host for host in host_ids if host})
+    switched = switches(conn, named)
+    for host in named:
+        if host in switched and not switched[host].enabled:
+            return f"preempted: agent '{host}' was disabled"
+    for host in named:
+        if host in switched and switched[host].disabled_slots:
+            return f"preempted: a slot of agent '{host}' was disabled"
+    return None
+
+
 def _check_admin(caller: Caller, what: str) -> None:
     if not caller.is_admin:
         raise PermissionDenied(f"user '{caller.name}' may not {what}: only admins may")

@@ -1,7 +1,8 @@
-"""Routes for tasks beside experiments (notebooks, TensorBoards, commands, shells): people start,
-list and kill them; the task's own program, with its trial's token, asks what to run (and, in a pod,
-says where its server listens); a local or Docker task's runner, with det's service token, says
-where its server listens once it has checked that the port is the task's own."""
+"""Routes for tasks beside experiments (notebooks, TensorBoards, commands, shells, generic tasks):
+people start, list and kill them and read their configs; the task's own program, with its trial's
+token, asks what to run (and, in a pod, says where its server listens); a local or Docker task's
+runner, with det's service token, says where its server listens once it has checked that the port
+is the task's own."""
 
 from __future__ import annotations
 
@@ -10,7 +11,15 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query
 
 from det_airflow.airflow_compat import requires_authenticated
-from det_airflow.api.models import CreateTask, Empty, TaskAnswer, TaskList, TaskReady, TaskRuntime
+from det_airflow.api.models import (
+    ConfigAnswer,
+    CreateTask,
+    Empty,
+    TaskAnswer,
+    TaskList,
+    TaskReady,
+    TaskRuntime,
+)
 from det_airflow.master import caps, experiment_state, experiments, tasks, trials
 from det_airflow.master.auth import CrossSiteGuard, ServiceAuth, TrialAuth
 from det_airflow.master.authz import CallerDep, check_change, check_create, check_read
@@ -38,6 +47,8 @@ def create_task(body: CreateTask, caller: CallerDep) -> dict:
                 command=body.command,
                 experiment_ids=body.experiment_ids,
                 trial_ids=body.trial_ids,
+                forked_from=body.forked_from,
+                project_id=body.project_id,
             ),
         )
     trials.make_room_for_submitted(db, task["id"], task["resource_pool"])
@@ -59,6 +70,13 @@ def describe_task(task_id: int, caller: CallerDep) -> dict:
         experiment = experiments.get_experiment(conn, task_id)
         check_read(caller, experiment, "describe")
         return {"task": tasks.describe(conn, task, experiment)}
+
+
+@router.get("/tasks/{task_id}/config", response_model=ConfigAnswer)
+def task_config(task_id: int, caller: CallerDep) -> dict:
+    """The task's config as submitted; its secrets masked for all but its owner and admins."""
+    with get_database().read() as conn:
+        return {"config": tasks.task_config(conn, caller, task_id)}
 
 
 @router.post("/tasks/{task_id}/kill", response_model=TaskAnswer)

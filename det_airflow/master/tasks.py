@@ -1,4 +1,5 @@
-"""Tasks beside experiments: Determined's notebooks, TensorBoards, commands and shells.
+"""Tasks beside experiments: Determined's notebooks, TensorBoards, commands, shells and generic
+tasks (a command whose program is its config's ``entrypoint``: `det task create`).
 
 A task runs as the one trial of an experiment of its own, hidden from the experiment lists: the job
 queue admits it (priority, pool, slots; never preempted, as in Determined), placement puts it on a
@@ -12,6 +13,7 @@ Task ids are experiment ids: one numbering for every job in the queue.
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -24,7 +26,7 @@ from det_airflow import object_storage, runner_policy
 from det_airflow.config._experiment import MAX_NAME_LENGTH
 from det_airflow.config._yaml import read_yaml
 from det_airflow.errors import ConfigError, DetError
-from det_airflow.master import experiments, schema
+from det_airflow.master import experiments, projects, schema, serialize
 from det_airflow.master.authz import Caller, PermissionDenied, check_pool, check_read
 from det_airflow.master.lifecycle import NotFound, StateError, now
 from det_airflow.states import ExperimentState, TrialState
@@ -37,16 +39,19 @@ from det_airflow.text_input import as_name
 if TYPE_CHECKING:
     from det_airflow.master.db import Database
 
-TASK_TYPES = ("command", "notebook", "tensorboard", "shell")
+TASK_TYPES = ("command", "notebook", "tensorboard", "shell", "generic")
 # Determined's job types, as `det job list` shows them.
 JOB_TYPES = {
     "command": "TYPE_COMMAND",
     "notebook": "TYPE_NOTEBOOK",
     "tensorboard": "TYPE_TENSORBOARD",
     "shell": "TYPE_SHELL",
+    "generic": "TYPE_GENERIC",
 }
 # Determined's defaults: a TensorBoard needs no slot, the others one.
-DEFAULT_SLOTS = {"command": 1, "notebook": 1, "tensorboard": 0, "shell": 1}
+DEFAULT_SLOTS = {"command": 1, "notebook": 1, "tensorboard": 0, "shell": 1, "generic": 1}
+# The types that run their submitter's program to its end (no server, no idle timeout).
+RUN_TO_END = ("command", "generic")
 # Where a TensorBoard that names no pool runs: Airflow's own general pool.
 TENSORBOARD_POOL = "default_pool"
 PROGRAMS = {
@@ -105,6 +110,8 @@ class TaskRequest:
     command: Sequence[str] = ()  # command: what it runs; shell: what each terminal runs
     experiment_ids: Sequence[int] = ()  # tensorboard: every trial of these
     trial_ids: Sequence[int] = ()  # tensorboard: these trials
+    forked_from: int | None = None  # generic: the task whose config and context it starts from
+    project_id: int | None = None  # generic: the project it is placed in
 
 
 @dataclass(frozen=True)
@@ -203,13 +210,27 @@ def experiment_config(
     """The config of the one-trial experiment a task runs as."""
     resources = dict(config.get("resources") or {})
     slots = resources.pop("slots", DEFAULT_SLOTS[task_type])
-    description = str(config.get("description") or _default_description(task_type, command))
+    shown = _words(config.get("entrypoint")) if task_type == "generic" else command
+    description = str(config.get("description") or _default_description(task_type, shown))
     if task_type == "command":
         entrypoint: Any = config.get("entrypoint")
         if command:
             entrypoint = command[0] if len(command) == 1 else list(command)
         if not entrypoint:
             raise ConfigError([("entrypoint", "a command needs something to run: det cmd run CMD [ARGS...]")])
+    elif task_type == "generic":
+        # Checked as any experiment's entrypoint (a command string or a list of strings) once the
+        # config is whole; here only that there is one.
+        entrypoint = config.get("entrypoint")
+        if entrypoint is None or entrypoint == "" or entrypoint == []:
+            raise ConfigError(
+                [
+                    (
+                        "entrypoint",
+                        "a generic task runs its config's entrypoint: e.g. 'entrypoint: python3 run.py'",
+                    )
+                ]
+            )
     else:
         if config.get("entrypoint") is not None:
             raise ConfigError([("entrypoint", f"a {task_type} runs its own program; leave 'entrypoint' out")])
@@ -244,6 +265,13 @@ def experiment_config(
     return result
 
 
+def _words(entrypoint: Any) -> list[str]:
+    """An entrypoint (a command string or a list) as the words a description shows."""
+    if isinstance(entrypoint, str):
+        return [entrypoint]
+    return [str(part) for part in entrypoint] if isinstance(entrypoint, list) else []
+
+
 def _check_platform_only(config: Mapping[str, Any]) -> None:
     """Refuse the fields that would change a TensorBoard's program or environment, naming each."""
     names: list[str] = []
@@ -259,8 +287,8 @@ def _check_platform_only(config: Mapping[str, Any]) -> None:
 
 
 def _default_description(task_type: str, command: Sequence[str]) -> str:
-    if task_type == "command":
-        return " ".join(command)[:200] or "command"
+    if task_type in RUN_TO_END:
+        return " ".join(command)[:200] or task_type
     return {"notebook": "JupyterLab", "tensorboard": "TensorBoard", "shell": "shell"}[task_type]
 
 
@@ -608,13 +636,27 @@ def create_task(db: Database, caller: Caller, request: TaskRequest) -> dict[str,
 
     check_type(request.type)
     config = read_task_config(request.config)
+    context = request.context
+    if request.type != "generic" and (request.forked_from is not None or request.project_id is not None):
+        field = "forked_from" if request.forked_from is not None else "project_id"
+        raise ConfigError(
+            [(field, f"only a generic task is forked or placed in a project, not a {request.type}")]
+        )
+    if request.forked_from is not None:
+        with db.read() as conn:
+            parent_config, parent_context = fork_source(conn, caller, request.forked_from)
+        # As Determined: the fields sent replace the parent's whole; its context unless one is sent.
+        config = {**parent_config, **config}
+        if context is None and parent_context:
+            context = base64.b64encode(parent_context).decode("ascii")
     idle = parse_duration(config.get("idle_timeout"), "idle_timeout")
-    if idle is not None and request.type == "command":
+    if idle is not None and request.type in RUN_TO_END:
         raise ConfigError(
             [
                 (
                     "idle_timeout",
-                    "a command runs until it ends; idle_timeout is for notebooks, shells and TensorBoards",
+                    f"a {_named(request.type)} runs until it ends; idle_timeout is for notebooks, shells "
+                    "and TensorBoards",
                 )
             ]
         )
@@ -632,9 +674,14 @@ def create_task(db: Database, caller: Caller, request: TaskRequest) -> dict[str,
         )
     if request.type in ("command", "shell"):
         args["command"] = [str(arg) for arg in request.command]
+    elif request.type == "generic" and request.command:
+        raise ConfigError([("command", "a generic task runs its config's entrypoint; give no command")])
     elif request.command:
         raise ConfigError([("command", f"a {request.type} runs its own program; give no command")])
     exp_config = experiment_config(request.type, config, request.command, storage)
+    if request.project_id is not None:
+        with db.read() as conn:
+            exp_config.update(_placement(conn, caller, request.project_id))
     config_yaml = yaml.safe_dump(exp_config, sort_keys=False)
 
     def store_task(conn: Connection, experiment_id: int) -> None:
@@ -645,10 +692,53 @@ def create_task(db: Database, caller: Caller, request: TaskRequest) -> dict[str,
     row, _ = submission.create_once(
         db,
         config_yaml=config_yaml,
-        context=request.context,
+        context=context,
         owner=caller.name,
         after_create=store_task,
         check_pool=lambda pool: check_pool(caller, pool),
     )
     with db.read() as conn:
         return describe(conn, get_task(conn, row.id))
+
+
+def _named(task_type: str) -> str:
+    """How a sentence names a task of ``task_type``."""
+    return "generic task" if task_type == "generic" else task_type
+
+
+def fork_source(conn: Connection, caller: Caller, task_id: int) -> tuple[dict[str, Any], bytes | None]:
+    """The config and context tar.gz a fork of generic task ``task_id`` starts from. Only for its
+    owner or an admin: both may hold secrets its readers do not see (``task_config``), and the fork
+    would hand them to its own program."""
+    task = get_task(conn, task_id)
+    experiment = experiments.get_experiment(conn, task_id)
+    check_read(caller, experiment, "fork")
+    if task.type != "generic":
+        raise ConfigError(
+            [("forked_from", f"task {task_id} is a {task.type}: only a generic task can be forked")]
+        )
+    if not caller.sees_secrets_of(experiment):
+        raise PermissionDenied(
+            f"user '{caller.name}' may not fork task {task_id}: its config and context may hold secrets; "
+            f"only its owner '{experiment.owner}' or an admin may"
+        )
+    return dict(task.config or {}), experiment.context
+
+
+def _placement(conn: Connection, caller: Caller, project_id: int) -> dict[str, str]:
+    """The ``workspace`` and ``project`` fields that place a task in project ``project_id``, once the
+    caller may file into it (an archived one is refused when the task is stored, as for experiments)."""
+    project = projects.get_project(conn, project_id)
+    workspace = projects.get_workspace(conn, project.workspace_id)
+    projects.check_placement(conn, caller, workspace.name, project.name)
+    return {"workspace": workspace.name, "project": project.name}
+
+
+def task_config(conn: Connection, caller: Caller, task_id: int) -> dict[str, Any]:
+    """The task's config as submitted (a fork's: merged with its parent's), for whoever may read the
+    task; its secrets masked for all but its owner and admins, as an experiment's config is."""
+    task = get_task(conn, task_id)
+    experiment = experiments.get_experiment(conn, task_id)
+    check_read(caller, experiment, "read the config of")
+    config = dict(task.config or {})
+    return config if caller.sees_secrets_of(experiment) else serialize.masked_config(config)

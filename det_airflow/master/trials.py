@@ -13,6 +13,7 @@ from det_airflow.api.models import SlotStatus
 from det_airflow.master import (
     experiments,
     gangs,
+    host_switches,
     hosts,
     identities,
     lifecycle,
@@ -915,9 +916,9 @@ def exit_run(conn: Connection, trial_id: int, exit_code: int) -> tuple[Row, bool
     ):
         # Preempted by the queue: back to waiting, resumed from its checkpoint once admitted again.
         # Whatever the exit (one that ignored the signal was killed), it counts no restart.
-        lifecycle.move_trial(
-            conn, trial, TrialState.QUEUED, f"preempted by the job queue; {exited}", **values
-        )
+        nodes = [trial.host, *(node["host"] for node in trial.nodes or ())]
+        why = host_switches.preemption_cause(conn, nodes) or "preempted by the job queue"
+        lifecycle.move_trial(conn, trial, TrialState.QUEUED, f"{why}; {exited}", **values)
         return get_trial(conn, trial_id), False
     elif not trial.stop_requested and (
         exp_state == ExperimentState.PAUSED or (exit_code == 0 and trial.pause_requested)

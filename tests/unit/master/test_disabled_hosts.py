@@ -148,6 +148,8 @@ def test_disabling_a_host_preempts_its_trial_which_resumes_on_another(
         trials.exit_run(conn, trial_id, 0)
     back = trial_of(people, e)
     assert (back.state, back.restarts) == ("QUEUED", 0), "a preemption counts no restart"
+    history = people.call("alice", "GET", f"/trials/{trial_id}/state-changes").json()["state_changes"]
+    assert history[-1]["reason"] == "preempted: agent 'a' was disabled; its process exited 0"
     assert ask(people, e, 0, "a") == {"status": "wait", "host": "b", "queue": "det-host-b"}
 
 
@@ -174,6 +176,10 @@ def test_disabling_a_slot_preempts_the_trial_shown_on_it(people: People, creator
     assert [s["trial_id"] for s in agent(people, "a")["slots"]] == [first, second]
     assert switch(people, "admin", "a/slots/1/disable").status_code == 200
     assert (asked_to_stop(people, first), asked_to_stop(people, second)) == (False, True)
+    with people.db.begin() as conn:
+        trials.exit_run(conn, second, 143)
+    history = people.call("alice", "GET", f"/trials/{second}/state-changes").json()["state_changes"]
+    assert history[-1]["reason"] == "preempted: a slot of agent 'a' was disabled; its process exited 143"
 
 
 def test_a_host_stays_disabled_when_its_worker_restarts(people: People, creator: Creator) -> None:

@@ -1,7 +1,34 @@
-"""``determined.experimental``: ``core_v2`` and ``client`` (``det_airflow.experimental``)."""
+"""``determined.experimental``: ``core_v2`` and ``client`` (``det_airflow.experimental``), and the
+names Determined re-exports here from its client."""
 
 from det_airflow.experimental import client as client
 from det_airflow.experimental import core_v2 as core_v2
-from det_airflow.experimental.client import Checkpoint, Model, ModelOrderBy, ModelSortBy, ModelVersion
+from det_airflow.experimental.client import (
+    Checkpoint,
+    Determined,
+    Experiment,
+    Model,
+    ModelOrderBy,
+    ModelSortBy,
+    ModelVersion,
+    OrderBy,
+    Trial,
+    TrialOrderBy,
+    TrialSortBy,
+)
 
-__all__ = ["Checkpoint", "Model", "ModelOrderBy", "ModelSortBy", "ModelVersion", "client", "core_v2"]
+__all__ = [
+    "Checkpoint",
+    "Determined",
+    "Experiment",
+    "Model",
+    "ModelOrderBy",
+    "ModelSortBy",
+    "ModelVersion",
+    "OrderBy",
+    "Trial",
+    "TrialOrderBy",
+    "TrialSortBy",
+    "client",
+    "core_v2",
+]

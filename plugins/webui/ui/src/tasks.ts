@@ -8,6 +8,7 @@ export const TASK_TYPES = [
   "notebook",
   "tensorboard",
   "shell",
+  "generic",
 ] as const satisfies readonly TaskType[];
 
 export const TASK_TYPE_NAMES: Record<TaskType, string> = {
@@ -15,6 +16,7 @@ export const TASK_TYPE_NAMES: Record<TaskType, string> = {
   notebook: "Notebook",
   tensorboard: "TensorBoard",
   shell: "Shell",
+  generic: "Generic",
 };
 
 /** `det job list`'s types in words; every job type names its own row. */
@@ -24,6 +26,7 @@ export const JOB_TYPE_NAMES: Record<Job["type"], string> = {
   TYPE_NOTEBOOK: "Notebook",
   TYPE_TENSORBOARD: "TensorBoard",
   TYPE_SHELL: "Shell",
+  TYPE_GENERIC: "Generic",
 };
 
 export const TERMINATING = "TERMINATING";

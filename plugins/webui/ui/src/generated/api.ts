@@ -1514,6 +1514,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/tasks/{task_id}/config": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Task Config
+         * @description The task's config as submitted; its secrets masked for all but its owner and admins.
+         */
+        get: operations["task_config_api_v1_tasks__task_id__config_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/tasks/{task_id}/kill": {
         parameters: {
             query?: never;
@@ -2111,13 +2131,23 @@ export interface components {
             context?: string | null;
             /** Experiment Ids */
             experiment_ids?: number[];
+            /**
+             * Forked From
+             * @description generic: the task whose config (under this one's fields) and context (unless one is sent) it starts with (Determined's forkedFrom)
+             */
+            forked_from?: number | null;
+            /**
+             * Project Id
+             * @description generic: the project to place the task in (Determined's projectId)
+             */
+            project_id?: number | null;
             /** Trial Ids */
             trial_ids?: number[];
             /**
              * Type
              * @enum {string}
              */
-            type: "command" | "notebook" | "tensorboard" | "shell";
+            type: "command" | "notebook" | "tensorboard" | "shell" | "generic";
         };
         /**
          * CreateWebhook
@@ -2600,7 +2630,7 @@ export interface components {
             experiment_state: components["schemas"]["ExperimentState"];
             /**
              * Fits Hosts
-             * @description whether the live hosts could take one of its trials, whole on one host or in equal shares on several (null without hosts); false: it waits for hosts that can
+             * @description whether the live hosts' enabled slots could take one of its trials, whole on one host or in equal shares on several (null without hosts); false: it waits for hosts that can
              */
             fits_hosts?: boolean | null;
             /** Fits Pool */
@@ -2616,7 +2646,7 @@ export interface components {
             jobs_ahead: number;
             /**
              * Largest Host Slots
-             * @description the most slots a live worker host has (null without hosts): a trial whose slots_per_trial exceed it runs across several hosts
+             * @description the most slots a live worker host has that an admin has not disabled (null without hosts): a trial whose slots_per_trial exceed it runs across several hosts
              */
             largest_host_slots?: number | null;
             /** Max Slots */
@@ -2647,7 +2677,7 @@ export interface components {
              * Type
              * @enum {string}
              */
-            type: "TYPE_EXPERIMENT" | "TYPE_COMMAND" | "TYPE_NOTEBOOK" | "TYPE_TENSORBOARD" | "TYPE_SHELL";
+            type: "TYPE_EXPERIMENT" | "TYPE_COMMAND" | "TYPE_NOTEBOOK" | "TYPE_TENSORBOARD" | "TYPE_SHELL" | "TYPE_GENERIC";
             /**
              * User
              * @description null when the caller may not read the experiment
@@ -3387,7 +3417,7 @@ export interface components {
         };
         /**
          * Task
-         * @description A notebook, TensorBoard, command or shell (`det task list`, the Tasks page).
+         * @description A notebook, TensorBoard, command, shell or generic task (`det task list`, the Tasks page).
          */
         Task: {
             /** Command */
@@ -3434,7 +3464,7 @@ export interface components {
              * Type
              * @enum {string}
              */
-            type: "command" | "notebook" | "tensorboard" | "shell";
+            type: "command" | "notebook" | "tensorboard" | "shell" | "generic";
             /** Url */
             url: string | null;
         };
@@ -3514,7 +3544,7 @@ export interface components {
              * Type
              * @enum {string}
              */
-            type: "command" | "notebook" | "tensorboard" | "shell";
+            type: "command" | "notebook" | "tensorboard" | "shell" | "generic";
         };
         /**
          * Template
@@ -7031,6 +7061,37 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["TaskAnswer"];
+                };
+            };
+            /** @description Validation Error */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HTTPValidationError"];
+                };
+            };
+        };
+    };
+    task_config_api_v1_tasks__task_id__config_get: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                task_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ConfigAnswer"];
                 };
             };
             /** @description Validation Error */

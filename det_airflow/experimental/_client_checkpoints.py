@@ -1,0 +1,101 @@
+"""The checkpoints of an experiment or a trial, in the order Determined's ``list_checkpoints`` gives:
+only completed ones, by an attribute (``CheckpointSortBy``) or by a validation metric's value at
+each checkpoint's step, missing values last either way."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from det_airflow.core._train import VALIDATION
+
+if TYPE_CHECKING:
+    from det_airflow.api import models as wire
+    from det_airflow.api.user import UserClient
+
+COMPLETED = "COMPLETED"
+T = TypeVar("T")
+
+
+class OrderBy(enum.Enum):
+    """Whether a sorted list is in ascending or descending order."""
+
+    ASCENDING = "asc"
+    ASC = "asc"
+    DESCENDING = "desc"
+    DESC = "desc"
+
+
+class CheckpointSortBy(enum.Enum):
+    """The attributes checkpoints can be sorted by."""
+
+    UUID = "uuid"
+    TRIAL_ID = "trial_id"
+    BATCH_NUMBER = "steps_completed"
+    END_TIME = "report_time"
+    STATE = "state"
+    SEARCHER_METRIC = "validation_metric"
+
+
+def sorted_checkpoints(
+    client: UserClient,
+    experiment_id: int,
+    *,
+    trial_id: int | None = None,
+    sort_by: str | CheckpointSortBy | None = None,
+    order_by: OrderBy | None = None,
+    max_results: int | None = None,
+) -> list[wire.Checkpoint]:
+    """The completed checkpoints of the experiment (of one of its trials, with ``trial_id``).
+
+    Without ``sort_by`` and ``order_by``: by the searcher's metric, best first. ``sort_by`` a
+    string: by that validation metric as reported at each checkpoint's step.
+    """
+    if (sort_by is None) != (order_by is None):
+        raise AssertionError("sort_by and order_by must be either both set, or neither.")
+    if sort_by is not None and not isinstance(sort_by, CheckpointSortBy | str):
+        raise ValueError("sort_by must be of type CheckpointSortBy or str")
+    found = [
+        c
+        for c in client.list_checkpoints(experiment_id)
+        if c.state == COMPLETED and (trial_id is None or c.trial_id == trial_id)
+    ]
+    if sort_by is None or order_by is None:
+        sort_by = CheckpointSortBy.SEARCHER_METRIC
+        searcher = client.get_experiment_config(experiment_id).get("searcher") or {}
+        order_by = OrderBy.ASC if searcher.get("smaller_is_better", True) else OrderBy.DESC
+    if isinstance(sort_by, CheckpointSortBy):
+        attribute = sort_by.value
+
+        def key(c: wire.Checkpoint) -> Any:
+            return getattr(c, attribute)
+
+    else:
+        values = _metric_at_checkpoints(client, found, sort_by)
+
+        def key(c: wire.Checkpoint) -> Any:
+            return values.get((c.trial_id, c.steps_completed))
+
+    ordered = nulls_last(found, key, order_by)
+    return ordered if max_results is None else ordered[:max_results]
+
+
+def nulls_last(items: Iterable[T], key: Callable[[T], Any], order_by: OrderBy) -> list[T]:
+    """``items`` by ``key`` in ``order_by``'s order, those whose key is None last either way (as
+    Determined's master sorts); ties keep their order."""
+    items = list(items)
+    present = sorted((i for i in items if key(i) is not None), key=key, reverse=order_by.value == "desc")
+    return present + [i for i in items if key(i) is None]
+
+
+def _metric_at_checkpoints(
+    client: UserClient, checkpoints: list[wire.Checkpoint], metric: str
+) -> dict[tuple[int, int], Any]:
+    """(trial ID, steps) → the metric's value in that trial's validation at those steps."""
+    values: dict[tuple[int, int], Any] = {}
+    for trial_id in sorted({c.trial_id for c in checkpoints}):
+        for report in client.trial_metrics(trial_id, group=VALIDATION):
+            if report.metrics.get(metric) is not None:
+                values[(trial_id, report.steps_completed)] = report.metrics[metric]
+    return values
