@@ -1,4 +1,4 @@
-"""``det task create|fork|config`` (Determined's generic tasks) and ``det task pause|unpause``.
+"""``det task create|fork|config`` (Determined's generic tasks).
 
 A generic task is a command whose program is its config's ``entrypoint`` (a command string or a
 list of arguments), run with the context folder as its working folder under the config's
@@ -17,17 +17,6 @@ from det_airflow.cli.command import follow
 from det_airflow.cli.job import _positive_int
 from det_airflow.cli.task import GENERIC
 from det_airflow.errors import DetError
-
-
-class UnsupportedVerb(DetError):
-    """A Determined verb that has no meaning here; the message says why."""
-
-
-# Why a task cannot be paused here, for `det task pause|unpause`.
-_NO_PAUSE = (
-    "the job queue never pauses or preempts a task: it holds its slots until its program ends or "
-    "it is killed (`det task kill ID`), so there is no paused task to resume"
-)
 
 
 def register(verbs: argparse._SubParsersAction) -> None:
@@ -79,11 +68,6 @@ def register(verbs: argparse._SubParsersAction) -> None:
     config.add_argument("task_id", metavar="TASK_ID", type=int, help="task ID")
     config.add_argument("--json", action="store_true", help="print JSON instead of YAML")
     config.set_defaults(func=_config)
-
-    for verb in ("pause", "unpause"):
-        parser = verbs.add_parser(verb, help="not supported here: a task is never paused")
-        parser.add_argument("task_id", metavar="TASK_ID", type=int, help="task ID")
-        parser.set_defaults(func=_unsupported, verb=verb)
 
 
 def _add_start_arguments(parser: argparse.ArgumentParser) -> None:
@@ -157,7 +141,3 @@ def _config(args: argparse.Namespace) -> None:
     import yaml
 
     sys.stdout.write(render.clean(yaml.safe_dump(config, default_flow_style=False, sort_keys=False)))
-
-
-def _unsupported(args: argparse.Namespace) -> None:
-    raise UnsupportedVerb(f"det task {args.verb} is not supported here, because {_NO_PAUSE}")

@@ -1,4 +1,4 @@
-"""`det task create|fork|config|kill|pause|unpause` (Determined's generic tasks) against the master's
+"""`det task create|fork|config|kill` (Determined's generic tasks) against the master's
 own routes, served on loopback as in test_task_verbs.py; one test runs the task's trial for real
 with the local runner, as a worker would."""
 
@@ -82,7 +82,6 @@ def _stored_files(cluster: Cluster, task_id: int) -> list[str]:
         ("task fork 3 --project-id 2", {"parent_task_id": 3, "config_file": None, "project_id": 2}),
         ("task config 5 --json", {"task_id": 5, "json": True}),
         ("task kill 5 6 --root", {"task_ids": [5, 6], "root": True}),
-        ("task pause 5", {"task_id": 5}),
     ],
 )
 def test_the_generic_verbs_parse(argv: str, expected: dict[str, Any]) -> None:
@@ -405,18 +404,6 @@ def test_bad_input_is_one_line_and_creates_nothing(
         (["task", "fork", "99"], "Error: task 99 not found\n"),
         (["task", "config", "99"], "Error: task 99 not found\n"),
         (["task", "kill", "99"], "Error: task 99 not found\n"),
-        (
-            ["task", "pause", "1"],
-            "Error: det task pause is not supported here, because the job queue never pauses or preempts "
-            "a task: it holds its slots until its program ends or it is killed (`det task kill ID`), so "
-            "there is no paused task to resume\n",
-        ),
-        (
-            ["task", "unpause", "1"],
-            "Error: det task unpause is not supported here, because the job queue never pauses or "
-            "preempts a task: it holds its slots until its program ends or it is killed (`det task kill "
-            "ID`), so there is no paused task to resume\n",
-        ),
     ],
 )
 def test_the_other_verbs_refuse_in_one_line(det: Any, cluster: Cluster, argv: list[str], error: str) -> None:
