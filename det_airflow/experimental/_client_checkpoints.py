@@ -5,6 +5,7 @@ each checkpoint's step, missing values last either way."""
 from __future__ import annotations
 
 import enum
+import warnings
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
 
 COMPLETED = "COMPLETED"
 T = TypeVar("T")
+C = TypeVar("C")
 
 
 class OrderBy(enum.Enum):
@@ -99,3 +101,26 @@ def _metric_at_checkpoints(
             if report.metrics.get(metric) is not None:
                 values[(trial_id, report.steps_completed)] = report.metrics[metric]
     return values
+
+
+def deprecated_top(
+    owner: str,
+    list_checkpoints: Callable[..., list[C]],
+    sort_by: str | None,
+    smaller_is_better: bool | None,
+    none_found: Exception,
+) -> C:
+    """Determined's deprecated ``top_checkpoint()`` of an experiment or a trial (``owner`` names the
+    class in the warning): the first of ``list_checkpoints``; ``none_found`` raised when there is
+    none (Determined raises a different error for each)."""
+    warnings.warn(
+        f"{owner}.top_checkpoint() has been deprecated and will be removed in a future version. "
+        f"Please call {owner}.list_checkpoints(...,max_results=1) instead.",
+        FutureWarning,
+        stacklevel=3,
+    )
+    order_by = (OrderBy.ASC if smaller_is_better else OrderBy.DESC) if sort_by else None
+    found = list_checkpoints(sort_by=sort_by, order_by=order_by, max_results=1)
+    if not found:
+        raise none_found
+    return found[0]

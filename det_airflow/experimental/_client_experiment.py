@@ -16,6 +16,7 @@ from det_airflow.core._train import VALIDATION
 from det_airflow.experimental._client_checkpoints import (
     CheckpointSortBy,
     OrderBy,
+    deprecated_top,
     nulls_last,
     sorted_checkpoints,
 )
@@ -275,17 +276,13 @@ class Experiment:
 
     def top_checkpoint(self, sort_by: str | None = None, smaller_is_better: bool | None = None) -> Checkpoint:
         """Deprecated: ``list_checkpoints(..., max_results=1)[0]``."""
-        warnings.warn(
-            "Experiment.top_checkpoint() has been deprecated and will be removed in a future version. "
-            "Please call Experiment.list_checkpoints(...,max_results=1) instead.",
-            FutureWarning,
-            stacklevel=2,
+        return deprecated_top(
+            "Experiment",
+            self.list_checkpoints,
+            sort_by,
+            smaller_is_better,
+            AssertionError(f"No checkpoints found for experiment {self.id}"),
         )
-        order_by = (OrderBy.ASC if smaller_is_better else OrderBy.DESC) if sort_by else None
-        found = self.list_checkpoints(sort_by=sort_by, order_by=order_by, max_results=1)
-        if not found:
-            raise AssertionError(f"No checkpoints found for experiment {self.id}")
-        return found[0]
 
     def top_n_checkpoints(
         self, limit: int, sort_by: str | None = None, smaller_is_better: bool | None = None

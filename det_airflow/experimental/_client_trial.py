@@ -11,7 +11,12 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from det_airflow.core._train import TRAINING, VALIDATION
-from det_airflow.experimental._client_checkpoints import CheckpointSortBy, OrderBy, sorted_checkpoints
+from det_airflow.experimental._client_checkpoints import (
+    CheckpointSortBy,
+    OrderBy,
+    deprecated_top,
+    sorted_checkpoints,
+)
 from det_airflow.experimental._client_metrics import (
     TrainingMetrics,
     TrialMetrics,
@@ -204,17 +209,13 @@ class Trial:
 
     def top_checkpoint(self, sort_by: str | None = None, smaller_is_better: bool | None = None) -> Checkpoint:
         """Deprecated: ``list_checkpoints(..., max_results=1)[0]``."""
-        warnings.warn(
-            "Trial.top_checkpoint() has been deprecated and will be removed in a future version. "
-            "Please call Trial.list_checkpoints(...,max_results=1) instead.",
-            FutureWarning,
-            stacklevel=2,
+        return deprecated_top(
+            "Trial",
+            self.list_checkpoints,
+            sort_by,
+            smaller_is_better,
+            ValueError("No checkpoints found for criteria."),
         )
-        order_by = (OrderBy.ASC if smaller_is_better else OrderBy.DESC) if sort_by else None
-        found = self.list_checkpoints(sort_by=sort_by, order_by=order_by, max_results=1)
-        if not found:
-            raise ValueError("No checkpoints found for criteria.")
-        return found[0]
 
     # --- metrics ---
 

@@ -136,14 +136,15 @@ def _gangs(conn: Connection, experiment_ids: set[int]) -> dict[int, int]:
     }
 
 
-def loads(conn: Connection) -> list[HostLoad]:
+def loads(conn: Connection, held: dict[str, list[tuple[int, int, int]]] | None = None) -> list[HostLoad]:
     """The live hosts with the slots their trials hold and those an admin disabled, as placement
     sees them (none, at the cost of one query, where no host reports). A disabled host is still
-    one: trials wait for an enabled one rather than run wherever Airflow puts them."""
+    one: trials wait for an enabled one rather than run wherever Airflow puts them. ``held``: the
+    :func:`holdings` of every host, when the caller has them already."""
     live = live_hosts(conn)
     if not live:
         return []
-    held = holdings(conn)
+    held = holdings(conn) if held is None else held
     switched = host_switches.switches(conn)
     return [
         HostLoad(

@@ -347,10 +347,11 @@ def job_rows(conn: Connection, pool: str, capacity: int | None = None) -> list[d
     task_jobs = experiments.task_ids(conn, list(snap.rows))
     # While worker hosts report, a trial's gang must fit one of them whole, or several together,
     # on the slots an admin has not disabled.
-    live = hosts.loads(conn)
+    holdings = hosts.holdings(conn)
+    live = hosts.loads(conn, holdings)
     largest_host = max((host.enabled_slots for host in live), default=None)
     job_hosts: dict[int, set[str]] = {}
-    for host_id, held in hosts.holdings(conn).items():
+    for host_id, held in holdings.items():
         for _, exp_id, _ in held:
             job_hosts.setdefault(exp_id, set()).add(host_id)
     rows = []

@@ -35,11 +35,12 @@ def run_slot(
     return op.execute(context)  # type: ignore[arg-type]
 
 
-def test_a_later_try_of_a_slot_returns_the_trials_its_earlier_tries_ran(
+def search_done_with_one_trial_ended_in_slot_0(
     master: tuple[People, str],  # noqa: F811
-    tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-) -> None:
+) -> tuple[int, int]:
+    """An experiment whose search is done and whose slot 0 ran one trial; the operator's default
+    connection points at the master. Answers the experiment and the trial."""
     app, url = master
     monkeypatch.setenv(
         "AIRFLOW_CONN_DET_DEFAULT", json.dumps({"conn_type": "http", "host": url, "password": SERVICE_TOKEN})
@@ -49,6 +50,15 @@ def test_a_later_try_of_a_slot_returns_the_trials_its_earlier_tries_ran(
     with app.db.begin() as conn:
         conn.execute(update(schema.trials).where(schema.trials.c.id == ended).values(slot=0))
         conn.execute(update(schema.experiments).where(schema.experiments.c.id == e).values(search_done=True))
+    return e, ended
+
+
+def test_a_later_try_of_a_slot_returns_the_trials_its_earlier_tries_ran(
+    master: tuple[People, str],  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    e, ended = search_done_with_one_trial_ended_in_slot_0(master, monkeypatch)
 
     assert run_slot(e, 0, 2, tmp_path) == {"trials": [ended]}
     with pytest.raises(AirflowSkipException, match="the search needs no trial in slot 1"):
@@ -60,15 +70,7 @@ def test_airflow_names_a_slots_task_instance_by_the_trials_it_ran(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    app, url = master
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_DET_DEFAULT", json.dumps({"conn_type": "http", "host": url, "password": SERVICE_TOKEN})
-    )
-    e = app.add_experiment(owner="alice")
-    ended = app.add_trial(e, state="COMPLETED")
-    with app.db.begin() as conn:
-        conn.execute(update(schema.trials).where(schema.trials.c.id == ended).values(slot=0))
-        conn.execute(update(schema.experiments).where(schema.experiments.c.id == e).values(search_done=True))
+    e, ended = search_done_with_one_trial_ended_in_slot_0(master, monkeypatch)
     # Airflow renders the task's map_index_template with its context, its DAGs' undefined names strict.
     render = jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(SLOT_MAP_INDEX_TEMPLATE).render
     context: dict[str, Any] = {}
