@@ -97,17 +97,22 @@ def lease(
     *,
     devices: Sequence[int] | None = None,
     lock_dir: str | os.PathLike[str] | None = None,
+    disabled: Sequence[int] = (),
 ) -> SlotLease:
     """Lease ``count`` free devices of kind ``device`` on this host (none for ``cpu``: its slots
-    are numbered ``0..count-1`` and lock nothing)."""
+    are numbered ``0..count-1`` and lock nothing), never one of ``disabled`` (the devices behind
+    slots an admin disabled)."""
     if device == "cpu" or count <= 0:
         return SlotLease(device, range(max(count, 0)))
-    candidates = host_devices(device, slots_per_node=_slots_per_node()) if devices is None else list(devices)
+    every = host_devices(device, slots_per_node=_slots_per_node()) if devices is None else list(devices)
+    off = sorted(set(every) & set(disabled))
+    candidates = [index for index in every if index not in off]
     if count > len(candidates):
         raise SlotsUnavailable(
             f"the trial holds {count} {device} slots, but this worker's host has {len(candidates)} "
-            f"{device} devices ({_describe(candidates)}); give the pool at most as many slots as one "
-            "worker host has devices, or set [det] slots_per_node"
+            f"{device} devices ({_describe(candidates)})"
+            + (f" with the slots of devices {_describe(off)} disabled (det slot enable)" if off else "")
+            + "; give the pool at most as many slots as one worker host has devices, or set [det] slots_per_node"
         )
     folder = Path(lock_dir or _lock_dir())
     _make_lock_dir(folder)

@@ -273,6 +273,10 @@ class TrialRunSpec(_Answer):
     uid: int | None = Field(description="the OS identity the trial runs as (gid == uid)")
     gid: int | None
     gang: NodeGang | None = Field(None, description="a run over several hosts: this node's part")
+    disabled_devices: list[int] = Field(
+        default_factory=list,
+        description="device indices of the run's host behind the slots an admin disabled: not leased",
+    )
 
 
 # --- requests and answers of the People routes ----------------------------------------------------

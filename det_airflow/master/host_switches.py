@@ -65,6 +65,18 @@ def switch_of(conn: Connection, host_id: str) -> Switch:
     return switches(conn, [host_id]).get(host_id, Switch(None))
 
 
+def disabled_devices(conn: Connection, host_id: str) -> list[int]:
+    """The devices behind the slots an admin disabled one by one on ``host_id`` (slot ``i`` is the
+    host's ``i``-th reported device): a trial starting there leases none of them, so the GPU an
+    admin took out of service gets no new work. A disabled host gets no trial at all (placement)."""
+    switch = switch_of(conn, host_id)
+    if not switch.disabled_slots:
+        return []
+    row = conn.execute(select(schema.hosts.c.devices).where(schema.hosts.c.id == host_id)).first()
+    devices = [] if row is None else list(row.devices or [])
+    return [int(devices[s]) for s in sorted(switch.disabled_slots) if 0 <= s < len(devices)]
+
+
 def preemption_cause(conn: Connection, host_ids: Iterable[str | None]) -> str | None:
     """Why a trial that ran on ``host_ids`` was preempted, when an admin's switch explains it: its
     host disabled, or a slot of it (the trial's state history says so rather than "the job

@@ -155,7 +155,7 @@ def acquire(
         **_ran_on(trial, (task.get("host") or host) if placement.placed_on_hosts(exp.config) else None),
     )
     trial = get_trial(conn, trial.id)
-    spec = trial_spec(conn, exp, trial)
+    spec = trial_spec(conn, exp, trial, task.get("host") or host)
     if (gang := gangs.start_run(conn, trial, task, task.get("port"))) is not None:
         # Larger than every host: the other nodes' tasks start their parts of the run.
         spec["gang"] = gang
@@ -191,7 +191,7 @@ def acquire_node(
     if gang is None:
         return {"status": SlotStatus.WAIT}
     trial = get_trial(conn, trial.id)
-    spec = {**trial_spec(conn, exp, trial), "gang": gang}
+    spec = {**trial_spec(conn, exp, trial, node.host), "gang": gang}
     return {"status": SlotStatus.RUN, "trial": trial, "token": token, "spec": spec}
 
 
@@ -832,8 +832,9 @@ def end_experiments_ended_in_airflow(db: Database) -> list[int]:
 _LOST_EXIT_CODE = -1
 
 
-def trial_spec(conn: Connection, exp: Row, trial: Row) -> dict[str, Any]:
-    """Everything the trial process needs (det_airflow.trial_process.TrialSpec)."""
+def trial_spec(conn: Connection, exp: Row, trial: Row, host: str | None = None) -> dict[str, Any]:
+    """Everything the trial process needs (det_airflow.trial_process.TrialSpec), starting on
+    ``host`` (its devices an admin disabled are not leased)."""
     cfg = experiments.experiment_config(exp)
     latest = trial.latest_checkpoint
     steps = 0
@@ -861,6 +862,7 @@ def trial_spec(conn: Connection, exp: Row, trial: Row) -> dict[str, Any]:
         # The OS identity of the experiment's owner: runners run the trial as it (gid == uid).
         "uid": (uid := identities.uid_for(conn, exp.owner)),
         "gid": uid,
+        "disabled_devices": [] if host is None else host_switches.disabled_devices(conn, host),
     }
 
 

@@ -31,6 +31,8 @@ class TrialLaunch:
     # runner found its program's port held by the task's own process, and when that no longer holds
     # (runners/_task_ready.py).
     on_task_ready: OnTaskReady | None = None
+    # The host's devices behind slots an admin disabled (`det slot disable`): never leased.
+    disabled_devices: tuple[int, ...] = ()
 
     @classmethod
     def from_answer(
@@ -51,6 +53,7 @@ class TrialLaunch:
             workdir=workdir,
             fetch_context=fetch_context,
             assigned_slots=None if assigned is None else tuple(int(s) for s in assigned),
+            disabled_devices=tuple(int(d) for d in spec.get("disabled_devices") or ()),
         )
 
     def environment(
@@ -92,4 +95,4 @@ def lease_slots(launch: TrialLaunch, device: str) -> SlotLease:
     slots the master assigned stay as they are."""
     if launch.assigned_slots is not None or device == "cpu":
         return SlotLease(device, launch.held_slots())
-    return lease(device, len(launch.held_slots()))
+    return lease(device, len(launch.held_slots()), disabled=launch.disabled_devices)

@@ -77,6 +77,19 @@ def test_more_slots_than_the_host_has_devices_is_refused_up_front(tmp_path):
         lease("cuda", 4, devices=[0, 1], lock_dir=tmp_path)
 
 
+def test_a_device_whose_slot_an_admin_disabled_is_never_leased(tmp_path):
+    held = lease("cuda", 2, devices=[4, 5, 6], lock_dir=tmp_path, disabled=[5])
+    assert held.visible_devices() == {"CUDA_VISIBLE_DEVICES": "4,6"}
+    with pytest.raises(
+        SlotsUnavailable,
+        match=r"host has 2 cuda devices \(4, 6\) with the slots of devices 5 disabled \(det slot enable\)",
+    ):
+        lease("cuda", 3, devices=[4, 5, 6], lock_dir=tmp_path / "other", disabled=[5])
+    held.release()
+    # A device the host does not have changes nothing.
+    assert lease("cuda", 3, devices=[4, 5, 6], lock_dir=tmp_path, disabled=[9]).slot_ids == (4, 5, 6)
+
+
 def test_the_lock_dir_and_locks_are_the_workers_alone(tmp_path):
     lease("cuda", 1, devices=[0], lock_dir=tmp_path / "slots").release()
     assert (tmp_path / "slots").stat().st_mode & 0o777 == 0o700

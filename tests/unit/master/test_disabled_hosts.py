@@ -12,7 +12,7 @@ from det_airflow.master import hosts, schema, trials
 from det_airflow.master.placement import HostLoad, best_fit, fits_together, place, place_gang
 from tests.unit.master.creating import Creator
 from tests.unit.master.people_app import People
-from tests.unit.master.test_hosts import ask, report, trial_of
+from tests.unit.master.test_hosts import TASK, ask, report, trial_of
 from tests.unit.master.test_queue import experiment, set_pool_slots
 
 # --- placement, as pure functions ------------------------------------------------------------------
@@ -131,6 +131,31 @@ def test_a_disabled_slot_gets_no_new_trial_until_enabled(people: People, creator
     assert [s["enabled"] for s in agent(people, "a")["slots"]] == [True, True]
     with people.db.read() as conn:
         assert [(h.id, h.free) for h in hosts.loads(conn)] == [("a", 1)]
+
+
+def test_a_trial_starting_on_a_gpu_host_is_told_which_devices_are_disabled(
+    people: People, creator: Creator
+) -> None:
+    set_pool_slots(64)
+    inventory = {"slot_type": "cuda", "slots": 3, "devices": [2, 5, 7], "queue": "det-host-g"}
+    with people.db.begin() as conn:
+        hosts.report(conn, "g", {**inventory, "address": "g"})
+    e = experiment(people, trials_=2)
+
+    def disabled_devices(slot: int) -> list[int]:
+        with people.db.begin() as conn:
+            answer = trials.acquire(conn, e, slot, {**TASK, "map_index": slot, "host": "g"}, dry_run=False)
+        assert answer["status"] == "run", answer
+        return list(answer["spec"]["disabled_devices"])
+
+    assert disabled_devices(0) == []
+    assert people.call("admin", "POST", "/agents/g/slots/1/disable").status_code == 200
+    assert [(s["device"], s["enabled"]) for s in agent(people, "g")["slots"]] == [
+        (2, True),
+        (5, False),
+        (7, True),
+    ]
+    assert disabled_devices(1) == [5], "slot 1 is the host's second device: 5"
 
 
 def test_disabling_a_host_preempts_its_trial_which_resumes_on_another(

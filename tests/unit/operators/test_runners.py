@@ -25,6 +25,7 @@ from det_airflow.operators.runners import (
     container_environment,
     runner_name,
 )
+from det_airflow.operators.runners._launch import lease_slots
 from det_airflow.operators.runners.docker import NOBODY, DockerRunner, container_request
 from det_airflow.runner_policy import PolicyError
 from det_airflow.settings import RunnerPolicy
@@ -151,6 +152,17 @@ def launch(spec: dict[str, Any]) -> TrialLaunch:
 def test_held_slots_follow_the_master_else_slots_per_trial() -> None:
     assert launch({"config": normalized(resources={"slots_per_trial": 2})}).held_slots() == (0, 1)
     assert launch({"config": normalized(), "slot_ids": [3, 5]}).held_slots() == (3, 5)
+
+
+def test_a_gpu_trial_never_leases_a_device_whose_slot_an_admin_disabled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2")
+    monkeypatch.setenv("AIRFLOW__DET__SLOT_LOCK_DIR", str(tmp_path / "locks"))
+    config = normalized(resources={"slots_per_trial": 2})
+    held = lease_slots(launch({"config": config, "disabled_devices": [0]}), "cuda")
+    assert held.visible_devices() == {"CUDA_VISIBLE_DEVICES": "1,2"}
+    held.release()
 
 
 # --- the container ---

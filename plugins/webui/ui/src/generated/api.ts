@@ -3694,6 +3694,11 @@ export interface components {
             config: {
                 [key: string]: unknown;
             };
+            /**
+             * Disabled Devices
+             * @description device indices of the run's host behind the slots an admin disabled: not leased
+             */
+            disabled_devices?: number[];
             /** Experiment Id */
             experiment_id: number;
             /** @description a run over several hosts: this node's part */
