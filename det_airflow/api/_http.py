@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from det_airflow.errors import APIError
+from det_airflow.errors import APIError, DetError
 
 if TYPE_CHECKING:
     import http.client
@@ -30,6 +31,12 @@ BUSY_RETRY_SECONDS = 120.0
 SERVICE_RETRY_SECONDS = 180.0
 # Airflow's answer (403) to a bearer token it cannot verify.
 AIRFLOW_INVALID_TOKEN = "Invalid JWT token"
+# How long the clients of people (the CLI, scripts) wait for the master: to connect, and for each
+# read of an answer (a download that keeps receiving is never cut off). A master behind a slow link
+# or proxy may need longer. At most a day: sockets refuse timeouts past what the OS can count.
+REQUEST_TIMEOUT_ENV = "DET_REQUEST_TIMEOUT"
+DEFAULT_REQUEST_TIMEOUT = 30.0
+MAX_REQUEST_TIMEOUT = 86400.0
 
 
 def normalize_master_url(address: str | None) -> str:
@@ -38,6 +45,28 @@ def normalize_master_url(address: str | None) -> str:
     if "://" not in address:
         address = f"http://{address}"
     return address.rstrip("/")
+
+
+def request_timeout() -> float:
+    """Seconds a request of the people's clients waits for the master: ``$DET_REQUEST_TIMEOUT``, else
+    30 (also when it is set empty, as an empty ``DET_MASTER`` counts as unset).
+
+    Raises:
+        DetError: It is set to anything but a number of seconds above 0 and at most a day.
+    """
+    value = os.environ.get(REQUEST_TIMEOUT_ENV)
+    if value is None or not value.strip():
+        return DEFAULT_REQUEST_TIMEOUT
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds <= MAX_REQUEST_TIMEOUT:  # NaN fails too
+        raise DetError(
+            f"{REQUEST_TIMEOUT_ENV}={value!r}: expected a number of seconds above 0 and at most "
+            f"{MAX_REQUEST_TIMEOUT:g}, such as {REQUEST_TIMEOUT_ENV}=120"
+        )
+    return seconds
 
 
 def _error_message(response: httpx.Response) -> str:

@@ -46,6 +46,7 @@ MAX_NAME = 256
 MAX_LABEL = 255
 MAX_LABELS = 100
 MAX_DESCRIPTION = 10_000
+MAX_NOTES = 65_536
 MAX_POOL_NAME = 256
 # No control characters: names and labels are printed to terminals.
 _PRINTABLE = r"^[^\x00-\x1f\x7f]*$"
@@ -108,6 +109,11 @@ class Experiment(_Answer):
     dag_run_id: str | None
     error: str | None
     num_trials: int | None
+    notes: str = Field("", description="its Markdown notes (Determined's experiment notes)")
+    project_id: int | None = Field(
+        None, description="the project it lives in (the Uncategorized project's ID when it names none)"
+    )
+    workspace_id: int | None = Field(None, description="the workspace of that project")
 
 
 class BestValidation(_Answer):
@@ -159,6 +165,9 @@ class Metrics(_Answer):
     steps_completed: int
     metrics: dict[str, Any]
     report_time: str | None
+    trial_run_id: int | None = Field(
+        None, description="the run of the trial that reported it (a trial's run ID grows at each restart)"
+    )
 
 
 class Checkpoint(_Answer):
@@ -415,6 +424,7 @@ class LabelBody(_Body):
 class ExperimentPatch(_Body):
     name: Annotated[str, _Named] | None = Field(None, min_length=1, max_length=MAX_NAME, pattern=_PRINTABLE)
     description: Annotated[str, _NoNul] | None = Field(None, max_length=MAX_DESCRIPTION)
+    notes: Annotated[str, _NoNul] | None = Field(None, max_length=MAX_NOTES, description="Markdown notes")
 
 
 class Empty(_Answer):

@@ -3,6 +3,7 @@
 Also the login: Airflow's own ``POST /auth/token`` gives the bearer token, stored per master in
 ``~/.det-airflow/auth.json`` (mode 0600; the folder can be moved with ``DET_AIRFLOW_CONFIG_DIR``).
 As with Determined's CLI, ``DET_USER`` / ``DET_PASS`` log in automatically when no token is stored.
+``DET_REQUEST_TIMEOUT`` sets how many seconds a request waits for the master's answer (default 30).
 
 Example:
     >>> client = connect("localhost:8080")
@@ -30,6 +31,7 @@ from det_airflow.api._http import (
     _message_of,
     _raise_for_status,
     normalize_master_url,
+    request_timeout,
     tls_context,
 )
 from det_airflow.api.models import (
@@ -182,13 +184,15 @@ def forget_login(master: str | None) -> bool:
     return True
 
 
-def login(master: str | None, username: str, password: str, *, timeout: float = 30.0) -> str:
+def login(master: str | None, username: str, password: str, *, timeout: float | None = None) -> str:
     """Logs in with Airflow's ``POST /auth/token`` and returns the bearer token (not stored).
+    ``timeout``: seconds to wait for the answer (default: :func:`request_timeout`).
 
     Raises:
         APIError: Wrong credentials, or the master cannot be reached.
     """
     base = normalize_master_url(master)
+    timeout = request_timeout() if timeout is None else timeout
     try:
         response = httpx.post(
             f"{base}/auth/token",
@@ -215,7 +219,9 @@ def login(master: str | None, username: str, password: str, *, timeout: float = 
     return str(token)
 
 
-def revoke(master: str | None, token: str, *, timeout: float = 30.0) -> Literal["revoked", "refused", "kept"]:
+def revoke(
+    master: str | None, token: str, *, timeout: float | None = None
+) -> Literal["revoked", "refused", "kept"]:
     """Revokes ``token`` through Airflow's logout (``GET /api/v2/auth/logout``), which records the token's id
     so that Airflow, and so the master, refuse it from then on.
 
@@ -228,6 +234,7 @@ def revoke(master: str | None, token: str, *, timeout: float = 30.0) -> Literal[
         APIError: The master cannot be reached, or has no logout.
     """
     base = normalize_master_url(master)
+    timeout = request_timeout() if timeout is None else timeout
     bearer = {"Authorization": f"Bearer {token}"}
     try:
         with httpx.Client(base_url=base, headers=bearer, timeout=timeout, verify=tls_context()) as http:
@@ -410,13 +417,20 @@ class UserClient:
         token: Bearer token from :func:`login`, or None.
         relogin: Called for a fresh token when the master answers 401 (expired token); the
             request is then sent once more.
+        timeout: Seconds each request waits for the master (default: :func:`request_timeout`).
     """
 
     def __init__(
-        self, master: str | None, token: str | None = None, *, relogin: Callable[[], str] | None = None
+        self,
+        master: str | None,
+        token: str | None = None,
+        *,
+        relogin: Callable[[], str] | None = None,
+        timeout: float | None = None,
     ) -> None:
         self.master = normalize_master_url(master)
-        self._session = Session(self.master, token)
+        self._timeout = request_timeout() if timeout is None else timeout
+        self._session = Session(self.master, token, timeout=self._timeout)
         self._relogin = relogin
 
     def close(self) -> None:
@@ -438,7 +452,7 @@ class UserClient:
                 raise
             relogin, self._relogin = self._relogin, None  # only once
             self._session.close()
-            self._session = Session(self.master, relogin())
+            self._session = Session(self.master, relogin(), timeout=self._timeout)
             return self._session.request(method, path, resend_on_failure=resend_on_failure, **kwargs)
 
     def _json(self, method: str, path: str, **kwargs: Any) -> Any:
@@ -565,10 +579,16 @@ class UserClient:
         return self._answer(ExperimentAnswer, "DELETE", path).experiment
 
     def update_experiment(
-        self, experiment_id: int, *, name: str | None = None, description: str | None = None
+        self,
+        experiment_id: int,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        notes: str | None = None,
     ) -> Experiment:
-        """Changes the name and/or the description; fields left None are kept."""
-        body = {k: v for k, v in (("name", name), ("description", description)) if v is not None}
+        """Changes the name, the description and/or the Markdown notes; fields left None are kept."""
+        fields = (("name", name), ("description", description), ("notes", notes))
+        body = {k: v for k, v in fields if v is not None}
         return self._answer(ExperimentAnswer, "PATCH", f"/experiments/{experiment_id}", json=body).experiment
 
     def preview_gc(self, experiment_id: int, policy: dict[str, int]) -> GcPreview:
@@ -829,7 +849,7 @@ class UserClient:
                 raise
             relogin, self._relogin = self._relogin, None  # only once, as for requests
             self._session.close()
-            self._session = Session(self.master, relogin())
+            self._session = Session(self.master, relogin(), timeout=self._timeout)
             return _open_websocket(self.master, url, self._session.token)
 
     # --- hosts ---

@@ -155,11 +155,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, usage errors
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
-    from det_airflow.api._http import DEFAULT_MASTER, normalize_master_url
+    from det_airflow.api._http import DEFAULT_MASTER, normalize_master_url, request_timeout
 
     args.master = normalize_master_url(args.master or os.environ.get(MASTER_ENV) or DEFAULT_MASTER)
     user.act_as(args.user)
     try:
+        # Said before the command starts: one that reports an unreachable master and goes on
+        # (`det version`) would otherwise pass a bad DET_REQUEST_TIMEOUT off as the master's fault.
+        request_timeout()
         return args.func(args) or 0
     except DetError as exc:
         _print_error(exc)

@@ -1,19 +1,31 @@
-"""The checkpoints of an experiment or a trial, in the order Determined's ``list_checkpoints`` gives:
+"""Checkpoints of ``experimental.client``: a ``Checkpoint`` and where its files are read from, and
+the checkpoints of an experiment or a trial in the order Determined's ``list_checkpoints`` gives:
 only completed ones, by an attribute (``CheckpointSortBy``) or by a validation metric's value at
 each checkpoint's step, missing values last either way."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import enum
+import tempfile
 import warnings
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from det_airflow import core
+from det_airflow.cluster_info import get_cluster_info
 from det_airflow.core._train import VALIDATION
 
 if TYPE_CHECKING:
     from det_airflow.api import models as wire
     from det_airflow.api.user import UserClient
+
+# Opens the client of the master a checkpoint came from: the session of the ``Determined``,
+# ``Experiment`` or ``Trial`` that listed it, or a new client per call for the module's functions.
+Connector = Callable[[], AbstractContextManager["UserClient"]]
 
 COMPLETED = "COMPLETED"
 T = TypeVar("T")
@@ -38,6 +50,84 @@ class CheckpointSortBy(enum.Enum):
     END_TIME = "report_time"
     STATE = "state"
     SEARCHER_METRIC = "validation_metric"
+
+
+class DownloadMode(enum.Enum):
+    """How ``Checkpoint.download`` reads a checkpoint of the master off-cluster, as the ``--mode`` of
+    ``det checkpoint download``: ``DIRECT`` from its storage with this machine's access (a mounted
+    folder, or a bucket with your own credentials), ``MASTER`` streamed by the master (object
+    storage), ``AUTO`` a folder directly and object storage through the master."""
+
+    DIRECT = "direct"
+    MASTER = "master"
+    AUTO = "auto"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclasses.dataclass(frozen=True)
+class Checkpoint:
+    """A checkpoint, by its UUID.
+
+    In a trial its files are read through the trial's master. Off-cluster, one that came from the
+    master (``Experiment.list_checkpoints``, ``Trial.list_checkpoints``, ``Determined.get_checkpoint``,
+    a model version) is read as ``det checkpoint download`` reads it, with the same user; one from
+    the module's ``get_checkpoint(uuid)`` is read from the local store (where ``core.init()`` writes
+    off-cluster), which needs no login.
+    """
+
+    uuid: str
+    _master: Connector | None = dataclasses.field(default=None, compare=False, repr=False)
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        if self._master is not None and not _in_a_trial():
+            with self._master() as client:
+                return dict(client.get_checkpoint(self.uuid).metadata)
+        with core.init() as context:
+            metadata = context.checkpoint.get_metadata(self.uuid)
+        return metadata
+
+    def download(self, path: str | None = None, mode: DownloadMode | str | None = None) -> str:
+        """Copies the checkpoint's files into ``path`` (default: a new temporary folder); answers it.
+
+        Args:
+            path: The folder to put them in (created when missing).
+            mode: A ``DownloadMode`` (or its value), for a checkpoint of the master off-cluster;
+                default ``AUTO``.
+
+        Raises:
+            DetError: The checkpoint was deleted, its storage cannot be read this way from here,
+                or a file is missing.
+            APIError: The master has no such checkpoint, or the user may not read it.
+        """
+        how = DownloadMode(mode) if mode is not None else DownloadMode.AUTO
+        target = Path(path) if path is not None else Path(tempfile.mkdtemp(prefix=f"checkpoint-{self.uuid}-"))
+        if self._master is not None and not _in_a_trial():
+            from det_airflow.cli.checkpoint import download
+
+            with self._master() as client:
+                download(client, client.get_checkpoint(self.uuid), target, how.value)
+            return str(target)
+        with core.init() as context:
+            context.checkpoint.download(self.uuid, target)
+        return str(target)
+
+
+def of_master(uuid: str, session: UserClient) -> Checkpoint:
+    """Checkpoint ``uuid`` of the master ``session`` talks to, read through that session."""
+
+    def held() -> AbstractContextManager[UserClient]:
+        return contextlib.nullcontext(session)
+
+    return Checkpoint(uuid, held)
+
+
+def _in_a_trial() -> bool:
+    """Whether this process is a trial of a master (its checkpoints are read through that master)."""
+    info = get_cluster_info()
+    return info is not None and bool(info.master_url)
 
 
 def sorted_checkpoints(

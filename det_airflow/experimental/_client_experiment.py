@@ -14,10 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 from det_airflow.core._train import VALIDATION
 from det_airflow.experimental._client_checkpoints import (
+    Checkpoint,
     CheckpointSortBy,
     OrderBy,
     deprecated_top,
     nulls_last,
+    of_master,
     sorted_checkpoints,
 )
 from det_airflow.experimental._client_trial import Trial, TrialSortBy
@@ -26,7 +28,6 @@ from det_airflow.states import ExperimentState
 if TYPE_CHECKING:
     from det_airflow.api import models as wire
     from det_airflow.api.user import UserClient
-    from det_airflow.experimental.client import Checkpoint
 
 logger = logging.getLogger("determined.client")
 
@@ -45,6 +46,7 @@ class ExperimentSortBy(enum.Enum):
     NAME = "name"
     FORKED_FROM = "parent_id"
     RESOURCE_POOL = "resource_pool"
+    PROJECT_ID = "project_id"
     SEARCHER_METRIC_VAL = "best_validation"
 
 
@@ -58,9 +60,9 @@ class Experiment:
         state: Its ``ExperimentState`` when last loaded: call ``reload()`` for the current one.
         archived, name, progress, description: As last loaded.
         labels: Its labels (a set), or None when it has none.
-        notes: Always None: det-airflow keeps notes per project, not per experiment.
-        project_id, workspace_id: Known after ``list_experiments(project_id=...)`` or
-            ``move_to_project``; otherwise None.
+        notes: Its Markdown notes ("" when none were written), as last loaded.
+        project_id, workspace_id: The project it lives in and that project's workspace (the
+            Uncategorized ones when its config names none), as last loaded.
     """
 
     def __init__(self, experiment_id: int, session: UserClient) -> None:
@@ -109,7 +111,10 @@ class Experiment:
         self.name = answer.name
         self.progress = answer.progress
         self.description = answer.description
+        self.notes = answer.notes
         self.labels = set(answer.labels) if answer.labels else None
+        self.project_id = answer.project_id
+        self.workspace_id = answer.workspace_id
 
     def reload(self) -> None:
         """Reads the experiment's state and attributes again."""
@@ -124,6 +129,10 @@ class Experiment:
 
     def set_description(self, description: str) -> None:
         self._hydrate(self._session.update_experiment(self._id, description=description))
+
+    def set_notes(self, notes: str) -> None:
+        """Makes ``notes`` (Markdown) the experiment's notes, replacing those it had."""
+        self._hydrate(self._session.update_experiment(self._id, notes=notes))
 
     def add_label(self, label: str) -> None:
         """Adds ``label`` (nothing happens when the experiment has it already)."""
@@ -265,14 +274,13 @@ class Experiment:
         """The experiment's completed checkpoints; by default by the searcher's metric, best first.
 
         ``sort_by`` and ``order_by`` go together: a ``CheckpointSortBy``, or the name of a
-        validation metric (its value at each checkpoint's step).
+        validation metric (its value at each checkpoint's step). Their files are read off-cluster
+        as ``det checkpoint download`` reads them.
         """
-        from det_airflow.experimental.client import Checkpoint
-
         found = sorted_checkpoints(
             self._session, self._id, sort_by=sort_by, order_by=order_by, max_results=max_results
         )
-        return [Checkpoint(c.uuid) for c in found]
+        return [of_master(c.uuid, self._session) for c in found]
 
     def top_checkpoint(self, sort_by: str | None = None, smaller_is_better: bool | None = None) -> Checkpoint:
         """Deprecated: ``list_checkpoints(..., max_results=1)[0]``."""
@@ -288,8 +296,6 @@ class Experiment:
         self, limit: int, sort_by: str | None = None, smaller_is_better: bool | None = None
     ) -> list[Checkpoint]:
         """Deprecated: the best checkpoint of each of the ``limit`` best trials."""
-        from det_airflow.experimental.client import Checkpoint
-
         warnings.warn(
             "Experiment.top_n_checkpoints() has been deprecated and will be removed in a future "
             "version. Please call Experiment.list_checkpoints(...,max_results=n) instead.",
@@ -303,7 +309,7 @@ class Experiment:
         best_per_trial: dict[int, str] = {}
         for checkpoint in found:
             best_per_trial.setdefault(checkpoint.trial_id, checkpoint.uuid)
-        return [Checkpoint(uuid) for uuid in list(best_per_trial.values())[:limit]]
+        return [of_master(uuid, self._session) for uuid in list(best_per_trial.values())[:limit]]
 
     @property
     def _searcher_metric(self) -> str:

@@ -30,7 +30,8 @@ class TrialMetrics:
 
     Attributes:
         trial_id: The trial that reported it.
-        trial_run_id: The run of the trial that reported it; None: the master does not say.
+        trial_run_id: The run of the trial that reported it (a trial's run ID grows each time it
+            starts again); None from a master that does not say.
         steps_completed: The ``steps_completed`` the report was made at.
         end_time: When the master received it (None when it does not know).
         metrics: The metrics reported.
@@ -60,7 +61,7 @@ class TrialMetrics:
         when = datetime.datetime.fromisoformat(report.report_time) if report.report_time else None
         fields: dict[str, Any] = {
             "trial_id": report.trial_id,
-            "trial_run_id": None,
+            "trial_run_id": report.trial_run_id,
             "steps_completed": report.steps_completed,
             "end_time": when,
             "metrics": dict(report.metrics),

@@ -12,9 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 from det_airflow.core._train import TRAINING, VALIDATION
 from det_airflow.experimental._client_checkpoints import (
+    Checkpoint,
     CheckpointSortBy,
     OrderBy,
     deprecated_top,
+    of_master,
     sorted_checkpoints,
 )
 from det_airflow.experimental._client_metrics import (
@@ -30,7 +32,6 @@ if TYPE_CHECKING:
     from det_airflow.api import models as wire
     from det_airflow.api.user import UserClient
     from det_airflow.experimental._client_experiment import Experiment
-    from det_airflow.experimental.client import Checkpoint
 
 # Lines asked for at once, and seconds between two looks at a followed trial's logs.
 _LOG_PAGE = 1000
@@ -190,10 +191,9 @@ class Trial:
         """The trial's completed checkpoints; by default by the searcher's metric, best first.
 
         ``sort_by`` and ``order_by`` go together: a ``CheckpointSortBy``, or the name of a
-        validation metric (its value at each checkpoint's step).
+        validation metric (its value at each checkpoint's step). Their files are read off-cluster
+        as ``det checkpoint download`` reads them.
         """
-        from det_airflow.experimental.client import Checkpoint
-
         if self.experiment_id is None:
             self.reload()
         assert self.experiment_id is not None
@@ -205,7 +205,7 @@ class Trial:
             order_by=order_by,
             max_results=max_results,
         )
-        return [Checkpoint(c.uuid) for c in found]
+        return [of_master(c.uuid, self._session) for c in found]
 
     def top_checkpoint(self, sort_by: str | None = None, smaller_is_better: bool | None = None) -> Checkpoint:
         """Deprecated: ``list_checkpoints(..., max_results=1)[0]``."""

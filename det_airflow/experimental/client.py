@@ -9,9 +9,11 @@ their metrics, checkpoints and the model registry.
 user, password)`` object offers the same functions for another master or user. Errors of the master
 are ``det_airflow.errors.APIError`` with its ``status_code`` (404: no such experiment or trial).
 
-``get_checkpoint(uuid)`` and the checkpoints these calls return read their files inside a trial
-through the trial's master, elsewhere through the local store (the same place ``core.init()``
-writes); ``det checkpoint download`` fetches a checkpoint of the master.
+The checkpoints these calls return (``list_checkpoints()``, ``Determined.get_checkpoint``, a model
+version's) read their files off-cluster as ``det checkpoint download`` does (``download(path,
+mode=DownloadMode.AUTO)``: a mounted folder directly, object storage through the master); the
+module's ``get_checkpoint(uuid)`` reads the local store (where ``core.init()`` writes off-cluster).
+In a trial, checkpoints are read through the trial's master.
 
 Example::
 
@@ -33,17 +35,21 @@ import contextlib
 import enum
 import logging
 import os
-import tempfile
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from det_airflow import core
 from det_airflow.core._train import TRAINING, VALIDATION
-from det_airflow.experimental._client_checkpoints import CheckpointSortBy, OrderBy, nulls_last
+from det_airflow.experimental._client_checkpoints import (
+    Checkpoint,
+    CheckpointSortBy,
+    DownloadMode,
+    OrderBy,
+    nulls_last,
+)
+from det_airflow.experimental._client_checkpoints import Connector as _Connector
 from det_airflow.experimental._client_experiment import Experiment, ExperimentSortBy, experiment_key
 from det_airflow.experimental._client_metrics import (
     TrainingMetrics,
@@ -62,6 +68,7 @@ __all__ = [
     "Checkpoint",
     "CheckpointSortBy",
     "Determined",
+    "DownloadMode",
     "Experiment",
     "ExperimentSortBy",
     "ExperimentState",
@@ -140,28 +147,10 @@ def _default() -> Determined:
     return _determined
 
 
-@dataclass(frozen=True)
-class Checkpoint:
-    """A checkpoint, by its UUID."""
-
-    uuid: str
-
-    @property
-    def metadata(self) -> dict[str, Any]:
-        with core.init() as context:
-            metadata = context.checkpoint.get_metadata(self.uuid)
-        return metadata
-
-    def download(self, path: str | None = None, mode: Any = None) -> str:
-        """Copy the checkpoint's files into ``path`` (default: a new temporary folder); answers it."""
-        target = Path(path) if path is not None else Path(tempfile.mkdtemp(prefix=f"checkpoint-{self.uuid}-"))
-        with core.init() as context:
-            context.checkpoint.download(self.uuid, target)
-        return str(target)
-
-
 def get_checkpoint(uuid: str) -> Checkpoint:
-    """The checkpoint with this UUID (its files are read on ``download()``)."""
+    """The checkpoint with this UUID (its files are read on ``download()``: in a trial through the
+    trial's master, elsewhere from the local store; ``Determined(...).get_checkpoint`` reads one of
+    the master)."""
     return Checkpoint(uuid)
 
 
@@ -189,11 +178,6 @@ def _registry() -> UserClient:
     return _connect(*_login)
 
 
-# Opens the client a model registry object's calls go through: a new one per call for the module's
-# functions (``_registry``), the one of its ``Determined`` for that object's.
-_Connector = Callable[[], AbstractContextManager["UserClient"]]
-
-
 class ModelVersion:
     """A checkpoint registered as version ``model_version`` of model ``model_name``."""
 
@@ -206,7 +190,7 @@ class ModelVersion:
         self.model_version = answer.version
         self.model_id = answer.model_id
         self.model_name = answer.model_name
-        self.checkpoint = Checkpoint(answer.checkpoint.uuid)
+        self.checkpoint = Checkpoint(answer.checkpoint.uuid, self._connect)
         self.name = answer.name
         self.comment = answer.comment
         self.notes = answer.notes
@@ -522,15 +506,10 @@ class Determined:
         order = order_by or OrderBy.ASCENDING
         # Ties (and those without the value) by ID in the same direction, as Determined's master.
         kept.sort(key=lambda a: a.id, reverse=order.value == "desc")
-        experiments = [
+        return [
             Experiment._from_wire(a, self._session)
             for a in nulls_last(kept, experiment_key(sort_by or ExperimentSortBy.ID), order)
         ]
-        if project_id is not None and experiments:
-            workspace_id = self._session.get_project(project_id).workspace_id
-            for experiment in experiments:
-                experiment.project_id, experiment.workspace_id = project_id, workspace_id
-        return experiments
 
     def get_trial(self, trial_id: int) -> Trial:
         """The trial with this ID.
@@ -541,8 +520,9 @@ class Determined:
         return Trial._from_wire(self._session.get_trial(trial_id), self._session)
 
     def get_checkpoint(self, uuid: str) -> Checkpoint:
-        """The checkpoint with this UUID (its files are read on ``download()``)."""
-        return Checkpoint(uuid)
+        """Checkpoint ``uuid`` of this master (its files are read on ``download()``, off-cluster as
+        ``det checkpoint download`` reads them)."""
+        return Checkpoint(uuid, self._use)
 
     def iter_trials_metrics(self, trial_ids: list[int], group: str) -> Iterator[TrialMetrics]:
         """Every report of ``group`` (``"training"``, ``"validation"`` or any other) the trials

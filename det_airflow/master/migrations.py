@@ -452,6 +452,11 @@ def _v21_log_sources(op: Operations) -> None:
     op.add_column("det_trial_logs", sa.Column("source", sa.String(16)))
 
 
+def _v22_experiment_notes(op: Operations) -> None:
+    """Experiments get Markdown notes; those stored before have none."""
+    op.add_column("det_experiments", sa.Column("notes", sa.Text))
+
+
 def backfill_metric_chunks(conn: Connection, chunks: sa.Table = schema.metric_chunks) -> int:
     """Rebuild the charts' numbers from every stored metric row; returns the trials that had some."""
     metrics = sa.table(
@@ -536,6 +541,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         21, "trial log lines name their source (task or master): det_trial_logs.source", _v21_log_sources
     ),
+    Migration(22, "experiments' Markdown notes: det_experiments.notes", _v22_experiment_notes),
 )
 
 

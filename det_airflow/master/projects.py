@@ -18,7 +18,11 @@ takes no new experiments and no edits until it is unarchived. Where Determined's
 the experiments inside, ours refuses while the project (or any project of the workspace) still holds
 one, naming them: they are moved (``det e move``) or deleted (``det e delete``, with its own checks
 of who may) first, so a delete never takes an experiment with it, least of all another user's; a
-workspace that holds models is refused too, as Determined refuses it.
+workspace that holds models is refused too, as Determined refuses it. Tasks (a generic task created
+with ``--project_id``) are not what a delete is refused for, as in Determined, where a task's project
+only chooses its workspace when it is created and a project delete looks at experiments alone: the
+delete moves them to the Uncategorized project (where a task that names no project is filed), so no
+stored task is lost or left in a project that no longer exists.
 
 An experiment whose config names no workspace and project lives in the Uncategorized project of the
 Uncategorized workspace, as in Determined; one that names a project that does not exist is refused,
@@ -158,6 +162,28 @@ def _in_project(conn: Connection, project: Row) -> Any:
     return column.is_(None) if _stored_id(conn, project) is None else column == project.id
 
 
+def placements(conn: Connection, rows: Sequence[Row]) -> dict[int, tuple[int, int]]:
+    """Experiment ID → (project ID, workspace ID) for experiment ``rows``, in two queries at most;
+    a stored ``project_id`` None is the Uncategorized project's real ID, as answers show it."""
+    if not rows:
+        return {}
+    uncategorized = _uncategorized_id(conn) if any(r.project_id is None for r in rows) else None
+    project_of = {r.id: r.project_id if r.project_id is not None else uncategorized for r in rows}
+    p = schema.projects.c
+    query = select(p.id, p.workspace_id).where(p.id.in_(set(project_of.values())))
+    workspace_of = {row.id: row.workspace_id for row in conn.execute(query)}
+    return {
+        experiment_id: (project_id, workspace_of[project_id])
+        for experiment_id, project_id in project_of.items()
+        if project_id is not None
+    }
+
+
+def placement(conn: Connection, row: Row) -> tuple[int, int]:
+    """(project ID, workspace ID) of experiment ``row``."""
+    return placements(conn, [row])[row.id]
+
+
 # --- workspaces -----------------------------------------------------------------------------------
 
 
@@ -238,8 +264,8 @@ def rename_workspace(conn: Connection, caller: Caller, workspace_id: int, name: 
 
 
 def delete_workspace(conn: Connection, caller: Caller, workspace_id: int) -> dict[str, Any]:
-    """Delete the workspace and its projects, refused while any of them holds an experiment; answers
-    the workspace as it was."""
+    """Delete the workspace and its projects, refused while any of them holds an experiment; their
+    tasks move to the Uncategorized project. Answers the workspace as it was."""
     row = get_workspace(conn, workspace_id, lock=True)
     if row.name == schema.UNCATEGORIZED:
         raise ProjectError(f"the {schema.UNCATEGORIZED} workspace is the default one: it cannot be deleted")
@@ -264,15 +290,29 @@ def delete_workspace(conn: Connection, caller: Caller, workspace_id: int) -> dic
             "(`det model move NAME -w WORKSPACE`) or delete them (`det model delete NAME`) first"
         )
     described = describe_workspaces(conn, [row])[0]
+    _move_tasks_to_uncategorized(conn, [project_id for project_id, _ in held])
     conn.execute(schema.projects.delete().where(p.workspace_id == row.id))
     conn.execute(schema.workspaces.delete().where(schema.workspaces.c.id == row.id))
     return described
 
 
 def _count(conn: Connection, project_id: int) -> int:
-    """How many experiments (any state, archived or not, anyone's) project ``project_id`` holds."""
+    """How many experiments (any state, archived or not, anyone's; not tasks) project ``project_id`` holds."""
     e = schema.experiments.c
-    return int(conn.execute(select(func.count()).where(e.project_id == project_id)).scalar_one())
+    query = select(func.count()).where(e.project_id == project_id, experiments.not_a_task())
+    return int(conn.execute(query).scalar_one())
+
+
+def _move_tasks_to_uncategorized(conn: Connection, project_ids: Sequence[int]) -> None:
+    """File the tasks of projects about to be deleted in the Uncategorized project (project_id None)."""
+    if not project_ids:
+        return
+    e = schema.experiments.c
+    conn.execute(
+        schema.experiments.update()
+        .where(e.project_id.in_(list(project_ids)), e.id.in_(select(schema.tasks.c.id)))
+        .values(project_id=None)
+    )
 
 
 # --- projects -------------------------------------------------------------------------------------
@@ -446,14 +486,16 @@ def set_project_archived(conn: Connection, caller: Caller, project_id: int, arch
 
 
 def delete_project(conn: Connection, caller: Caller, project_id: int) -> dict[str, Any]:
-    """Delete the project, refused while it holds an experiment; answers it as it was."""
+    """Delete the project, refused while it holds an experiment; its tasks move to the Uncategorized
+    project. Answers it as it was."""
     row = get_project(conn, project_id, lock=True)
     if _stored_id(conn, row) is None:
         raise ProjectError(f"the {schema.UNCATEGORIZED} project is the default one: it cannot be deleted")
     _check_may_manage(conn, caller, row, f"delete project '{row.name}'")
     described = describe_project(conn, row)
     e = schema.experiments.c
-    held = list(conn.execute(select(e.id).where(e.project_id == row.id).order_by(e.id)).scalars())
+    query = select(e.id).where(e.project_id == row.id, experiments.not_a_task()).order_by(e.id)
+    held = list(conn.execute(query).scalars())
     if held:
         shown = ", ".join(str(i) for i in held[:10]) + (", ..." if len(held) > 10 else "")
         raise StateError(
@@ -461,6 +503,7 @@ def delete_project(conn: Connection, caller: Caller, project_id: int) -> dict[st
             f"{len(held)} experiment(s) ({shown}): move them (`det e move`) or delete them "
             "(`det e delete`) first"
         )
+    _move_tasks_to_uncategorized(conn, [row.id])
     conn.execute(schema.projects.delete().where(schema.projects.c.id == row.id))
     return described
 

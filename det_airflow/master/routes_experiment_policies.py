@@ -13,7 +13,7 @@ from sqlalchemy import Connection, Row, select
 
 from det_airflow.airflow_compat import requires_authenticated
 from det_airflow.api.models import ExperimentAnswer, GcPolicy, GcPolicyAnswer, GcPreview, LogRetention
-from det_airflow.master import checkpoint_gc, experiments, housekeeping, schema, serialize
+from det_airflow.master import checkpoint_gc, experiments, housekeeping, projects, schema, serialize
 from det_airflow.master.auth import CrossSiteGuard
 from det_airflow.master.authz import Caller, CallerDep, check_change, check_read
 from det_airflow.master.db import get_database
@@ -83,7 +83,9 @@ def set_gc_policy(experiment_id: int, body: GcPolicy, caller: CallerDep) -> dict
         housekeeping.run_soon(housekeeping.REMOVE_FILES)
     with db.read() as conn:
         row = experiments.get_experiment(conn, experiment_id)
-        experiment = serialize.experiment(row, num_trials=experiments.count_trials(conn, row.id))
+        experiment = serialize.experiment(
+            row, num_trials=experiments.count_trials(conn, row.id), placement=projects.placement(conn, row)
+        )
     return {"experiment": experiment, "deleted": deleted, "not_removed": not_removed}
 
 
@@ -102,4 +104,5 @@ def set_log_retention(experiment_id: int, body: LogRetention, caller: CallerDep)
         }
         conn.execute(table.update().where(table.c.id == experiment_id).values(config=config))
         row = experiments.get_experiment(conn, experiment_id)
-        return {"experiment": serialize.experiment(row, num_trials=experiments.count_trials(conn, row.id))}
+        count, placement = experiments.count_trials(conn, row.id), projects.placement(conn, row)
+        return {"experiment": serialize.experiment(row, num_trials=count, placement=placement)}

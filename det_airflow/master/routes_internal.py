@@ -36,6 +36,7 @@ from det_airflow.master import (
     gangs,
     hosts,
     housekeeping,
+    projects,
     removals,
     routes_people,
     search,
@@ -194,8 +195,10 @@ def finalize(experiment_id: int) -> dict:
     with get_database().begin() as conn:
         row, best = experiments.finalize(conn, experiment_id)
         count = experiments.count_trials(conn, experiment_id)
+        placement = projects.placement(conn, row)
     _collect_checkpoints(experiment_id)  # trials closed without an exit of their own
-    return {"experiment": serialize.experiment(row, num_trials=count), "best_checkpoint": best}
+    experiment = serialize.experiment(row, num_trials=count, placement=placement)
+    return {"experiment": experiment, "best_checkpoint": best}
 
 
 @router.put("/hosts/{host_id}", response_model=HostBeat)

@@ -82,7 +82,11 @@ CONTEXT_ANSWER: dict[int | str, dict[str, Any]] = {
 
 
 def _experiment_answer(conn: Connection, row: Row) -> dict:
-    return {"experiment": serialize.experiment(row, num_trials=experiments.count_trials(conn, row.id))}
+    return {
+        "experiment": serialize.experiment(
+            row, num_trials=experiments.count_trials(conn, row.id), placement=projects.placement(conn, row)
+        )
+    }
 
 
 def _config_for(caller: Caller, row: Row) -> dict[str, Any]:
@@ -125,7 +129,12 @@ def create_experiment(body: CreateExperiment, caller: CallerDep) -> dict:
     warnings = list(experiments.experiment_config(row).warnings)
     if created:
         trials.make_room_for_submitted(db, row.id, row.resource_pool)
-        return {"experiment": serialize.experiment(row, num_trials=0), "warnings": warnings}
+        with db.read() as conn:
+            placement = projects.placement(conn, row)
+        return {
+            "experiment": serialize.experiment(row, num_trials=0, placement=placement),
+            "warnings": warnings,
+        }
     with db.read() as conn:
         return {**_experiment_answer(conn, row), "warnings": warnings}
 
@@ -140,12 +149,14 @@ def list_experiments(caller: CallerDep, all: bool = False) -> dict:  # noqa: A00
     with get_database().read() as conn:
         rows = readable(caller, conn.execute(query).all())
         best = _best_validations(conn, [r.id for r in rows])
+        placed = projects.placements(conn, rows)
         return {
             "experiments": [
                 serialize.experiment(
                     r,
                     num_trials=experiments.count_trials(conn, r.id),
                     best_validation=_best_of(r, best.get(r.id)),
+                    placement=placed[r.id],
                 )
                 for r in rows
             ]
@@ -192,8 +203,9 @@ def describe_experiment(experiment_id: int, caller: CallerDep) -> dict:
         row = experiments.get_experiment(conn, experiment_id)
         check_read(caller, row, "describe")
         trial_list = _trials_of(conn, experiment_id, caller, row)
+        placement = projects.placement(conn, row)
     return {
-        "experiment": serialize.experiment(row, num_trials=len(trial_list)),
+        "experiment": serialize.experiment(row, num_trials=len(trial_list), placement=placement),
         "trials": trial_list,
         "config": _config_for(caller, row),
     }
@@ -343,7 +355,7 @@ def remove_label(experiment_id: int, label: str, caller: CallerDep) -> dict:
 def patch_experiment(experiment_id: int, body: ExperimentPatch, caller: CallerDep) -> dict:
     values = body.model_dump(exclude_none=True)
     if not values:
-        raise DetError("nothing to change: give 'name' or 'description'")
+        raise DetError("nothing to change: give 'name', 'description' or 'notes'")
     table = schema.experiments
     with get_database().begin() as conn:
         row = experiments.get_experiment(conn, experiment_id, lock=True)

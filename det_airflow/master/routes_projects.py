@@ -147,9 +147,13 @@ def list_project_experiments(project_id: int, caller: CallerDep, all: bool = Fal
     with get_database().read() as conn:
         project = places.get_project(conn, project_id)
         rows = places.project_experiments(conn, caller, project, archived=all)
+        placed = places.placements(conn, rows)
         return {
             "experiments": [
-                serialize.experiment(row, num_trials=experiments.count_trials(conn, row.id)) for row in rows
+                serialize.experiment(
+                    row, num_trials=experiments.count_trials(conn, row.id), placement=placed[row.id]
+                )
+                for row in rows
             ]
         }
 

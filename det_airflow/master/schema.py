@@ -26,7 +26,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection
 
 # Bump when a table changes; `det admin migrate` brings a database up to this version.
-SCHEMA_VERSION = 21
+SCHEMA_VERSION = 22
 
 metadata = MetaData()
 
@@ -72,6 +72,8 @@ experiments = Table(
     Column("queue_position", Float),
     # The project it lives in (`det e move`); None: the Uncategorized project (master/projects.py).
     Column("project_id", Integer, index=True),
+    # Markdown notes (Determined's experiment notes, `Experiment.set_notes`); None: none written yet.
+    Column("notes", Text),
     # IDs are never reused (SQLite would otherwise hand out a deleted experiment's id again).
     sqlite_autoincrement=True,
 )

@@ -18,9 +18,15 @@ def iso(value: datetime | None) -> str | None:
 
 
 def experiment(
-    row: Row, *, num_trials: int | None = None, best_validation: float | None = None
+    row: Row,
+    *,
+    num_trials: int | None = None,
+    best_validation: float | None = None,
+    placement: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
-    """``best_validation``: the best searcher metric of its trials, where the caller computed it (the list)."""
+    """``best_validation``: the best searcher metric of its trials, where the caller computed it (the
+    list); ``placement``: its (project ID, workspace ID), as ``projects.placements`` finds them."""
+    project_id, workspace_id = placement or (None, None)
     return {
         "id": row.id,
         "name": row.name,
@@ -41,6 +47,9 @@ def experiment(
         "dag_run_id": row.dag_run_id,
         "error": row.error,
         "num_trials": num_trials,
+        "notes": row.notes or "",
+        "project_id": project_id,
+        "workspace_id": workspace_id,
     }
 
 
@@ -85,6 +94,7 @@ def metrics(row: Row) -> dict[str, Any]:
         "steps_completed": row.steps_completed,
         "metrics": row.metrics,
         "report_time": iso(row.report_time),
+        "trial_run_id": row.trial_run_id,
     }
 
 

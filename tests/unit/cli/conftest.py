@@ -502,7 +502,7 @@ def _served_master() -> Iterator[FakeMaster]:
 @pytest.fixture
 def cli_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """A clean environment: our own config folder, no DET_* variables, fast polling."""
-    for name in ("DET_MASTER", "DET_USER", "DET_PASS"):
+    for name in ("DET_MASTER", "DET_USER", "DET_PASS", "DET_REQUEST_TIMEOUT"):
         monkeypatch.delenv(name, raising=False)
     config_dir = tmp_path / "det-config"
     monkeypatch.setenv("DET_AIRFLOW_CONFIG_DIR", str(config_dir))

@@ -34,12 +34,14 @@ from sqlalchemy import select
 
 from det_airflow import compat, trial_env
 from det_airflow.api.user import CONFIG_DIR_ENV
-from det_airflow.errors import APIError, ConfigError
+from det_airflow.core._storage import CheckpointStorage, FolderStorage
+from det_airflow.errors import APIError, ConfigError, DetError
 from det_airflow.experimental import client
 from det_airflow.master import schema
 from det_airflow.master.app import create_app
 from det_airflow.master.db import Database, get_database
 from det_airflow.states import ExperimentState, TrialState
+from tests.s3_server import s3_server
 
 from .conftest import _free_port
 
@@ -58,8 +60,8 @@ class Master:
     url: str
     db: Database
 
-    def report(self, trial_id: int, group: str, steps: int, metrics: dict[str, Any]) -> None:
-        """A metrics report of the trial, stored as the master stores one."""
+    def report(self, trial_id: int, group: str, steps: int, metrics: dict[str, Any], run: int = 1) -> None:
+        """A metrics report of the trial's run ``run``, stored as the master stores one."""
         with self.db.begin() as conn:
             conn.execute(
                 schema.metrics.insert().values(
@@ -68,13 +70,24 @@ class Master:
                     steps_completed=steps,
                     metrics=metrics,
                     report_time=NOW,
-                    trial_run_id=1,
+                    trial_run_id=run,
                 )
             )
 
     def checkpoint(
-        self, trial_id: int, uuid: str, steps: int, metric: float | None, state: str = "COMPLETED"
+        self,
+        trial_id: int,
+        uuid: str,
+        steps: int,
+        metric: float | None,
+        state: str = "COMPLETED",
+        *,
+        storage: CheckpointStorage | None = None,
     ) -> None:
+        """A checkpoint registered as a trial registers one; with ``storage``, the files already
+        written there for ``uuid``."""
+        files = storage.files(uuid) if storage else {}
+        where = storage.describe(uuid) if storage else {"type": "shared_fs", "path": f"/nowhere/{uuid}"}
         with self.db.begin() as conn:
             experiment_id = conn.execute(
                 select(schema.trials.c.experiment_id).where(schema.trials.c.id == trial_id)
@@ -86,14 +99,35 @@ class Master:
                     experiment_id=experiment_id,
                     steps_completed=steps,
                     state=state,
-                    metadata={},
-                    resources={},
-                    size=0,
-                    storage={"type": "shared_fs", "path": f"/nowhere/{uuid}"},
+                    metadata={"steps_completed": steps},
+                    resources=files,
+                    size=sum(files.values()),
+                    storage=where,
                     report_time=NOW,
                     validation_metric=metric,
                 )
             )
+
+    def project(self, workspace: str, project: str, owner: str) -> tuple[int, int]:
+        """(project ID, workspace ID) of a new workspace holding a new project, both ``owner``'s."""
+        common = {"created_by": owner, "created_at": NOW, "archived": False}
+        with self.db.begin() as conn:
+            workspace_id = conn.execute(
+                schema.workspaces.insert().values(name=workspace, **common)
+            ).inserted_primary_key[0]
+            project_id = conn.execute(
+                schema.projects.insert().values(
+                    workspace_id=workspace_id, name=project, description="", notes="", **common
+                )
+            ).inserted_primary_key[0]
+        return int(project_id), int(workspace_id)
+
+    def uncategorized(self) -> tuple[int, int]:
+        """(project ID, workspace ID) of the Uncategorized project."""
+        p = schema.projects
+        with self.db.read() as conn:
+            row = conn.execute(select(p.c.id, p.c.workspace_id).where(p.c.name == schema.UNCATEGORIZED)).one()
+        return int(row.id), int(row.workspace_id)
 
     def log(self, trial_id: int, message: str, *, level: str = "INFO", rank: int = 0) -> None:
         with self.db.begin() as conn:
@@ -305,6 +339,65 @@ def test_set_description_and_labels_are_kept_by_the_master(master: Master) -> No
     assert client.get_experiment(exp.id).labels == {"c", "d"}
 
 
+def test_set_notes_is_kept_by_the_master_and_seen_after_reload(master: Master) -> None:
+    alice = client.Determined(master.url, "alice", "alice-pw")
+    exp = alice.create_experiment(CONFIG)
+    assert exp.notes == ""
+    other = alice.get_experiment(exp.id)
+
+    exp.set_notes("# Baseline\n\nlr 0.1, two layers")
+
+    assert exp.notes == "# Baseline\n\nlr 0.1, two layers"
+    assert other.notes == ""  # as last loaded
+    other.reload()
+    assert other.notes == exp.notes
+    assert [e.notes for e in alice.list_experiments()] == [exp.notes]
+    assert exp.description is None  # the other fields are untouched
+    exp.set_notes("")
+    assert alice.get_experiment(exp.id).notes == ""
+
+
+def test_notes_of_another_users_experiment_or_with_a_nul_are_refused(master: Master) -> None:
+    alice = client.Determined(master.url, "alice", "alice-pw")
+    bob = client.Determined(master.url, "bob", "bob-pw")
+    exp = alice.create_experiment(CONFIG)
+    exp.set_notes("alice's plan")
+
+    with pytest.raises(APIError) as denied:
+        bob.get_experiment(exp.id).set_notes("bob's plan")
+    assert denied.value.status_code == 403
+    with pytest.raises(APIError, match="notes") as invalid:
+        exp.set_notes("a\x00b")
+    assert invalid.value.status_code == 422
+    assert alice.get_experiment(exp.id).notes == "alice's plan"
+
+
+def test_experiments_carry_their_project_and_workspace(master: Master) -> None:
+    alice = client.Determined(master.url, "alice", "alice-pw")
+    project_id, workspace_id = master.project("vision", "mnist", owner="alice")
+    uncategorized = master.uncategorized()
+
+    placed = alice.create_experiment(CONFIG, project_id=project_id)
+    loose = alice.create_experiment(CONFIG)
+
+    assert (placed.project_id, placed.workspace_id) == (project_id, workspace_id)
+    assert (loose.project_id, loose.workspace_id) == uncategorized
+    fetched = alice.get_experiment(placed.id)
+    assert (fetched.project_id, fetched.workspace_id) == (project_id, workspace_id)
+    assert {e.id: (e.project_id, e.workspace_id) for e in alice.list_experiments()} == {
+        placed.id: (project_id, workspace_id),
+        loose.id: uncategorized,
+    }
+    assert [e.id for e in alice.list_experiments(project_id=uncategorized[0])] == [loose.id]
+    by_project = alice.list_experiments(
+        sort_by=client.ExperimentSortBy.PROJECT_ID, order_by=client.OrderBy.DESC
+    )
+    assert [e.id for e in by_project] == [placed.id, loose.id]  # the new project's ID is the larger
+    placed.move_to_project(schema.UNCATEGORIZED, schema.UNCATEGORIZED)
+    fetched.reload()
+    assert (fetched.project_id, fetched.workspace_id) == uncategorized
+
+
 def test_get_trial_has_its_hparams_state_and_experiment(master: Master) -> None:
     client.login(master.url, "alice", "alice-pw")
     exp = client.create_experiment(CONFIG)
@@ -399,6 +492,16 @@ def test_iter_trials_metrics_yields_what_the_trials_reported(master: Master) -> 
     assert trial.summary_metrics["avg_metrics"]["loss"]["last"] == 0.7
 
 
+def test_each_report_names_the_trial_run_that_made_it(master: Master) -> None:
+    alice = client.Determined(master.url, "alice", "alice-pw")
+    trial = alice.create_experiment(CONFIG).list_trials()[0]
+    master.report(trial.id, "training", 10, {"loss": 0.7}, run=1)
+    master.report(trial.id, "training", 20, {"loss": 0.6}, run=2)  # after the trial restarted
+
+    assert [(r.steps_completed, r.trial_run_id) for r in trial.iter_metrics("training")] == [(10, 1), (20, 2)]
+    assert [r.trial_run_id for r in alice.iter_trials_metrics([trial.id], "training")] == [1, 2]
+
+
 def test_list_checkpoints_best_first_by_the_searcher_metric(master: Master) -> None:
     alice = client.Determined(master.url, "alice", "alice-pw")
     exp = alice.create_experiment(CONFIG)
@@ -423,6 +526,93 @@ def test_list_checkpoints_best_first_by_the_searcher_metric(master: Master) -> N
         assert exp.top_checkpoint().uuid.endswith("2")
     with pytest.raises(AssertionError, match="sort_by and order_by"):
         exp.list_checkpoints(sort_by=client.CheckpointSortBy.UUID)
+
+
+def _write_checkpoint(storage: CheckpointStorage, uuid: str) -> None:
+    with storage.writing(uuid) as folder:
+        (folder / "state").mkdir()
+        (folder / "model.pt").write_bytes(b"m" * 2048)
+        (folder / "state" / "optimizer.pt").write_bytes(b"o" * 1024)
+
+
+def _assert_checkpoint_files(folder: Path) -> None:
+    assert sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()) == [
+        "model.pt",
+        "state/optimizer.pt",
+    ]
+    assert (folder / "model.pt").read_bytes() == b"m" * 2048
+    assert (folder / "state" / "optimizer.pt").read_bytes() == b"o" * 1024
+
+
+def test_a_listed_checkpoint_in_a_folder_downloads_off_cluster_from_that_folder(
+    master: Master, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # where an off-cluster local store would be: nothing there
+    alice = client.Determined(master.url, "alice", "alice-pw")
+    exp = alice.create_experiment(CONFIG)
+    trial_id = exp.list_trials()[0].id
+    uuid = "00000000-0000-4000-8000-0000000000a1"
+    storage = FolderStorage(tmp_path / "mounted")
+    _write_checkpoint(storage, uuid)
+    master.checkpoint(trial_id, uuid, 10, 0.2, storage=storage)
+
+    [checkpoint] = exp.list_checkpoints()
+    downloaded = checkpoint.download(str(tmp_path / "out"))
+
+    assert downloaded == str(tmp_path / "out")
+    _assert_checkpoint_files(tmp_path / "out")
+    assert checkpoint.metadata == {"steps_completed": 10}
+    _assert_checkpoint_files(
+        Path(alice.get_trial(trial_id).list_checkpoints()[0].download(str(tmp_path / "t")))
+    )
+    # A model version's checkpoint is the master's too.
+    version = alice.create_model("mnist").register_version(uuid)
+    _assert_checkpoint_files(Path(version.checkpoint.download(str(tmp_path / "registered"))))
+    # The master streams object storage only, as `det checkpoint download --mode master` says.
+    with pytest.raises(DetError, match="the master does not serve"):
+        checkpoint.download(str(tmp_path / "again"), mode=client.DownloadMode.MASTER)
+
+
+def test_a_listed_checkpoint_in_a_bucket_is_streamed_through_the_master(
+    master: Master, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # This machine has no credentials for the bucket: only the master's (in the config) reach it.
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.chdir(tmp_path)
+    uuid = "00000000-0000-4000-8000-0000000000b2"
+    with s3_server("ckpts") as url:
+        monkeypatch.setenv("AIRFLOW__DET__ALLOWED_STORAGE_ENDPOINTS", url)  # as an admin allows it
+        # The server's buckets outlive it within this process: each test writes under its own prefix.
+        section = {
+            "type": "s3",
+            "bucket": "ckpts",
+            "prefix": tmp_path.name,
+            "endpoint_url": url,
+            "access_key": "k",
+            "secret_key": "s",
+        }
+        alice = client.Determined(master.url, "alice", "alice-pw")
+        bob = client.Determined(master.url, "bob", "bob-pw")
+        exp = alice.create_experiment({**CONFIG, "checkpoint_storage": section})
+        trial_id = exp.list_trials()[0].id
+        storage = CheckpointStorage.from_config(section)
+        _write_checkpoint(storage, uuid)
+        master.checkpoint(trial_id, uuid, 10, 0.2, storage=storage)
+
+        [checkpoint] = alice.get_trial(trial_id).list_checkpoints()
+        checkpoint.download(str(tmp_path / "out"))
+        _assert_checkpoint_files(tmp_path / "out")
+        # Another reader of the experiment, by UUID, through the master in so many words.
+        bob.get_checkpoint(uuid).download(str(tmp_path / "bob"), mode="master")
+        _assert_checkpoint_files(tmp_path / "bob")
+        with pytest.raises(DetError, match="no credentials found"):
+            checkpoint.download(str(tmp_path / "direct"), mode=client.DownloadMode.DIRECT)
+    assert not (tmp_path / "direct" / "model.pt").exists()
 
 
 # --- user code -----------------------------------------------------------------------------------

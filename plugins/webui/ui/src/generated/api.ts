@@ -2299,6 +2299,12 @@ export interface components {
             labels: string[];
             /** Name */
             name: string;
+            /**
+             * Notes
+             * @description its Markdown notes (Determined's experiment notes)
+             * @default
+             */
+            notes?: string;
             /** Num Trials */
             num_trials: number | null;
             /** Owner */
@@ -2307,6 +2313,11 @@ export interface components {
             parent_id: number | null;
             /** Progress */
             progress: number | null;
+            /**
+             * Project Id
+             * @description the project it lives in (the Uncategorized project's ID when it names none)
+             */
+            project_id?: number | null;
             /** Resource Pool */
             resource_pool: string;
             /** Searcher */
@@ -2316,6 +2327,11 @@ export interface components {
             /** Start Time */
             start_time: string | null;
             state: components["schemas"]["ExperimentState"];
+            /**
+             * Workspace Id
+             * @description the workspace of that project
+             */
+            workspace_id?: number | null;
         };
         /** ExperimentAnswer */
         ExperimentAnswer: {
@@ -2382,6 +2398,11 @@ export interface components {
             description?: string | null;
             /** Name */
             name?: string | null;
+            /**
+             * Notes
+             * @description Markdown notes
+             */
+            notes?: string | null;
         };
         /**
          * ExperimentState
@@ -2875,6 +2896,11 @@ export interface components {
             steps_completed: number;
             /** Trial Id */
             trial_id: number;
+            /**
+             * Trial Run Id
+             * @description the run of the trial that reported it (a trial's run ID grows at each restart)
+             */
+            trial_run_id?: number | null;
         };
         /** MetricsList */
         MetricsList: {
