@@ -152,13 +152,13 @@ def run_det(  # type: ignore[no-untyped-def]
     return wall, t0_wall, eid
 
 
-def run_plain(client: httpx.Client, seconds: float, times: Path):  # type: ignore[no-untyped-def]
+def run_plain(client: httpx.Client, seconds: float, times: Path, dag_id: str = "plain_bench"):  # type: ignore[no-untyped-def]
     """Trigger the plain mapped-task DAG (already parsed); wait for success. Returns wall, t0, run id."""
     times.mkdir()
     t0, t0_wall = time.monotonic(), time.time()
     for _ in range(5):  # on SQLite, Airflow's own trigger route may answer 500 for a locked database
         run = client.post(
-            "/api/v2/dags/plain_bench/dagRuns",
+            f"/api/v2/dags/{dag_id}/dagRuns",
             json={"logical_date": None, "conf": {"work": str(seconds), "times": str(times)}},
         )
         if run.status_code < 500:
@@ -168,7 +168,7 @@ def run_plain(client: httpx.Client, seconds: float, times: Path):  # type: ignor
     run_id = run.json()["dag_run_id"]
 
     def done() -> str | None:
-        state = client.get(f"/api/v2/dags/plain_bench/dagRuns/{run_id}").json()["state"]
+        state = client.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}").json()["state"]
         return state if state in ("success", "failed") else None
 
     state = wait_for(done, 900, "the plain DAG run")

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
-import tempfile
 import warnings
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
@@ -90,7 +89,8 @@ class Checkpoint:
         return metadata
 
     def download(self, path: str | None = None, mode: DownloadMode | str | None = None) -> str:
-        """Copies the checkpoint's files into ``path`` (default: a new temporary folder); answers it.
+        """Copies the checkpoint's files into ``path`` (default: ``checkpoints/<uuid>`` under the
+        current folder, as in Determined); answers it.
 
         Args:
             path: The folder to put them in (created when missing).
@@ -103,7 +103,7 @@ class Checkpoint:
             APIError: The master has no such checkpoint, or the user may not read it.
         """
         how = DownloadMode(mode) if mode is not None else DownloadMode.AUTO
-        target = Path(path) if path is not None else Path(tempfile.mkdtemp(prefix=f"checkpoint-{self.uuid}-"))
+        target = Path(path) if path is not None else Path("checkpoints", self.uuid)
         if self._master is not None and not _in_a_trial():
             from det_airflow.cli.checkpoint import download
 

@@ -565,6 +565,9 @@ def test_a_listed_checkpoint_in_a_folder_downloads_off_cluster_from_that_folder(
     _assert_checkpoint_files(
         Path(alice.get_trial(trial_id).list_checkpoints()[0].download(str(tmp_path / "t")))
     )
+    # Without a path, as in Determined: checkpoints/<uuid> under the current folder.
+    assert checkpoint.download() == str(Path("checkpoints", uuid))
+    _assert_checkpoint_files(tmp_path / "checkpoints" / uuid)
     # A model version's checkpoint is the master's too.
     version = alice.create_model("mnist").register_version(uuid)
     _assert_checkpoint_files(Path(version.checkpoint.download(str(tmp_path / "registered"))))
