@@ -198,6 +198,17 @@ def configure_airflow(args: argparse.Namespace, base: Path, dags: Path) -> Local
         raise
 
 
+def start_airflow(af: LocalAirflow, slots: int) -> httpx.Client:
+    """Migrate Airflow's and det's tables, make the benchmark's pool of ``slots``, start Airflow and
+    answer a client of its API server once it is ready."""
+    af.migrate()
+    subprocess.run([str(Path(sys.executable).parent / "det"), "admin", "migrate"], env=af.env(), check=True)
+    af.airflow("pools", "set", "bench", str(slots), "benchmark pool")
+    af.start()
+    af.wait_ready(timeout=300)
+    return af.client(timeout=60)
+
+
 def wait_for_hosts(af: LocalAirflow, client: httpx.Client) -> None:
     """In Celery mode, wait until every worker's heartbeat shows its host alive: admission places
     trials only on live hosts."""
@@ -260,14 +271,7 @@ def main() -> int:
 
     af = configure_airflow(args, base, dags)
     try:
-        af.migrate()
-        subprocess.run(
-            [str(Path(sys.executable).parent / "det"), "admin", "migrate"], env=af.env(), check=True
-        )
-        af.airflow("pools", "set", "bench", str(args.slots), "benchmark pool")
-        af.start()
-        af.wait_ready(timeout=300)
-        client = af.client(timeout=60)
+        client = start_airflow(af, args.slots)
         wait_for(lambda: client.get("/api/v2/dags/plain_bench").status_code == 200, 120, "plain DAG")
         wait_for_hosts(af, client)
         # Warm up both paths once (first task processes, imports, caches), then measure.

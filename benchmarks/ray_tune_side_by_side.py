@@ -197,14 +197,7 @@ def main() -> int:
     af = orchestration.configure_airflow(setup, base, dags)
     results: dict[tuple[int, float], list[Path_]] = {}
     try:
-        af.migrate()
-        subprocess.run(
-            [str(Path(sys.executable).parent / "det"), "admin", "migrate"], env=af.env(), check=True
-        )
-        af.airflow("pools", "set", "bench", str(args.slots), "benchmark pool")
-        af.start()
-        af.wait_ready(timeout=300)
-        client = af.client(timeout=60)
+        client = orchestration.start_airflow(af, args.slots)
         for trials, _ in workloads:
             orchestration.wait_for(
                 lambda t=trials: client.get(f"/api/v2/dags/plain_bench_{t}").status_code == 200,
