@@ -4,7 +4,6 @@ and ``det --help`` listing the nouns as Determined's does."""
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +12,7 @@ from typing import Any
 import pytest
 
 from det_airflow.core._s3 import S3Storage
-from tests.s3_server import s3_server
+from tests.s3_server import s3_server, without_aws_credentials
 
 from .conftest import CHECKPOINT_UUID, FakeMaster
 
@@ -71,12 +70,7 @@ def test_verbs_that_take_one_id_in_determined_take_one_here(det: Any, master: Fa
 def bucket_checkpoint(master: FakeMaster, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[str]:
     """Checkpoint CHECKPOINT_UUID written into a bucket of a local S3 server; the master records
     only where it is (no credentials), as the real master does. Answers the server's URL."""
-    for name in list(os.environ):
-        if name.startswith("AWS_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    without_aws_credentials(monkeypatch, tmp_path)
     with s3_server("ckpts") as url:
         # The server's buckets outlive it within this process: each test writes under its own prefix.
         store = S3Storage("ckpts", prefix=tmp_path.name, endpoint_url=url, access_key="k", secret_key="s")

@@ -21,7 +21,7 @@ from det_airflow.core import CheckpointStorage
 from det_airflow.errors import DetError
 from det_airflow.master import schema, trial_storage
 from det_airflow.trial_process import TrialSpec, trial_environment, write_trial_files
-from tests.s3_server import s3_server
+from tests.s3_server import s3_server, without_aws_credentials
 from tests.unit.master.people_app import People, people  # noqa: F401
 from tests.unit.master.served import give_token, served
 from tests.unit.master.stores import Store, running_store
@@ -52,12 +52,7 @@ def test_a_folder_storage_adds_the_files_in_place(tmp_path: Path) -> None:
 @pytest.fixture
 def s3_keys(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, str]:
     """The owner's own keys; nothing of the machine's AWS setup reaches the test."""
-    for name in list(os.environ):
-        if name.startswith("AWS_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    without_aws_credentials(monkeypatch, tmp_path)
     return {"access_key": "testing-key", "secret_key": "testing-secret"}
 
 

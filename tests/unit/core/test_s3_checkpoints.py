@@ -22,7 +22,7 @@ from det_airflow.core import CheckpointStorage
 from det_airflow.core._local import read_jsonl
 from det_airflow.core._s3 import S3Storage
 from det_airflow.errors import DetError
-from tests.s3_server import s3_server
+from tests.s3_server import s3_server, without_aws_credentials
 
 from .conftest import FakeRuntime
 
@@ -39,12 +39,7 @@ def endpoint() -> Iterator[str]:
 @pytest.fixture(autouse=True)
 def no_aws_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Nothing of the machine's AWS setup (variables, ~/.aws, an instance role) reaches a test."""
-    for name in list(os.environ):
-        if name.startswith("AWS_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    without_aws_credentials(monkeypatch, tmp_path)
 
 
 @pytest.fixture

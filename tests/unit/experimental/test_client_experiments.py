@@ -41,7 +41,7 @@ from det_airflow.master import schema
 from det_airflow.master.app import create_app
 from det_airflow.master.db import Database, get_database
 from det_airflow.states import ExperimentState, TrialState
-from tests.s3_server import s3_server
+from tests.s3_server import s3_server, without_aws_credentials
 
 from .conftest import _free_port
 
@@ -580,12 +580,7 @@ def test_a_listed_checkpoint_in_a_bucket_is_streamed_through_the_master(
     master: Master, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # This machine has no credentials for the bucket: only the master's (in the config) reach it.
-    for name in list(os.environ):
-        if name.startswith("AWS_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    without_aws_credentials(monkeypatch, tmp_path)
     monkeypatch.chdir(tmp_path)
     uuid = "00000000-0000-4000-8000-0000000000b2"
     with s3_server("ckpts") as url:
