@@ -170,13 +170,14 @@ def test_following_output_lasts_longer_than_the_timeout(
     det: Any, cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The timeout is each answer's, not the command's: `det cmd run` follows a command whose output
-    comes over longer than it, polling as it always did."""
-    monkeypatch.setenv("DET_REQUEST_TIMEOUT", "1")
+    comes over longer than it, polling as it always did. The timeout is 4 s, not less: on a loaded
+    machine the create itself (a DAG written to Airflow) has taken more than 1 s."""
+    monkeypatch.setenv("DET_REQUEST_TIMEOUT", "4")
 
     def runner(task_id: int) -> None:
         trial_id = cluster.start(task_id)
         cluster.log(trial_id, "hello")
-        time.sleep(2.5)
+        time.sleep(9)  # more than twice the timeout
         cluster.log(trial_id, "bye")
         cluster.exit(trial_id, 0)
 
