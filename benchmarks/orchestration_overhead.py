@@ -73,12 +73,20 @@ with DAG("plain_bench", schedule=None, start_date=datetime(2024, 1, 1), catchup=
          is_paused_upon_creation=False):
     @task(pool="bench", pool_slots=1)
     def train(i: int, dag_run=None) -> None:
-        env = dict(os.environ, DET_LOCAL_STORE=f"{WORK}/store-{i}", BENCH_WORK=dag_run.conf["work"],
+        env = dict(os.environ, DET_LOCAL_STORE=f"{STORES}/store-{i}", BENCH_WORK=dag_run.conf["work"],
                    BENCH_TIMES=dag_run.conf["times"])
         subprocess.run([sys.executable, "train.py"], cwd=WORK, env=env, check=True)
 
     train.expand(i=list(range(TRIALS)))
 """
+
+
+def plain_dag_source(work: Path, stores: Path, trials: int, dag_id: str = "plain_bench") -> str:
+    """The plain DAG's file: ``trials`` mapped tasks running ``work``/train.py, each with its local
+    store under ``stores``, outside ``work``: det sends ``work`` as the experiment's context, which
+    must not grow with the plain runs' metrics and TensorBoard files."""
+    header = f"WORK = {str(work)!r}\nSTORES = {str(stores)!r}\nTRIALS = {trials}\n"
+    return header + PLAIN_DAG.replace('"plain_bench"', json.dumps(dag_id))
 
 
 def wait_for(predicate, timeout: float, what: str, interval: float = 0.1):  # type: ignore[no-untyped-def]
@@ -266,7 +274,7 @@ def main() -> int:
     dags.mkdir()
     work.mkdir()
     shutil.copy(REPO / "dags" / "det_experiments.py", dags)
-    (dags / "plain_bench.py").write_text(f"WORK = {str(work)!r}\nTRIALS = {args.trials}\n" + PLAIN_DAG)
+    (dags / "plain_bench.py").write_text(plain_dag_source(work, base / "plain-stores", args.trials))
     (work / "train.py").write_text(WORK_SCRIPT)
 
     af = configure_airflow(args, base, dags)

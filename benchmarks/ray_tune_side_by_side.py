@@ -188,8 +188,7 @@ def main() -> int:
     # One plain DAG per workload, each mapping over its own count of trials.
     for trials, _ in workloads:
         (dags / f"plain_bench_{trials}.py").write_text(
-            f"WORK = {str(work)!r}\nTRIALS = {trials}\n"
-            + orchestration.PLAIN_DAG.replace('"plain_bench"', f'"plain_bench_{trials}"')
+            orchestration.plain_dag_source(work, base / "plain-stores", trials, f"plain_bench_{trials}")
         )
     (work / "train.py").write_text(orchestration.WORK_SCRIPT)
 

@@ -17,7 +17,7 @@ uids of ``[det] trial_uid_range``, in a chain named :data:`CHAIN`, IPv4 and IPv6
 Connections to other machines are left alone: the platform's remote services are protected by
 their credentials, which no trial can read. Everything here is idempotent: each trial start checks
 the rules and adds what is missing, so a rule set another process made, or one from before a
-restart of the worker, is kept as it is.
+restart of the worker, is kept as it is. The check is one listing of the rules per tool.
 """
 
 from __future__ import annotations
@@ -114,22 +114,56 @@ def _ensure(tool: str, uid_ranges: list[tuple[int, int]], ports: Sequence[tuple[
 
 
 def _ensure_locked(tool: str, uid_ranges: list[tuple[int, int]], ports: Sequence[tuple[int, int]]) -> None:
-    if not _has(tool, ["-L", CHAIN, "-n"]):
+    # One listing of the filter table answers for every rule at once: a trial start costs one
+    # iptables run per tool, not one check per rule (each of which reads the whole rule set).
+    listed = _listing(tool)
+    if f"-N {CHAIN}" not in listed:
         _run(tool, ["-N", CHAIN])
     rules = chain_rules(ports)
     accepts, rejects = rules[:-2], rules[-2:]
-    missing = [rule for rule in accepts if not _has(tool, ["-C", CHAIN, *rule])]
-    if missing:
-        # Each accept is inserted at the top: the rejects (and earlier accepts) stay below.
-        for rule in missing:
+    # Each accept is inserted at the top: the rejects (and earlier accepts) stay below.
+    for rule in accepts:
+        if not _present(tool, listed, CHAIN, rule):
             _run(tool, ["-I", CHAIN, "1", *rule])
     for rule in rejects:
-        if not _has(tool, ["-C", CHAIN, *rule]):
+        if not _present(tool, listed, CHAIN, rule):
             _run(tool, ["-A", CHAIN, *rule])
     for uids in uid_ranges:
         jump = jump_rule(uids)
-        if not _has(tool, ["-C", "OUTPUT", *jump]):
+        if not _present(tool, listed, "OUTPUT", jump):
             _run(tool, ["-I", "OUTPUT", "1", *jump])
+
+
+def _listing(tool: str) -> set[str]:
+    """The filter table's rules as ``iptables -S`` prints them, one line each."""
+    try:
+        result = subprocess.run(
+            [tool, "-w", "-S"], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=_TIMEOUT_S
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise TrialNetworkError(f"{Path(tool).name} did not answer: {exc}") from None
+    if result.returncode != 0:
+        return set()  # every rule is then checked on its own, and the error said where it fails
+    return {line.strip() for line in result.stdout.splitlines()}
+
+
+def listed_form(tool: str, chain: str, rule: Sequence[str]) -> str:
+    """``rule`` of ``chain`` as ``iptables -S`` prints it: the match module a ``--dport`` implies
+    named, and a plain REJECT's default answer spelled out."""
+    words = list(rule)
+    if "--dport" in words and "-p" in words and "-m" not in words:
+        protocol = words[words.index("-p") + 1]
+        words[words.index("-p") + 2 : words.index("-p") + 2] = ["-m", protocol]
+    if words[-2:] == ["-j", "REJECT"]:
+        default = "icmp6-port-unreachable" if Path(tool).name.startswith("ip6") else "icmp-port-unreachable"
+        words += ["--reject-with", default]
+    return " ".join(["-A", chain, *words])
+
+
+def _present(tool: str, listed: set[str], chain: str, rule: Sequence[str]) -> bool:
+    """Whether ``rule`` is in ``chain``: found in the listing, or else asked of iptables itself
+    (an iptables that prints a rule otherwise still gets no second copy)."""
+    return listed_form(tool, chain, rule) in listed or _has(tool, ["-C", chain, *rule])
 
 
 def _has(tool: str, args: list[str]) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -135,3 +136,33 @@ def test_a_trial_uid_reaches_the_master_and_trials_but_no_service_of_the_host(
     assert _connect_as(TRIAL_UID, listeners["master"]) == "connected"
     assert _connect_as(TRIAL_UID, listeners["trial"]) == "connected"
     assert _connect_as(0, listeners["service"]) == "connected"  # the platform itself is not walled
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="installs firewall rules: root only")
+def test_a_second_trial_start_reads_the_rules_once_per_tool_and_adds_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each trial start checks the rules; once they are in place that is one listing per tool (not
+    one iptables run per rule), and no rule is ever added twice."""
+    port = 19999  # outside the ephemeral range; no other test opens it for trials
+    ensure_trial_firewall([(61184, 65519)], allowed_ports([port]))
+    calls: list[list[str]] = []
+    run = _network.subprocess.run
+
+    def counted(argv: list[str], **kwargs: object) -> object:
+        calls.append(argv)
+        return run(argv, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(_network.subprocess, "run", counted)
+    ensure_trial_firewall([(61184, 65519)], allowed_ports([port]))
+    assert [(Path(argv[0]).name, argv[1:]) for argv in calls] == [
+        ("iptables", ["-w", "-S"]),
+        ("ip6tables", ["-w", "-S"]),
+    ]
+    monkeypatch.undo()
+    for tool in ("iptables", "ip6tables"):
+        listing = subprocess.run([tool, "-w", "-S", CHAIN], capture_output=True, text=True, check=True)
+        assert sorted(line for line in listing.stdout.splitlines() if f"--dport {port} " in line) == [
+            f"-A {CHAIN} -p tcp -m tcp --dport {port} -j RETURN",
+            f"-A {CHAIN} -p udp -m udp --dport {port} -j RETURN",
+        ], tool
