@@ -32,7 +32,7 @@ experiments stored before projects existed are already in it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, Row, func, select
@@ -182,6 +182,29 @@ def placements(conn: Connection, rows: Sequence[Row]) -> dict[int, tuple[int, in
 def placement(conn: Connection, row: Row) -> tuple[int, int]:
     """(project ID, workspace ID) of experiment ``row``."""
     return placements(conn, [row])[row.id]
+
+
+def experiment_answers(
+    conn: Connection, rows: Sequence[Row], *, best_validation: Mapping[int, float | None] | None = None
+) -> list[dict[str, Any]]:
+    """Experiment ``rows`` as every answer shows them: each with its count of trials and its project
+    and workspace; ``best_validation`` (experiment ID → value): where the caller computed it."""
+    placed = placements(conn, rows)
+    best = best_validation or {}
+    return [
+        serialize.experiment(
+            row,
+            num_trials=experiments.count_trials(conn, row.id),
+            best_validation=best.get(row.id),
+            placement=placed[row.id],
+        )
+        for row in rows
+    ]
+
+
+def experiment_answer(conn: Connection, row: Row) -> dict[str, Any]:
+    """Experiment ``row`` as every answer shows it (:func:`experiment_answers`)."""
+    return experiment_answers(conn, [row])[0]
 
 
 # --- workspaces -----------------------------------------------------------------------------------

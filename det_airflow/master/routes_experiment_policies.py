@@ -82,10 +82,7 @@ def set_gc_policy(experiment_id: int, body: GcPolicy, caller: CallerDep) -> dict
     if deleted:
         housekeeping.run_soon(housekeeping.REMOVE_FILES)
     with db.read() as conn:
-        row = experiments.get_experiment(conn, experiment_id)
-        experiment = serialize.experiment(
-            row, num_trials=experiments.count_trials(conn, row.id), placement=projects.placement(conn, row)
-        )
+        experiment = projects.experiment_answer(conn, experiments.get_experiment(conn, experiment_id))
     return {"experiment": experiment, "deleted": deleted, "not_removed": not_removed}
 
 
@@ -103,6 +100,6 @@ def set_log_retention(experiment_id: int, body: LogRetention, caller: CallerDep)
             "log_retention_days": body.days,
         }
         conn.execute(table.update().where(table.c.id == experiment_id).values(config=config))
-        row = experiments.get_experiment(conn, experiment_id)
-        count, placement = experiments.count_trials(conn, row.id), projects.placement(conn, row)
-        return {"experiment": serialize.experiment(row, num_trials=count, placement=placement)}
+        return {
+            "experiment": projects.experiment_answer(conn, experiments.get_experiment(conn, experiment_id))
+        }

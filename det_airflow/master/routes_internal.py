@@ -194,10 +194,8 @@ def trial_logs(trial_id: int, body: LogBatch) -> dict:
 def finalize(experiment_id: int) -> dict:
     with get_database().begin() as conn:
         row, best = experiments.finalize(conn, experiment_id)
-        count = experiments.count_trials(conn, experiment_id)
-        placement = projects.placement(conn, row)
+        experiment = projects.experiment_answer(conn, row)
     _collect_checkpoints(experiment_id)  # trials closed without an exit of their own
-    experiment = serialize.experiment(row, num_trials=count, placement=placement)
     return {"experiment": experiment, "best_checkpoint": best}
 
 

@@ -82,11 +82,7 @@ CONTEXT_ANSWER: dict[int | str, dict[str, Any]] = {
 
 
 def _experiment_answer(conn: Connection, row: Row) -> dict:
-    return {
-        "experiment": serialize.experiment(
-            row, num_trials=experiments.count_trials(conn, row.id), placement=projects.placement(conn, row)
-        )
-    }
+    return {"experiment": projects.experiment_answer(conn, row)}
 
 
 def _config_for(caller: Caller, row: Row) -> dict[str, Any]:
@@ -129,12 +125,6 @@ def create_experiment(body: CreateExperiment, caller: CallerDep) -> dict:
     warnings = list(experiments.experiment_config(row).warnings)
     if created:
         trials.make_room_for_submitted(db, row.id, row.resource_pool)
-        with db.read() as conn:
-            placement = projects.placement(conn, row)
-        return {
-            "experiment": serialize.experiment(row, num_trials=0, placement=placement),
-            "warnings": warnings,
-        }
     with db.read() as conn:
         return {**_experiment_answer(conn, row), "warnings": warnings}
 
@@ -149,18 +139,8 @@ def list_experiments(caller: CallerDep, all: bool = False) -> dict:  # noqa: A00
     with get_database().read() as conn:
         rows = readable(caller, conn.execute(query).all())
         best = _best_validations(conn, [r.id for r in rows])
-        placed = projects.placements(conn, rows)
-        return {
-            "experiments": [
-                serialize.experiment(
-                    r,
-                    num_trials=experiments.count_trials(conn, r.id),
-                    best_validation=_best_of(r, best.get(r.id)),
-                    placement=placed[r.id],
-                )
-                for r in rows
-            ]
-        }
+        best_of = {r.id: _best_of(r, best.get(r.id)) for r in rows}
+        return {"experiments": projects.experiment_answers(conn, rows, best_validation=best_of)}
 
 
 def _best_validations(

@@ -19,7 +19,6 @@ from det_airflow.api.models import (
     WorkspaceAnswer,
     WorkspaceList,
 )
-from det_airflow.master import experiments, serialize
 from det_airflow.master import projects as places
 from det_airflow.master.auth import CrossSiteGuard
 from det_airflow.master.authz import CallerDep
@@ -147,15 +146,7 @@ def list_project_experiments(project_id: int, caller: CallerDep, all: bool = Fal
     with get_database().read() as conn:
         project = places.get_project(conn, project_id)
         rows = places.project_experiments(conn, caller, project, archived=all)
-        placed = places.placements(conn, rows)
-        return {
-            "experiments": [
-                serialize.experiment(
-                    row, num_trials=experiments.count_trials(conn, row.id), placement=placed[row.id]
-                )
-                for row in rows
-            ]
-        }
+        return {"experiments": places.experiment_answers(conn, rows)}
 
 
 @router.post("/experiments/{experiment_id}/move", response_model=ProjectAnswer)

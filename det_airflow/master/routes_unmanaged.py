@@ -66,9 +66,9 @@ def create_unmanaged(body: UnmanagedBody, caller: CallerDep) -> dict:
         trial_logs.append_logs(conn, trial_id, [{"message": started, "container_id": platform.node()}])
         row = experiments.get_experiment(conn, experiment_id)
         trial = trials.get_trial(conn, trial_id)
-        placement = projects.placement(conn, row)
+        experiment = projects.experiment_answer(conn, row)
     return {
-        "experiment": serialize.experiment(row, num_trials=1, placement=placement),
+        "experiment": experiment,
         "trial": serialize.trial(trial),
         "token": token,
         "config": row.config,
@@ -99,8 +99,7 @@ def _check_running_cap(conn: Connection, owner: str) -> None:
 def unmanaged_exit(trial_id: TrialAuth, body: UnmanagedExit) -> dict:
     with get_database().begin() as conn:
         row = unmanaged.finish_unmanaged(conn, trial_id, error=body.error)
-        placement = projects.placement(conn, row)
-        return {"experiment": serialize.experiment(row, num_trials=1, placement=placement)}
+        return {"experiment": projects.experiment_answer(conn, row)}
 
 
 @router.post("/runtime/trials/{trial_id}/unmanaged/logs", response_model=Empty)
