@@ -190,11 +190,12 @@ def experiment_answers(
     """Experiment ``rows`` as every answer shows them: each with its count of trials and its project
     and workspace; ``best_validation`` (experiment ID → value): where the caller computed it."""
     placed = placements(conn, rows)
+    counts = experiments.trial_counts(conn, [row.id for row in rows])
     best = best_validation or {}
     return [
         serialize.experiment(
             row,
-            num_trials=experiments.count_trials(conn, row.id),
+            num_trials=counts[row.id],
             best_validation=best.get(row.id),
             placement=placed[row.id],
         )

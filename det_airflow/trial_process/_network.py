@@ -117,7 +117,7 @@ def _ensure_locked(tool: str, uid_ranges: list[tuple[int, int]], ports: Sequence
     # One listing of the filter table answers for every rule at once: a trial start costs one
     # iptables run per tool, not one check per rule (each of which reads the whole rule set).
     listed = _listing(tool)
-    if f"-N {CHAIN}" not in listed:
+    if f"-N {CHAIN}" not in listed and not _has(tool, ["-L", CHAIN, "-n"]):
         _run(tool, ["-N", CHAIN])
     rules = chain_rules(ports)
     accepts, rejects = rules[:-2], rules[-2:]
@@ -143,17 +143,17 @@ def _listing(tool: str) -> set[str]:
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise TrialNetworkError(f"{Path(tool).name} did not answer: {exc}") from None
     if result.returncode != 0:
-        return set()  # every rule is then checked on its own, and the error said where it fails
+        return set()  # every rule is then checked on its own; an error says which one fails
     return {line.strip() for line in result.stdout.splitlines()}
 
 
-def listed_form(tool: str, chain: str, rule: Sequence[str]) -> str:
+def _listed_form(tool: str, chain: str, rule: Sequence[str]) -> str:
     """``rule`` of ``chain`` as ``iptables -S`` prints it: the match module a ``--dport`` implies
     named, and a plain REJECT's default answer spelled out."""
     words = list(rule)
     if "--dport" in words and "-p" in words and "-m" not in words:
-        protocol = words[words.index("-p") + 1]
-        words[words.index("-p") + 2 : words.index("-p") + 2] = ["-m", protocol]
+        after_protocol = words.index("-p") + 2
+        words[after_protocol:after_protocol] = ["-m", words[after_protocol - 1]]
     if words[-2:] == ["-j", "REJECT"]:
         default = "icmp6-port-unreachable" if Path(tool).name.startswith("ip6") else "icmp-port-unreachable"
         words += ["--reject-with", default]
@@ -163,7 +163,7 @@ def listed_form(tool: str, chain: str, rule: Sequence[str]) -> str:
 def _present(tool: str, listed: set[str], chain: str, rule: Sequence[str]) -> bool:
     """Whether ``rule`` is in ``chain``: found in the listing, or else asked of iptables itself
     (an iptables that prints a rule otherwise still gets no second copy)."""
-    return listed_form(tool, chain, rule) in listed or _has(tool, ["-C", chain, *rule])
+    return _listed_form(tool, chain, rule) in listed or _has(tool, ["-C", chain, *rule])
 
 
 def _has(tool: str, args: list[str]) -> bool:
